@@ -1,0 +1,200 @@
+"""What a client computes and releases, as plain vectorised functions.
+
+Row ``i`` of every array belongs to client ``client_ids[i]``; one client is a batch of
+one. A client's noise comes from its own keyed stream (run seed, client id), so a client
+gives the same answer whether it is processed alone (a Flower SuperNode) or among a
+million (the in-process engine). No function here returns raw curves or raw labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
+from ldpfda.fda.features import Featurizer
+from ldpfda.privacy.budget import split_budget
+from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.privacy.random import ClientStreams
+from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, FeedbackBit
+
+__all__ = [
+    "FEATURE_STREAM",
+    "FEEDBACK_STREAM",
+    "LABEL_STREAM",
+    "TrainingPayload",
+    "answer_evaluation",
+    "privatize",
+    "privatize_curves",
+]
+
+FEATURE_STREAM = "privatize/features"
+LABEL_STREAM = "privatize/label"
+FEEDBACK_STREAM = "evaluate/feedback"
+
+
+@dataclass(frozen=True)
+class TrainingPayload:
+    """What training clients release: perturbed features and randomized labels.
+
+    Attributes
+    ----------
+    client_ids : ndarray of shape (n,)
+    features : ndarray of shape (n, p)
+        Perturbed scaled coefficients.
+    labels : ndarray of shape (n,)
+        Randomized labels in {0, 1}.
+    feature_epsilon, label_epsilon : float
+        What each client spent on each part.
+    """
+
+    client_ids: NDArray[np.int64]
+    features: NDArray[np.float64]
+    labels: NDArray[np.int8]
+    feature_epsilon: float
+    label_epsilon: float
+
+    def __len__(self) -> int:
+        return int(self.client_ids.size)
+
+    @classmethod
+    def concatenate(cls, parts: list[TrainingPayload]) -> TrainingPayload:
+        if not parts:
+            raise ValueError("no payloads to concatenate")
+        return cls(
+            np.concatenate([p.client_ids for p in parts]),
+            np.concatenate([p.features for p in parts]),
+            np.concatenate([p.labels for p in parts]),
+            parts[0].feature_epsilon,
+            parts[0].label_epsilon,
+        )
+
+
+def _client_ids(client_ids: ArrayLike, n: int) -> NDArray[np.int64]:
+    ids = np.asarray(client_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"client_ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64).reshape(-1)
+    if ids.size != n:
+        raise ValueError(f"client_ids has {ids.size} entries for {n} clients")
+    return ids
+
+
+def _scaled_features(features: ArrayLike) -> NDArray[np.float64]:
+    x = check_finite_array(features, "features", ndim=2)
+    if np.any(np.abs(x) > 1.0 + 1e-12):
+        raise ValueError(
+            "features must be rescaled into [-1, 1] before privatization "
+            f"(got max |x| = {np.abs(x).max():.6g}); use a featurizer"
+        )
+    return x
+
+
+def privatize(
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    epsilon: float,
+    label_share: float | None = None,
+    ledger: PrivacyLedger | None = None,
+) -> TrainingPayload:
+    r"""Perturb each client's scaled coefficients with Laplace noise and its label with RR.
+
+    With the reference split each of the p coordinates and the label spend
+    :math:`\varepsilon/(p+1)`; the Laplace scale on [-1, 1] is :math:`2(p+1)/\varepsilon`.
+    If a ``ledger`` is given, both releases are charged before anything is released, and
+    a client that cannot afford them makes the call fail with
+    :class:`~ldpfda.BudgetExceededError` (no one releases anything).
+
+    Parameters
+    ----------
+    features : array of shape (n, p)
+        Coefficients already rescaled into [-1, 1].
+    labels : array of shape (n,)
+        True labels in {0, 1}.
+    client_ids : array of shape (n,)
+    seed : int
+        The run seed.
+    epsilon : float
+        Each client's training budget, in (0, inf].
+    label_share : float, optional
+        Share of epsilon on the label; the reference 1/(p+1) if None.
+    """
+    x = _scaled_features(features)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    ids = _client_ids(client_ids, x.shape[0])
+    epsilon = check_epsilon(epsilon)
+    split = split_budget(epsilon=epsilon, n_coefficients=x.shape[1], label_share=label_share)
+    feature_mechanism = LaplaceMechanism(epsilon=split.coefficients, dimension=x.shape[1])
+    label_mechanism = BinaryRandomizedResponse(epsilon=split.label)
+    if ledger is not None:
+        ledger.charge(feature_mechanism.event(), ids)
+        ledger.charge(label_mechanism.event(), ids)
+    streams = ClientStreams(seed, ids)
+    return TrainingPayload(
+        client_ids=ids,
+        features=feature_mechanism.randomise(x, streams.stream(FEATURE_STREAM)),
+        labels=label_mechanism.randomise(y, streams.stream(LABEL_STREAM)).astype(np.int8),
+        feature_epsilon=split.coefficients,
+        label_epsilon=split.label,
+    )
+
+
+def privatize_curves(
+    curves: Any,
+    labels: ArrayLike,
+    featurizer: Featurizer,
+    **kwargs: Any,
+) -> TrainingPayload:
+    """Project, rescale and privatize raw curves (or vectors) in one step."""
+    return privatize(featurizer.transform(curves), labels, **kwargs)
+
+
+def answer_evaluation(
+    coef: ArrayLike,
+    intercept: ArrayLike,
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    epsilon: float,
+    ledger: PrivacyLedger | None = None,
+) -> NDArray[np.int8]:
+    r"""Each evaluation client says, by randomized response, whether a model got it wrong.
+
+    Client ``i`` computes :math:`w_i = 1\{\mathrm{sign}(b_i + \beta_i^\top x_i) \ne y_i\}`
+    locally with its own model (row ``i`` of ``coef``/``intercept``, or one model for all)
+    and releases :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
+    ``epsilon``.
+    """
+    x = _scaled_features(features)
+    y = check_binary_labels(labels)
+    n, p = x.shape
+    if y.size != n:
+        raise ValueError(f"labels has {y.size} entries for {n} feature rows")
+    ids = _client_ids(client_ids, n)
+    w = check_finite_array(coef, "coef")
+    b = check_finite_array(intercept, "intercept")
+    w = np.broadcast_to(w, (n, p)) if w.ndim == 1 else w
+    b = np.broadcast_to(b.reshape(-1), (n,)) if b.size == 1 else b.reshape(-1)
+    if w.shape != (n, p) or b.shape != (n,):
+        raise ValueError(
+            f"coef must have shape ({p},) or ({n}, {p}) and intercept ({n},), got "
+            f"{w.shape} and {b.shape}"
+        )
+    mechanism = FeedbackBit(epsilon=epsilon)
+    if ledger is not None:
+        ledger.charge(mechanism.event(), ids)
+    predicted = (np.einsum("ij,ij->i", x, w) + b > 0).astype(np.int8)
+    wrong = (predicted != y).astype(np.int8)
+    stream = ClientStreams(seed, ids).stream(FEEDBACK_STREAM)
+    return mechanism.randomise(wrong, stream).astype(np.int8)

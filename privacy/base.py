@@ -1,0 +1,81 @@
+"""The mechanism base class and the immutable record of a release."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_epsilon
+from ldpfda.privacy.random import RandomLike
+
+__all__ = ["Mechanism", "ReleaseEvent"]
+
+
+@dataclass(frozen=True)
+class ReleaseEvent:
+    """What one release spends: the mechanism, its epsilon and its parameters.
+
+    Like dp_accounting's events, an event describes a release without holding the data.
+    ``parameters`` is stored as a sorted tuple of (name, value) pairs so events stay
+    hashable and immutable.
+    """
+
+    mechanism: str
+    epsilon: float
+    parameters: tuple[tuple[str, Any], ...] = field(default=())
+
+    @classmethod
+    def of(cls, mechanism: str, epsilon: float, **parameters: Any) -> ReleaseEvent:
+        return cls(mechanism, float(epsilon), tuple(sorted(parameters.items())))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, "epsilon": self.epsilon, **dict(self.parameters)}
+
+
+class Mechanism(ABC):
+    """Base class of every local randomizer.
+
+    A mechanism is built with keyword-only, validated privacy parameters and applied to a
+    batch of clients at once with :meth:`randomise`: row ``i`` of ``values`` belongs to
+    client ``i``. Applying it to one client is the same call with a batch of one.
+    """
+
+    #: Short identifier recorded in :class:`ReleaseEvent`.
+    name: str = "mechanism"
+
+    def __init__(self, *, epsilon: float) -> None:
+        self.epsilon = check_epsilon(epsilon)
+
+    @property
+    def is_private(self) -> bool:
+        """False for ``epsilon = inf``, which releases the input unchanged."""
+        return not math.isinf(self.epsilon)
+
+    @abstractmethod
+    def randomise(self, values: ArrayLike, rng: RandomLike = None) -> NDArray:
+        """Release ``values`` privately (one row per client)."""
+
+    @abstractmethod
+    def bias(self, values: ArrayLike) -> NDArray[np.float64]:
+        """E[output] - input, per entry of ``values``."""
+
+    @abstractmethod
+    def variance(self, values: ArrayLike) -> NDArray[np.float64]:
+        """Var[output], per entry of ``values``."""
+
+    def parameters(self) -> dict[str, Any]:
+        """The noise parameters recorded with a release."""
+        return {}
+
+    def event(self) -> ReleaseEvent:
+        """The immutable description of one release by this mechanism."""
+        return ReleaseEvent.of(self.name, self.epsilon, **self.parameters())
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
+        return f"{type(self).__name__}(epsilon={self.epsilon!r}{', ' if params else ''}{params})"

@@ -1,0 +1,115 @@
+"""Per-client privacy budget ledgers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_epsilon
+from ldpfda.exceptions import BudgetExceededError
+from ldpfda.privacy.base import ReleaseEvent
+
+__all__ = ["LedgerEntry", "PrivacyLedger"]
+
+#: Relative slack for floating-point sums of a split budget (eps/(p+1) added p+1 times).
+_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One release charged to a set of clients."""
+
+    event: ReleaseEvent
+    client_ids: NDArray[np.int64]
+
+
+class PrivacyLedger:
+    """Records every release of a set of clients and refuses any that would overspend.
+
+    Under basic sequential composition a client's total epsilon is the sum of the epsilons
+    of everything it released. The ledger keeps one running total per client; a charge
+    that would push any of the named clients over ``budget`` raises
+    :class:`~ldpfda.BudgetExceededError` and charges nobody, so nothing recorded before is
+    lost. A Flower client holds a ledger over its own single id; the in-process engine
+    holds one over all its clients. There is no global accountant.
+
+    Parameters
+    ----------
+    budget : float
+        Each client's total epsilon, in (0, inf].
+    client_ids : array-like of int
+        The clients this ledger accounts for.
+    """
+
+    def __init__(self, *, budget: float, client_ids: ArrayLike) -> None:
+        self.budget = check_epsilon(budget, "budget")
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        if np.unique(ids).size != ids.size:
+            raise ValueError("client_ids must be unique")
+        self.client_ids = ids
+        self._sorter = np.argsort(ids)
+        self._spent = np.zeros(ids.size)
+        self.entries: list[LedgerEntry] = []
+
+    def _index(self, client_ids: ArrayLike) -> NDArray[np.int64]:
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        pos = np.searchsorted(self.client_ids, ids, sorter=self._sorter)
+        pos = self._sorter[np.clip(pos, 0, self.client_ids.size - 1)]
+        unknown = self.client_ids[pos] != ids if ids.size else np.zeros(0, bool)
+        if np.any(unknown):
+            raise KeyError(f"client {int(ids[unknown][0])} is not in this ledger")
+        return pos
+
+    def can_spend(self, epsilon: float, client_ids: ArrayLike) -> NDArray[np.bool_]:
+        """Which of ``client_ids`` could still spend ``epsilon``."""
+        idx = self._index(client_ids)
+        if math.isinf(self.budget):
+            return np.ones(idx.size, dtype=bool)
+        return self._spent[idx] + epsilon <= self.budget * (1.0 + _SLACK)
+
+    def charge(self, event: ReleaseEvent, client_ids: ArrayLike) -> None:
+        """Record ``event`` for every client in ``client_ids``, or refuse it for all."""
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        if np.unique(ids).size != ids.size:
+            raise ValueError("a release may be charged to each client only once per call")
+        ok = self.can_spend(event.epsilon, ids)
+        if not np.all(ok):
+            first = int(ids[~ok][0])
+            raise BudgetExceededError(
+                f"{event.mechanism} release of epsilon={event.epsilon:.6g} would exceed the "
+                f"budget {self.budget:.6g} of {int((~ok).sum())} client(s), e.g. client "
+                f"{first} (already spent {self.spent(first):.6g})"
+            )
+        self._spent[self._index(ids)] += event.epsilon
+        self.entries.append(LedgerEntry(event, ids.copy()))
+
+    def spent(self, client_id: int) -> float:
+        """Total epsilon spent so far by one client."""
+        return float(self._spent[self._index([client_id])[0]])
+
+    def spent_all(self) -> NDArray[np.float64]:
+        """Total epsilon spent by every client, in ``client_ids`` order."""
+        return self._spent.copy()
+
+    def remaining(self, client_id: int) -> float:
+        return self.budget - self.spent(client_id)
+
+    def summary(self) -> dict[str, object]:
+        """Totals for a run report: budget, spent (max/min/mean), and releases by kind."""
+        releases: dict[str, dict[str, float | int]] = {}
+        for entry in self.entries:
+            item = releases.setdefault(entry.event.mechanism, {"epsilon": 0.0, "clients": 0})
+            item["epsilon"] = entry.event.epsilon
+            item["clients"] = int(item["clients"]) + int(entry.client_ids.size)
+        spent = self._spent
+        return {
+            "budget_per_client": self.budget,
+            "n_clients": int(spent.size),
+            "max_spent": float(spent.max()) if spent.size else 0.0,
+            "min_spent": float(spent.min()) if spent.size else 0.0,
+            "mean_spent": float(spent.mean()) if spent.size else 0.0,
+            "releases": releases,
+        }

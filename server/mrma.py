@@ -1,0 +1,280 @@
+"""The MRMA server steps: weak models, error estimation, reversal, selection, averaging.
+
+References
+----------
+Q. Qin, Z. Bai, "Classification under local differential privacy with model reversal and
+model averaging", JMLR 27(5), 2026 (arXiv 2602.05797).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import expit
+
+from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
+from ldpfda.privacy.random import as_generator
+from ldpfda.privacy.randomized_response import FeedbackBit
+
+__all__ = [
+    "LEARNERS",
+    "ErrorEstimates",
+    "LinearModels",
+    "assign_groups",
+    "average_models",
+    "estimate_errors",
+    "fit_linear",
+    "fit_weak_models",
+    "majority_vote",
+    "mrma_weights",
+    "predict_proba_linear",
+    "reverse_models",
+]
+
+LEARNERS = ("logistic", "svm")
+
+
+@dataclass(frozen=True)
+class LinearModels:
+    """M linear classifiers ``sign(intercept_j + coef_j . x)``; M = 1 for one model."""
+
+    coef: NDArray[np.float64]  # (M, p)
+    intercept: NDArray[np.float64]  # (M,)
+
+    def __post_init__(self) -> None:
+        coef = np.atleast_2d(np.asarray(self.coef, dtype=float))
+        intercept = np.atleast_1d(np.asarray(self.intercept, dtype=float))
+        if intercept.shape != (coef.shape[0],):
+            raise ValueError(f"intercept shape {intercept.shape} != ({coef.shape[0]},)")
+        object.__setattr__(self, "coef", coef)
+        object.__setattr__(self, "intercept", intercept)
+
+    def __len__(self) -> int:
+        return int(self.coef.shape[0])
+
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Scores, shape (n, M)."""
+        return np.asarray(X, dtype=float) @ self.coef.T + self.intercept
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int8]:
+        """Labels in {0, 1}, shape (n, M)."""
+        return (self.decision_function(X) > 0).astype(np.int8)
+
+    def errors(self, X: ArrayLike, y: ArrayLike) -> NDArray[np.float64]:
+        """Misclassification rate of each model on (X, y)."""
+        return (self.predict(X) != np.asarray(y)[:, None]).mean(axis=0)
+
+    def select(self, index: ArrayLike) -> LinearModels:
+        return LinearModels(self.coef[index], self.intercept[index])
+
+
+def fit_linear(
+    X: ArrayLike, y: ArrayLike, *, learner: str = "logistic", random_state: int | None = None
+) -> LinearModels:
+    """One linear classifier on (X, y) with y in {0, 1}.
+
+    ``logistic`` is unregularized logistic regression (the reference weak learner);
+    ``svm`` a linear SVM with hinge loss (C = 1). A sample with a single class gives the
+    constant classifier of that class (zero coefficients, intercept +-1).
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    x = np.asarray(X, dtype=float)
+    y = np.asarray(y)
+    if np.unique(y).size < 2:
+        sign = 1.0 if (y.size and y[0] == 1) else -1.0
+        return LinearModels(np.zeros((1, x.shape[1])), np.array([sign]))
+    if learner == "logistic":
+        model = LogisticRegression(C=np.inf, max_iter=1000)
+    elif learner == "svm":
+        model = LinearSVC(C=1.0, loss="hinge", max_iter=20000, random_state=random_state)
+    else:
+        raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
+    with warnings.catch_warnings():
+        # Unregularized fits on small, noisy samples may stop at max_iter; the direction
+        # is what the protocol uses, so a non-converged fit is still a valid weak model.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(x, y)
+    return LinearModels(model.coef_.reshape(1, -1), np.atleast_1d(model.intercept_))
+
+
+def fit_weak_models(
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    n_models: int = 50,
+    subsample_size: int = 50,
+    learner: str = "logistic",
+    rng: np.random.Generator | int | None = None,
+) -> LinearModels:
+    """Train ``n_models`` classifiers, each on its own random subsample of the payloads.
+
+    Subsamples are drawn without replacement within a model and independently across
+    models.
+    """
+    x = check_finite_array(features, "features", ndim=2)
+    y = np.asarray(labels)
+    n = x.shape[0]
+    n_models = check_int(n_models, "n_models", minimum=1)
+    subsample_size = check_int(subsample_size, "subsample_size", minimum=2)
+    if subsample_size > n:
+        raise ValueError(
+            f"subsample_size must be <= the number of training payloads ({n}), "
+            f"got {subsample_size}"
+        )
+    if learner not in LEARNERS:
+        raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
+    gen = as_generator(rng)
+    coefs, intercepts = [], []
+    for _ in range(n_models):
+        idx = gen.choice(n, size=subsample_size, replace=False)
+        model = fit_linear(x[idx], y[idx], learner=learner,
+                           random_state=int(gen.integers(2**31 - 1)))
+        coefs.append(model.coef[0])
+        intercepts.append(model.intercept[0])
+    return LinearModels(np.array(coefs), np.array(intercepts))
+
+
+def assign_groups(
+    n_evaluators: int, n_models: int, rng: np.random.Generator | int | None = None
+) -> NDArray[np.int64]:
+    """Split evaluators into ``n_models`` disjoint subgroups of (almost) equal size.
+
+    Returns the model index of each evaluator (by position).
+    """
+    n_evaluators = check_int(n_evaluators, "n_evaluators", minimum=1)
+    n_models = check_int(n_models, "n_models", minimum=1)
+    if n_evaluators < n_models:
+        raise ValueError(
+            f"the evaluation group ({n_evaluators} clients) must have at least one client "
+            f"per model ({n_models} models)"
+        )
+    return as_generator(rng).permutation(np.arange(n_evaluators) % n_models)
+
+
+@dataclass(frozen=True)
+class ErrorEstimates:
+    r"""Unbiased estimates of each model's error from randomized feedback bits.
+
+    ``raw`` is :math:`(\bar o + q - 1)/(2q - 1)`, unbiased for the true error on the
+    subgroup's population; ``clipped`` is ``raw`` clipped to [0, 1] (used downstream).
+    """
+
+    raw: NDArray[np.float64]
+    clipped: NDArray[np.float64]
+    counts: NDArray[np.int64]
+    mean_bits: NDArray[np.float64]
+    epsilon: float
+    standard_error: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+
+def estimate_errors(
+    bits: ArrayLike, groups: ArrayLike, *, n_models: int, epsilon: float
+) -> ErrorEstimates:
+    r"""Estimate each model's error from its subgroup's randomized-response bits.
+
+    .. math:: \hat e_j = \frac{\bar o_j + q - 1}{2q - 1}, \qquad
+              q = \frac{e^\varepsilon}{1 + e^\varepsilon},
+
+    where :math:`\bar o_j` is the mean bit of subgroup j. Since
+    :math:`E[o] = q e + (1 - q)(1 - e)`, :math:`\hat e_j` is unbiased. A model whose
+    subgroup sent no valid bit gets the uninformative estimate 1/2.
+    """
+    o = np.asarray(bits)
+    g = np.asarray(groups)
+    if o.shape != g.shape or o.ndim != 1:
+        raise ValueError(f"bits and groups must be 1-D of one length, got {o.shape}, {g.shape}")
+    bad = ~np.isin(o, (0, 1))
+    if np.any(bad):
+        raise ValueError(f"bits must be in {{0, 1}}, got {o[bad][0]!r}")
+    n_models = check_int(n_models, "n_models", minimum=1)
+    if g.size and (g.min() < 0 or g.max() >= n_models):
+        raise ValueError(f"groups must be in [0, {n_models}), got {g.min()}..{g.max()}")
+    mechanism = FeedbackBit(epsilon=check_epsilon(epsilon))
+    counts = np.bincount(g, minlength=n_models)
+    sums = np.bincount(g, weights=o.astype(float), minlength=n_models)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_bits = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    raw = np.where(counts > 0, mechanism.debias_mean(np.nan_to_num(mean_bits)), 0.5)
+    q = mechanism.keep_probability
+    p1 = np.clip(np.nan_to_num(mean_bits, nan=0.5), 0, 1)
+    se = np.sqrt(p1 * (1 - p1) / np.maximum(counts, 1)) / (2 * q - 1)
+    return ErrorEstimates(raw, np.clip(raw, 0.0, 1.0), counts, mean_bits, mechanism.epsilon, se)
+
+
+def reverse_models(
+    models: LinearModels, errors: ArrayLike
+) -> tuple[LinearModels, NDArray[np.bool_]]:
+    """Model reversal: negate every classifier whose estimated error exceeds 1/2."""
+    e = np.asarray(errors, dtype=float)
+    flip = e > 0.5
+    sign = np.where(flip, -1.0, 1.0)
+    return LinearModels(models.coef * sign[:, None], models.intercept * sign), flip
+
+
+def mrma_weights(
+    errors: ArrayLike, *, cutoff: float = 0.2, reversal: bool = True
+) -> tuple[NDArray[np.float64], NDArray[np.bool_], str]:
+    r"""Selection and weights of model averaging.
+
+    With reversal, model j is kept if :math:`|1/2 - \hat e_j| > 1/2 - c` and weighted by
+    :math:`|1/2 - \hat e_j|`, normalised over the kept models. Without reversal (the
+    "MA only" ablation) a model can only help if it is better than chance, so the score is
+    :math:`(1/2 - \hat e_j)_+` and the rule keeps models with :math:`\hat e_j < c`.
+
+    If no model passes the cut-off, the rule falls back to weighting every model with a
+    positive score (``'no-selection'``), and if none has one, to equal weights
+    (``'equal'``). The third return value names the rule applied (``'cutoff'`` normally).
+    """
+    e = np.asarray(errors, dtype=float)
+    cutoff = check_real(cutoff, "cutoff", low=0.0, high=0.5)
+    score = np.abs(0.5 - e) if reversal else np.clip(0.5 - e, 0.0, None)
+    kept = score > 0.5 - cutoff
+    rule = "cutoff"
+    if not np.any(kept):
+        kept = score > 0
+        rule = "no-selection"
+    if not np.any(kept):
+        kept = np.ones(e.size, dtype=bool)
+        return kept / kept.sum(), kept, "equal"
+    weights = np.where(kept, score, 0.0)
+    return weights / weights.sum(), kept, rule
+
+
+def average_models(
+    models: LinearModels, weights: ArrayLike, *, normalize: bool = True
+) -> LinearModels:
+    r"""Weighted average of the models' (intercept, coefficient) vectors: one model.
+
+    A linear classifier is invariant to the scale of :math:`(b, \beta)`, but the scale
+    of an unregularized logistic fit on a small noisy sample is arbitrary (it grows
+    without bound as the sample nears separability), and a plain average is dominated by
+    the largest-norm models. With ``normalize=True`` (the default) every model is scaled
+    to unit Euclidean norm of :math:`(b, \beta)` first, so the weights alone decide each
+    model's influence; ``normalize=False`` averages the raw vectors.
+    """
+    w = np.asarray(weights, dtype=float)
+    coef, intercept = models.coef, models.intercept
+    if normalize:
+        norm = np.sqrt(np.sum(coef**2, axis=1) + intercept**2)
+        norm = np.where(norm > 0, norm, 1.0)
+        coef, intercept = coef / norm[:, None], intercept / norm
+    return LinearModels(
+        np.average(coef, axis=0, weights=w)[None, :],
+        np.array([np.average(intercept, weights=w)]),
+    )
+
+
+def majority_vote(models: LinearModels, X: ArrayLike) -> NDArray[np.int8]:
+    """Majority vote of the models' labels (ties go to class 1)."""
+    return (models.predict(X).mean(axis=1) >= 0.5).astype(np.int8)
+
+
+def predict_proba_linear(models: LinearModels, X: ArrayLike) -> NDArray[np.float64]:
+    """Logistic link of the (single) model's score: P(y = 1 | x)."""
+    return expit(models.decision_function(X)[:, 0])
