@@ -1,0 +1,3 @@
+from ldpfda.cli import main
+
+raise SystemExit(main())

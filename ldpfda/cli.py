@@ -1,0 +1,180 @@
+"""Command line: ``ldpfda simulate`` and the experiment, plot and benchmark drivers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldpfda.config import DATASETS, Settings
+
+__all__ = ["main", "simulate"]
+
+
+def _epsilon(text: str) -> float:
+    value = float(text)
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"epsilon must be in (0, inf], got {text}")
+    return value
+
+
+def _simulate_parser(sub: argparse._SubParsersAction) -> None:
+    d = Settings()
+    p = sub.add_parser(
+        "simulate",
+        help="run MRMA in-process on an embedded dataset and compare with baselines",
+        description="Run the whole MRMA protocol in-process on an embedded dataset, "
+        "for one or more privacy budgets, and print the test error of MRMA, its "
+        "ablations and the baselines (mean +- std over repeats).",
+    )
+    p.add_argument("--dataset", choices=DATASETS, default=d.dataset)
+    p.add_argument("--epsilon", type=_epsilon, nargs="+", default=[2.0, 5.0, 10.0],
+                   help="per-client budget(s); 'inf' for the non-private protocol")
+    p.add_argument("--n-train", type=int, default=d.n_train)
+    p.add_argument("--n-eval", type=int, default=d.n_eval)
+    p.add_argument("--n-test", type=int, default=d.n_test)
+    p.add_argument("--num-weak-models", type=int, default=d.num_weak_models)
+    p.add_argument("--subsample-size", type=int, default=d.subsample_size)
+    p.add_argument("--cutoff", type=float, default=d.cutoff)
+    p.add_argument("--weak-learner", choices=("logistic", "svm"), default=d.weak_learner)
+    p.add_argument("--raw-average", action="store_true",
+                   help="average raw coefficients instead of unit-norm models")
+    p.add_argument("--label-share", type=float, default=None,
+                   help="share of a training client's epsilon on its label "
+                   "(default: the reference 1/(p+1))")
+    p.add_argument("--n-basis", type=int, default=d.n_basis)
+    p.add_argument("--order", type=int, default=d.order)
+    p.add_argument("--repeats", type=int, default=d.repeats)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: results/simulate-<dataset>.json)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _settings(args: argparse.Namespace, epsilon: float) -> Settings:
+    names = {f.name for f in fields(Settings)}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    values["epsilon"] = epsilon
+    values["normalize_models"] = not args.raw_average
+    return Settings(**values)
+
+
+def simulate(
+    settings_list: list[Settings], *, progress: bool = True
+) -> list[dict[str, Any]]:
+    """Run every settings object for its repeats; return one summary per settings."""
+    from tqdm import tqdm
+
+    from ldpfda.server.engine import METHODS, run_repeat
+
+    summaries = []
+    total = sum(s.repeats for s in settings_list)
+    with tqdm(total=total, disable=not progress, desc="repeats", unit="run",
+              file=sys.stderr) as bar:
+        for settings in settings_list:
+            runs = []
+            for repeat in range(settings.repeats):
+                bar.set_postfix(epsilon=settings.epsilon)
+                t0 = time.perf_counter()
+                result = run_repeat(settings, repeat)
+                report = result.report()
+                report["repeat"] = repeat
+                report["wall_s"] = time.perf_counter() - t0
+                runs.append(report)
+                bar.update()
+            errors = {m: np.array([r["test_errors"][m] for r in runs]) for m in METHODS}
+            summaries.append({
+                "settings": settings.to_mapping(),
+                "test_error": {
+                    m: {"mean": float(e.mean()), "std": float(e.std(ddof=1)) if e.size > 1
+                        else 0.0, "se": float(e.std(ddof=1) / math.sqrt(e.size))
+                        if e.size > 1 else 0.0}
+                    for m, e in errors.items()
+                },
+                "epsilon_spent_per_client": {
+                    "max": max(r["privacy"]["max_spent"] for r in runs),
+                    "budget": settings.epsilon,
+                },
+                "runs": runs,
+            })
+    return summaries
+
+
+def format_table(summaries: list[dict[str, Any]]) -> str:
+    """Test error (mean +- std) per method (rows) and epsilon (columns)."""
+    from ldpfda.server.engine import METHODS
+
+    labels = {"mrma": "MRMA", "mr": "MR only", "ma": "MA only", "weak": "weak (mean)",
+              "voting": "majority voting", "averaging": "simple averaging",
+              "naive": "naive (one model)", "non_private": "non-private"}
+    heads = [f"eps={s['settings']['privacy.epsilon']:g}" for s in summaries]
+    width = 17
+    lines = ["method".ljust(20) + "".join(h.rjust(width) for h in heads)]
+    for m in METHODS:
+        cells = [f"{s['test_error'][m]['mean']:.3f} +- {s['test_error'][m]['std']:.3f}"
+                 for s in summaries]
+        lines.append(labels[m].ljust(20) + "".join(c.rjust(width) for c in cells))
+    spent = ", ".join(f"{s['epsilon_spent_per_client']['max']:g}" for s in summaries)
+    lines.append(f"epsilon spent per client (max over clients and repeats): {spent}")
+    return "\n".join(lines)
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    try:
+        settings_list = [_settings(args, eps) for eps in args.epsilon]
+    except (TypeError, ValueError) as exc:
+        print(f"ldpfda simulate: error: {exc}", file=sys.stderr)
+        return 2
+    first = settings_list[0]
+    print(f"MRMA on the {first.dataset} design: {first.n_train} training + "
+          f"{first.n_eval} evaluation clients, M={first.num_weak_models} weak models on "
+          f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} test "
+          f"points, {first.repeats} repeats, seed {first.seed}")
+    t0 = time.perf_counter()
+    summaries = simulate(settings_list, progress=not args.no_progress)
+    print(format_table(summaries))
+    out = args.out or Path("results") / f"simulate-{first.dataset}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summaries": summaries}, indent=1))
+    print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+def _delegate(module: str, argv: list[str]) -> int:
+    import importlib
+
+    return int(importlib.import_module(module).main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    delegated = {
+        "experiment": "ldpfda.experiments.runner",
+        "plot": "ldpfda.experiments.plot",
+        "benchmark": "ldpfda.experiments.benchmark",
+    }
+    if argv and argv[0] in delegated:
+        return _delegate(delegated[argv[0]], argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="ldpfda",
+        description="Federated classification of functional data under local DP.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _simulate_parser(sub)
+    for name, text in (("experiment", "run an experiment study from a TOML config"),
+                       ("plot", "make figures from saved experiment results"),
+                       ("benchmark", "clients/s and peak memory of the engine")):
+        sub.add_parser(name, help=text, add_help=False)
+    args = parser.parse_args(argv)
+    return _run_simulate(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""``ldpfda simulate``: output table and JSON, and clear errors for bad settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ldpfda.cli import main
+from ldpfda.server.engine import METHODS
+
+FAST = ["--repeats", "2", "--n-test", "1000", "--n-train", "200", "--n-eval", "400",
+        "--num-weak-models", "8", "--subsample-size", "30", "--no-progress"]
+
+
+def test_simulate_prints_every_method_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "sim.json"
+    assert main(["simulate", "--epsilon", "2", "10", "--out", str(out), *FAST]) == 0
+    printed = capsys.readouterr().out
+    for label in ("MRMA", "MR only", "MA only", "weak (mean)", "majority voting",
+                  "simple averaging", "naive (one model)", "non-private"):
+        assert label in printed
+    data = json.loads(out.read_text())
+    assert [s["settings"]["privacy.epsilon"] for s in data["summaries"]] == [2.0, 10.0]
+    for summary in data["summaries"]:
+        assert set(summary["test_error"]) == set(METHODS)
+        assert len(summary["runs"]) == 2
+        budget = summary["settings"]["privacy.epsilon"]
+        assert summary["epsilon_spent_per_client"]["max"] == pytest.approx(budget)
+
+
+def test_simulate_functional_dataset(tmp_path):
+    out = tmp_path / "f.json"
+    args = ["simulate", "--dataset", "functional", "--epsilon", "5", "--n-basis", "6",
+            "--out", str(out), *FAST]
+    assert main(args) == 0
+    assert json.loads(out.read_text())["summaries"][0]["settings"]["fda.n-basis"] == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["--epsilon", "0"], "epsilon"),
+        (["--epsilon", "nan"], "epsilon"),
+        (["--subsample-size", "500"], "subsample_size"),
+        (["--n-basis", "3", "--dataset", "functional"], "n_basis"),
+        (["--cutoff", "0.7"], "cutoff"),
+    ],
+)
+def test_bad_settings_fail_with_the_parameter_named(args, name, tmp_path, capsys):
+    with pytest.raises(SystemExit) if args[1] in ("0", "nan") else _returns(2):
+        code = main(["simulate", *FAST, *args, "--out", str(tmp_path / "x.json")])
+        assert code == 2
+    assert name in capsys.readouterr().err
+
+
+class _returns:
+    """Context manager for the non-raising error path (exit code checked inside)."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
