@@ -20,9 +20,15 @@ class VectorDesign:
 
     :math:`x \sim U[-1,1]^4`, :math:`\beta = (1, -1/2, 1/3, -1/4)`,
     :math:`P(y=1\mid x) = \mathrm{logistic}(5\,x^\top\beta)`; Bayes error about 0.132.
+
+    ``feature_shift`` adds a constant to every coordinate (covariate shift: shifted
+    points may leave the box and are clipped by the client's rescaling) and
+    ``label_shift`` to the logit (label balance), for heterogeneous populations.
     """
 
     scale: float = 5.0
+    feature_shift: float = 0.0
+    label_shift: float = 0.0
     name: str = "vector"
     is_functional: bool = False
 
@@ -40,8 +46,8 @@ class VectorDesign:
         """``n`` pairs (x, y) with y in {0, 1}."""
         n = check_int(n, "n", minimum=0)
         gen = as_generator(rng)
-        x = gen.uniform(-1.0, 1.0, size=(n, 4))
-        p = expit(self.scale * x @ self.beta)
+        x = gen.uniform(-1.0, 1.0, size=(n, 4)) + self.feature_shift
+        p = expit(self.scale * x @ self.beta + self.label_shift)
         return x, (gen.random(n) < p).astype(np.int8)
 
     def bayes_error(self, n: int = 2_000_000, rng: int = 0) -> float:
@@ -63,11 +69,15 @@ class FunctionalDesign:
     :math:`U_j \sim U(-\sqrt3, \sqrt3)`, :math:`J = 50`, and
     :math:`P(Y=1\mid X) = \mathrm{logistic}(\int_0^1 X\beta)`. By orthonormality the
     integral is exactly :math:`\sum_j 4 U_j j^{-3}`. Curves are sampled on ``n_points``
-    equispaced points of [0, 1].
+    equispaced points of [0, 1]. ``feature_shift`` adds a constant curve (which leaves
+    :math:`\int X\beta` unchanged, since every :math:`\phi_j` integrates to 0) and
+    ``label_shift`` is added to the logit, for heterogeneous populations.
     """
 
     n_terms: int = 50
     n_points: int = 100
+    feature_shift: float = 0.0
+    label_shift: float = 0.0
     name: str = "functional"
     is_functional: bool = True
 
@@ -88,15 +98,18 @@ class FunctionalDesign:
         j = np.arange(1, self.n_terms + 1)
         sign = np.where(j % 2 == 1, 1.0, -1.0)
         u = gen.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=(n, self.n_terms))
-        curves = (u * (sign / j)) @ self._basis()
+        curves = (u * (sign / j)) @ self._basis() + self.feature_shift
         # <X, beta> = sum_j U_j (-1)^{j+1} j^{-1} * 4 (-1)^{j+1} j^{-2} = sum_j 4 U_j j^{-3}
-        eta = u @ (4.0 / j**3)
+        eta = u @ (4.0 / j**3) + self.label_shift
         return curves, (gen.random(n) < expit(eta)).astype(np.int8)
 
 
-def make_design(name: str) -> VectorDesign | FunctionalDesign:
-    """The embedded design called ``name`` ('vector' or 'functional')."""
-    designs = {"vector": VectorDesign(), "functional": FunctionalDesign()}
+def make_design(
+    name: str, *, feature_shift: float = 0.0, label_shift: float = 0.0
+) -> VectorDesign | FunctionalDesign:
+    """The embedded design called ``name`` ('vector' or 'functional'), optionally shifted."""
+    shifts = {"feature_shift": feature_shift, "label_shift": label_shift}
+    designs = {"vector": VectorDesign(**shifts), "functional": FunctionalDesign(**shifts)}
     if name not in designs:
         raise ValueError(f"dataset must be one of {sorted(designs)}, got {name!r}")
     return designs[name]

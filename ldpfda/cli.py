@@ -7,7 +7,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,73 @@ def _run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_SERVERS = ("500,2500,5,0,0", "500,2500,5,0.2,0.5", "100,600,5,0,-0.5")
+
+
+def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "multiserver",
+        help="servers with different populations evaluate each other's models",
+        description="Multi-server MRMA in-process: per-server and global test error "
+        "against single-server MRMA and voting across servers (mean +- SE).",
+    )
+    p.add_argument("--server", action="append", default=None, metavar="SPEC",
+                   help="n_train,n_eval,epsilon,feature_shift,label_shift (repeat per "
+                   f"server; default: {' '.join(DEFAULT_SERVERS)})")
+    p.add_argument("--dataset", choices=DATASETS, default="vector")
+    p.add_argument("--num-weak-models", type=int, default=50)
+    p.add_argument("--subsample-size", type=int, default=50)
+    p.add_argument("--heterogeneity", type=float, default=0.05,
+                   help="assumed spread of a model's error across populations (tau)")
+    p.add_argument("--n-test", type=int, default=20_000)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("results") / "multiserver.json")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _run_multiserver(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ldpfda.server.multiserver import ServerSpec, run_multiserver_repeat, summarize
+
+    try:
+        specs = []
+        for text in args.server or DEFAULT_SERVERS:
+            parts = text.split(",")
+            if len(parts) != 5:
+                raise ValueError(f"server spec must have 5 fields, got {text!r}")
+            specs.append(ServerSpec(int(parts[0]), int(parts[1]), float(parts[2]),
+                                    float(parts[3]), float(parts[4])))
+        base = Settings(dataset=args.dataset, num_weak_models=args.num_weak_models,
+                        subsample_size=min(args.subsample_size,
+                                           min(s.n_train for s in specs)),
+                        n_test=args.n_test, seed=args.seed, repeats=args.repeats)
+    except (TypeError, ValueError) as exc:
+        print(f"ldpfda multiserver: error: {exc}", file=sys.stderr)
+        return 2
+    results = [run_multiserver_repeat(tuple(specs), base, r,
+                                      heterogeneity=args.heterogeneity)
+               for r in tqdm(range(args.repeats), disable=args.no_progress,
+                             file=sys.stderr, desc="repeats")]
+    table = summarize(results)
+    methods = ("multi_server", "global", "single_server", "voting_all")
+    print("server".ljust(30) + "".join(m.rjust(17) for m in methods))
+    for (name, row), spec in zip(table.items(), specs, strict=True):
+        label = (f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})")
+        print(label.ljust(30) + "".join(
+            f"{row[m]['mean']:.3f} +- {row[m]['se']:.3f}".rjust(17) for m in methods))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "servers": [asdict(s) for s in specs],
+        "settings": base.to_mapping(), "heterogeneity": args.heterogeneity,
+        "test_error": table,
+        "max_spent_over_budget": max(r.privacy["max_spent_over_budget"] for r in results),
+    }, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _delegate(module: str, argv: list[str]) -> int:
     import importlib
 
@@ -168,11 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _simulate_parser(sub)
+    _multiserver_parser(sub)
     for name, text in (("experiment", "run an experiment study from a TOML config"),
                        ("plot", "make figures from saved experiment results"),
                        ("benchmark", "clients/s and peak memory of the engine")):
         sub.add_parser(name, help=text, add_help=False)
     args = parser.parse_args(argv)
+    if args.command == "multiserver":
+        return _run_multiserver(args)
     return _run_simulate(args)
 
 

@@ -8,7 +8,7 @@ depend on the chunk size or on the order of clients.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -303,7 +303,6 @@ def run_repeat(
     repeat: int = 0,
     *,
     chunk_size: int = 100_000,
-    on_stage: Callable[[str], None] | None = None,
 ) -> ProtocolResult:
     """One repeat of the simulation on an embedded design, with every baseline scored.
 
