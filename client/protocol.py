@@ -103,6 +103,7 @@ def privatize(
     epsilon: float,
     label_share: float | None = None,
     ledger: PrivacyLedger | None = None,
+    release: int = 0,
 ) -> TrainingPayload:
     r"""Perturb each client's scaled coefficients with Laplace noise and its label with RR.
 
@@ -125,6 +126,10 @@ def privatize(
         Each client's training budget, in (0, inf].
     label_share : float, optional
         Share of epsilon on the label; the reference 1/(p+1) if None.
+    ledger : PrivacyLedger, optional
+    release : int
+        Index of this release for these clients in the run. Each index has its own
+        noise stream, so a client allowed a second release never reuses its noise.
     """
     x = _scaled_features(features)
     y = check_binary_labels(labels)
@@ -136,13 +141,14 @@ def privatize(
     feature_mechanism = LaplaceMechanism(epsilon=split.coefficients, dimension=x.shape[1])
     label_mechanism = BinaryRandomizedResponse(epsilon=split.label)
     if ledger is not None:
-        ledger.charge(feature_mechanism.event(), ids)
-        ledger.charge(label_mechanism.event(), ids)
+        ledger.charge_all([feature_mechanism.event(), label_mechanism.event()], ids)
     streams = ClientStreams(seed, ids)
     return TrainingPayload(
         client_ids=ids,
-        features=feature_mechanism.randomise(x, streams.stream(FEATURE_STREAM)),
-        labels=label_mechanism.randomise(y, streams.stream(LABEL_STREAM)).astype(np.int8),
+        features=feature_mechanism.randomise(
+            x, streams.stream(f"{FEATURE_STREAM}#{release}")),
+        labels=label_mechanism.randomise(
+            y, streams.stream(f"{LABEL_STREAM}#{release}")).astype(np.int8),
         feature_epsilon=split.coefficients,
         label_epsilon=split.label,
     )
@@ -168,13 +174,14 @@ def answer_evaluation(
     seed: int,
     epsilon: float,
     ledger: PrivacyLedger | None = None,
+    release: int = 0,
 ) -> NDArray[np.int8]:
     r"""Each evaluation client says, by randomized response, whether a model got it wrong.
 
     Client ``i`` computes :math:`w_i = 1\{\mathrm{sign}(b_i + \beta_i^\top x_i) \ne y_i\}`
     locally with its own model (row ``i`` of ``coef``/``intercept``, or one model for all)
     and releases :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
-    ``epsilon``.
+    ``epsilon``. ``release`` indexes the client's releases as in :func:`privatize`.
     """
     x = _scaled_features(features)
     y = check_binary_labels(labels)
@@ -184,6 +191,11 @@ def answer_evaluation(
     ids = _client_ids(client_ids, n)
     w = check_finite_array(coef, "coef")
     b = check_finite_array(intercept, "intercept")
+    if w.shape not in ((p,), (n, p)) or b.size not in (1, n):
+        raise ValueError(
+            f"coef must have shape ({p},) or ({n}, {p}) and intercept 1 or {n} values, "
+            f"got coef {w.shape} and intercept {b.shape}"
+        )
     w = np.broadcast_to(w, (n, p)) if w.ndim == 1 else w
     b = np.broadcast_to(b.reshape(-1), (n,)) if b.size == 1 else b.reshape(-1)
     if w.shape != (n, p) or b.shape != (n,):
@@ -196,5 +208,5 @@ def answer_evaluation(
         ledger.charge(mechanism.event(), ids)
     predicted = (np.einsum("ij,ij->i", x, w) + b > 0).astype(np.int8)
     wrong = (predicted != y).astype(np.int8)
-    stream = ClientStreams(seed, ids).stream(FEEDBACK_STREAM)
+    stream = ClientStreams(seed, ids).stream(f"{FEEDBACK_STREAM}#{release}")
     return mechanism.randomise(wrong, stream).astype(np.int8)

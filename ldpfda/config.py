@@ -142,8 +142,10 @@ class Settings:
         changes: dict[str, Any] = {}
         unknown = []
         for key, value in mapping.items():
-            name = key.rsplit(".", 1)[-1].replace("-", "_")
-            if name not in names or (key.count(".") and cls.key(name) != key):
+            leaf = key.rsplit(".", 1)[-1]
+            name = leaf.replace("-", "_")
+            if ("_" in leaf or name not in names
+                    or (key.count(".") and cls.key(name) != key)):
                 unknown.append(key)
                 continue
             if name == "label_share" and (value == "" or value is None or value == "reference"):

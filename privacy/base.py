@@ -29,6 +29,9 @@ class ReleaseEvent:
     epsilon: float
     parameters: tuple[tuple[str, Any], ...] = field(default=())
 
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon, "event epsilon")
+
     @classmethod
     def of(cls, mechanism: str, epsilon: float, **parameters: Any) -> ReleaseEvent:
         return cls(mechanism, float(epsilon), tuple(sorted(parameters.items())))

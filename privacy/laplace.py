@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
 from ldpfda.privacy.base import Mechanism
-from ldpfda.privacy.random import RandomLike, uniform
+from ldpfda.privacy.random import RandomLike, as_source, uniform
 
 __all__ = ["LaplaceMechanism", "laplace_epsilon", "laplace_scale"]
 
@@ -57,20 +57,30 @@ class LaplaceMechanism(Mechanism):
     **Floating-point safety.** Sampling :math:`x + b\xi` in floating point leaks
     :math:`x` through the low-order bits of the output (Mironov 2012): the set of
     reachable doubles depends on :math:`x`. The default ``sampler="discrete"`` releases
-    instead :math:`\gamma(\mathrm{round}(x/\gamma) + k)` with :math:`k` two-sided
-    geometric, :math:`P(k) \propto e^{-|k|\gamma/b}` (the discrete Laplace law on the grid
-    :math:`\gamma\mathbb{Z}`, :math:`\gamma = (\mathrm{upper}-\mathrm{lower})2^{-21}`),
-    clamped to :math:`[\mathrm{lower} - R, \mathrm{upper} + R]` where the tail beyond
-    :math:`R` has probability :math:`2^{-30}`. Every output is a grid point whatever the
-    input, so no low-order bit carries information. Its privacy: inputs on the grid differ
-    by at most :math:`\Delta_1/\gamma` steps, giving the ratio :math:`e^{\Delta_1/b}`
-    exactly as in the continuous case; the sampler turns one 53-bit uniform into
-    :math:`k` by inverting the CDF, which reproduces every atom of probability
-    :math:`\ge 2^{-30}` (all atoms after the clamp) to a relative error below
-    :math:`2^{-22}`, adding at most :math:`p\,2^{-20}` to epsilon. That slack is taken
-    out of the budget (``scale`` uses :math:`\varepsilon - p\,2^{-20}`), so the release
-    is epsilon-LDP as stated. ``sampler="continuous"`` is the naive inverse-CDF sampler,
-    kept for comparison.
+    instead grid points :math:`\ell + \gamma\,\mathrm{clip}(\mathrm{round}((x-\ell)/
+    \gamma) + k, -K, G + K)` on the grid :math:`\gamma = (\mathrm{upper}-\ell)/G`,
+    :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with :math:`k` from the discrete
+    Laplace law :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`. The output set
+    is the same fixed range of grid points for every input, so no bit of the output
+    carries information beyond the law itself. Inputs on the grid differ by at most
+    :math:`\Delta_1/\gamma` steps, so the exact law has the ratio :math:`e^{\Delta_1/b}`
+    as in the continuous case (the clamp is post-processing).
+
+    The sampler is a finite-precision inversion, so it is checked, not assumed, to
+    reproduce the law: :math:`k` is drawn from three 53-bit uniforms (zero or sign;
+    :math:`|k| - 1 = qQ + R` with :math:`Q` geometric of ratio :math:`a^q` and :math:`R`
+    truncated geometric on :math:`\{0..q-1\}`, :math:`q \approx b/(8\gamma)`). ``K`` is
+    set so that, from every input, the tail beyond the clamp keeps mass
+    :math:`\ge 2^{-30}`, so each released atom of :math:`Q` has probability at least
+    :math:`(1 - a^q)2^{-30} \ge 2^{-34}` (and those of the other stages far more): every
+    atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform cells, so it is
+    reached and its probability is exact to a relative error below :math:`2^{-17}`,
+    which adds at most :math:`2^{-16}` to the epsilon of each coordinate. That slack
+    (:math:`p\,2^{-16}`) is taken out of the
+    budget, so the release is epsilon-LDP as stated. This needs a per-coordinate epsilon
+    below about 19; beyond that use ``sampler="continuous"``. The clamp moves a tail of
+    mass below :math:`2^{-30}e^{\varepsilon/p}` onto the range ends. The naive
+    ``sampler="continuous"`` is kept for comparison.
 
     Parameters
     ----------
@@ -96,10 +106,10 @@ class LaplaceMechanism(Mechanism):
 
     #: Grid steps per box width of the discrete sampler (a power of two).
     GRID_STEPS = 2**21
-    #: Clamp where the tail probability of the noise falls to this value.
+    #: Smallest tail mass, from the worst input, left at the clamp (see the notes).
     TAIL = 2.0**-30
     #: Epsilon slack of the discrete sampler per coordinate (see the class notes).
-    SLACK_PER_COORDINATE = 2.0**-20
+    SLACK_PER_COORDINATE = 2.0**-16
 
     def __init__(
         self,
@@ -132,6 +142,12 @@ class LaplaceMechanism(Mechanism):
             effective = self.epsilon - slack
         self.scale = laplace_scale(epsilon=effective, sensitivity=self.sensitivity)
         self.grid_step = (self.upper - self.lower) / self.GRID_STEPS
+        if sampler == "discrete" and self.is_private and self.clamp_steps < self.steps_per_scale:
+            raise ValueError(
+                f"epsilon per coordinate must be below "
+                f"{30 * math.log(2) - 1:.1f} for the discrete sampler, got "
+                f"{self.epsilon / self.dimension:.4g}; use sampler='continuous'"
+            )
 
     @property
     def sensitivity(self) -> float:
@@ -155,35 +171,55 @@ class LaplaceMechanism(Mechanism):
         x = np.clip(self._check_values(values), self.lower, self.upper)
         if not self.is_private:
             return x
-        u = uniform(rng, x.shape) - 0.5
+        rng = as_source(rng)
+        u = uniform(rng, x.shape)
         if self.sampler == "continuous":
-            # Inverse CDF of the Laplace law: -b sign(u) log(1 - 2|u|), |u| < 1/2.
-            return x - self.scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
-        return self._discrete(x, u)
+            # Inverse CDF of the Laplace law: -b sign(v) log(1 - 2|v|), v = u - 1/2.
+            v = u - 0.5
+            return x - self.scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
+        return self._discrete(x, u, rng)
 
     @property
-    def _decay(self) -> float:
-        """a = exp(-gamma / b): ratio of successive atoms of the discrete noise."""
-        return math.exp(-self.grid_step / self.scale)
+    def steps_per_scale(self) -> float:
+        """t = b / gamma: the noise scale in grid steps."""
+        return self.scale / self.grid_step
+
+    @property
+    def block(self) -> int:
+        """q: block length of the two-stage magnitude draw (a power of two, ~ t/8)."""
+        return 1 << max(0, math.floor(math.log2(self.steps_per_scale / 8.0)))
 
     @property
     def clamp_steps(self) -> int:
-        """Largest |k| released; beyond it the tail mass (< 2^-30) sits on the clamp."""
-        a = self._decay
-        return max(1, math.floor(math.log(self.TAIL * (1 + a) / 2) / math.log(a)))
+        """K: released grid indices lie in [-K, G + K].
 
-    def _discrete(self, x: NDArray[np.float64], u: NDArray[np.float64]
-                  ) -> NDArray[np.float64]:
-        # Two-sided geometric k by inversion of one uniform: the sign of u - 1/2 gives the
-        # sign, w = 1 - 2|u - 1/2| (uniform on (0, 1)) the magnitude through
-        # P(|k| >= m) = 2 a^m / (1 + a) for m >= 1.
-        a = self._decay
-        w = 1.0 - 2.0 * np.abs(u)
-        magnitude = np.floor(np.log(w * (1.0 + a) / 2.0) / math.log(a)) + 1.0
-        magnitude = np.clip(magnitude, 0.0, float(self.clamp_steps))
-        k = np.where(u < 0, -magnitude, magnitude)
+        The largest distance from an input to the clamp is ``G + K`` steps; the tail of
+        the noise beyond it must keep mass >= 2^-30, i.e. ``(G + K)/t <= 30 ln 2``.
+        """
+        return math.floor(30 * math.log(2) * self.steps_per_scale) - self.GRID_STEPS
+
+    def _discrete(self, x: NDArray[np.float64], u0: NDArray[np.float64],
+                  rng: RandomLike) -> NDArray[np.float64]:
+        t = self.steps_per_scale
+        q = self.block
+        a = math.exp(-1.0 / t)
+        p_zero = (1.0 - a) / (1.0 + a)
+        u1 = uniform(rng, x.shape)
+        u2 = uniform(rng, x.shape)
+        # Stage 0: k = 0 with probability (1-a)/(1+a), otherwise a fair sign.
+        # Stage 1: Q with P(Q >= j) = a^(q j), by inversion of u1.
+        blocks = np.floor(np.log(u1) / (-q / t))
+        # Stage 2: R on {0..q-1} with P(R >= r) = (a^r - a^q)/(1 - a^q), by inversion:
+        # R = floor(-t log(a^q + u2 (1 - a^q))), written with log1p/expm1 for accuracy.
+        tail = -math.expm1(-q / t)  # 1 - a^q
+        within = np.floor(-t * np.log1p(-(1.0 - u2) * tail))
+        within = np.clip(within, 0.0, q - 1.0)
+        magnitude = 1.0 + q * blocks + within
+        sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
+        k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
         origin = np.round((x - self.lower) / self.grid_step)
-        return self.lower + (origin + k) * self.grid_step
+        index = np.clip(origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps)
+        return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         x = self._check_values(values)
@@ -198,7 +234,7 @@ class LaplaceMechanism(Mechanism):
         shape = self._check_values(values).shape
         if self.sampler == "continuous" or not self.is_private:
             return np.full(shape, 2.0 * self.scale**2)
-        a = self._decay
+        a = math.exp(-1.0 / self.steps_per_scale)
         return np.full(shape, self.grid_step**2 * 2.0 * a / (1.0 - a) ** 2)
 
     def log_density_ratio_bound(self) -> float:

@@ -72,19 +72,34 @@ class PrivacyLedger:
 
     def charge(self, event: ReleaseEvent, client_ids: ArrayLike) -> None:
         """Record ``event`` for every client in ``client_ids``, or refuse it for all."""
+        self.charge_all([event], client_ids)
+
+    def charge_all(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
+        """Record several releases of the same clients atomically.
+
+        Either every event is charged to every client, or (if any client could not
+        afford their sum) nothing is charged and :class:`~ldpfda.BudgetExceededError`
+        is raised.
+        """
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         if np.unique(ids).size != ids.size:
             raise ValueError("a release may be charged to each client only once per call")
-        ok = self.can_spend(event.epsilon, ids)
+        for event in events:
+            if not isinstance(event, ReleaseEvent):
+                raise TypeError(f"events must be ReleaseEvent, got {type(event).__name__}")
+        total = float(sum(event.epsilon for event in events))
+        ok = self.can_spend(total, ids)
         if not np.all(ok):
             first = int(ids[~ok][0])
+            names = "+".join(event.mechanism for event in events)
             raise BudgetExceededError(
-                f"{event.mechanism} release of epsilon={event.epsilon:.6g} would exceed the "
-                f"budget {self.budget:.6g} of {int((~ok).sum())} client(s), e.g. client "
+                f"{names} release of epsilon={total:.6g} would exceed the budget "
+                f"{self.budget:.6g} of {int((~ok).sum())} client(s), e.g. client "
                 f"{first} (already spent {self.spent(first):.6g})"
             )
-        self._spent[self._index(ids)] += event.epsilon
-        self.entries.append(LedgerEntry(event, ids.copy()))
+        self._spent[self._index(ids)] += total
+        for event in events:
+            self.entries.append(LedgerEntry(event, ids.copy()))
 
     def spent(self, client_id: int) -> float:
         """Total epsilon spent so far by one client."""
@@ -101,9 +116,14 @@ class PrivacyLedger:
         """Totals for a run report: budget, spent (max/min/mean), and releases by kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
-            item = releases.setdefault(entry.event.mechanism, {"epsilon": 0.0, "clients": 0})
-            item["epsilon"] = entry.event.epsilon
+            item = releases.setdefault(entry.event.mechanism,
+                                       {"epsilon": entry.event.epsilon, "clients": 0,
+                                        "epsilon_total": 0.0})
+            if item["epsilon"] != entry.event.epsilon:
+                item["epsilon"] = float("nan")  # mixed epsilons: see epsilon_total
             item["clients"] = int(item["clients"]) + int(entry.client_ids.size)
+            item["epsilon_total"] = float(item["epsilon_total"]) + (
+                entry.event.epsilon * entry.client_ids.size)
         spent = self._spent
         return {
             "budget_per_client": self.budget,

@@ -32,6 +32,7 @@ __all__ = [
     "RandomLike",
     "UniformSource",
     "as_generator",
+    "as_source",
     "client_keys",
     "derive_seed",
     "philox4x32",
@@ -73,14 +74,26 @@ def derive_seed(seed: int, *tags: int | str) -> int:
     return int((int(state[0]) << 31) ^ int(state[1]))
 
 
+def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
+    """Normalise ``rng`` once before several draws: an int seed becomes one Generator.
+
+    Call it at the top of anything that draws more than once, so that an int seed does
+    not restart the same stream at every draw.
+    """
+    if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
+        return rng
+    return as_generator(rng)  # type: ignore[arg-type]
+
+
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
     """Uniform draws in the open interval (0, 1) from any accepted source of randomness."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng.uniform(shape)
     generator = as_generator(rng)  # type: ignore[arg-type]
-    # Generator.random is on [0, 1); shifting by half a step gives the open interval.
-    bits = generator.integers(0, 1 << 53, size=shape, dtype=np.int64)
-    return (bits + 0.5) * 2.0**-53
+    # 52 random bits centred in their cells: the largest value 1 - 2^-53 is exactly
+    # representable, so the interval is open at both ends.
+    bits = generator.integers(0, 1 << 52, size=shape, dtype=np.int64)
+    return (bits + 0.5) * 2.0**-52
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -168,14 +181,15 @@ class KeyedUniform:
             (block & _MASK32, block >> np.uint64(32), self._purpose, zero),
             (self._k0, self._k1),
         )
-        # Two 53-bit doubles per Philox block, each centred in its cell: open interval.
-        a = ((w0 >> np.uint64(5)) << np.uint64(26)) | (w1 >> np.uint64(6))
-        b = ((w2 >> np.uint64(5)) << np.uint64(26)) | (w3 >> np.uint64(6))
+        # Two 52-bit doubles per Philox block, each centred in its cell: the largest
+        # value 1 - 2^-53 is representable, so the interval is open at both ends.
+        a = ((w0 >> np.uint64(6)) << np.uint64(26)) | (w1 >> np.uint64(6))
+        b = ((w2 >> np.uint64(6)) << np.uint64(26)) | (w3 >> np.uint64(6))
         pairs = np.stack([a, b], axis=-1).reshape(self.n_clients, 2 * n_blocks)
         start = self._offset - 2 * first_block
         draws = pairs[:, start : start + per_client]
         self._offset += per_client
-        return ((draws.astype(np.float64) + 0.5) * 2.0**-53).reshape(shape)
+        return ((draws.astype(np.float64) + 0.5) * 2.0**-52).reshape(shape)
 
 
 class ClientStreams:

@@ -1,0 +1,208 @@
+"""Settings: validation naming each bad parameter, kebab-case mappings, round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from ldpfda.config import Settings
+
+
+def test_defaults_are_valid_and_frozen():
+    settings = Settings()
+    assert settings.is_private
+    assert settings.label_share is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.epsilon = 1.0  # type: ignore[misc]
+    assert not Settings(epsilon=math.inf).is_private
+
+
+@pytest.mark.parametrize(
+    ("changes", "name"),
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -2.0}, "epsilon"),
+        ({"epsilon": math.nan}, "epsilon"),
+        ({"label_share": 0.0}, "label_share"),
+        ({"label_share": 1.0}, "label_share"),
+        ({"order": 0}, "order"),
+        ({"n_basis": 3, "order": 4}, "n_basis"),
+        ({"calibration_size": 1}, "calibration_size"),
+        ({"num_weak_models": 0}, "num_weak_models"),
+        ({"subsample_size": 501, "n_train": 500}, "subsample_size"),
+        ({"subsample_size": 1}, "subsample_size"),
+        ({"cutoff": 0.6}, "cutoff"),
+        ({"cutoff": -0.1}, "cutoff"),
+        ({"weak_learner": "tree"}, "weak_learner"),
+        ({"dataset": "images"}, "dataset"),
+        ({"n_train": 1}, "n_train"),
+        ({"n_eval": 49, "num_weak_models": 50}, "n_eval"),
+        ({"n_test": 0}, "n_test"),
+        ({"repeats": 0}, "repeats"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_each_bad_value_is_a_value_error_naming_it(changes, name):
+    with pytest.raises(ValueError, match=name):
+        Settings(**changes)
+
+
+def test_error_messages_repeat_the_value():
+    with pytest.raises(ValueError, match=r"epsilon must be in \(0, inf\], got -2.0"):
+        Settings(epsilon=-2.0)
+    with pytest.raises(
+        ValueError, match=r"subsample_size must be <= n_train \(500\), got 501"
+    ):
+        Settings(subsample_size=501, n_train=500)
+    with pytest.raises(ValueError, match=r"n_basis must be >= order \(4\), got 3"):
+        Settings(n_basis=3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "name"),
+    [
+        ({"epsilon": "5"}, "epsilon"),
+        ({"epsilon": True}, "epsilon"),
+        ({"n_basis": 10.0}, "n_basis"),
+        ({"seed": 1.5}, "seed"),
+        ({"normalize_models": 1}, "normalize_models"),
+        ({"cutoff": "0.2"}, "cutoff"),
+    ],
+)
+def test_each_wrong_type_is_a_type_error_naming_it(changes, name):
+    with pytest.raises(TypeError, match=name):
+        Settings(**changes)
+
+
+def test_subsample_size_equal_to_n_train_is_allowed():
+    assert Settings(subsample_size=500, n_train=500).subsample_size == 500
+
+
+def test_from_mapping_with_grouped_kebab_keys():
+    settings = Settings.from_mapping(
+        {
+            "privacy.epsilon": 2.0,
+            "privacy.label-share": 0.3,
+            "fda.n-basis": 8,
+            "fda.order": 3,
+            "mrma.num-weak-models": 20,
+            "mrma.subsample-size": 40,
+            "mrma.cutoff": 0.1,
+            "mrma.weak-learner": "svm",
+            "mrma.normalize-models": False,
+            "data.dataset": "functional",
+            "data.n-train": 300,
+            "data.n-eval": 400,
+            "seed": 3,
+        }
+    )
+    assert settings == Settings(
+        epsilon=2.0,
+        label_share=0.3,
+        n_basis=8,
+        order=3,
+        num_weak_models=20,
+        subsample_size=40,
+        cutoff=0.1,
+        weak_learner="svm",
+        normalize_models=False,
+        dataset="functional",
+        n_train=300,
+        n_eval=400,
+        seed=3,
+    )
+
+
+def test_from_mapping_with_bare_kebab_keys_gives_the_same():
+    grouped = Settings.from_mapping(
+        {
+            "privacy.epsilon": 2.0,
+            "fda.n-basis": 8,
+            "mrma.num-weak-models": 20,
+            "data.n-train": 300,
+        }
+    )
+    bare = Settings.from_mapping(
+        {"epsilon": 2.0, "n-basis": 8, "num-weak-models": 20, "n-train": 300}
+    )
+    assert bare == grouped
+
+
+def test_from_mapping_label_share_reference_and_string_epsilon():
+    assert (
+        Settings.from_mapping({"privacy.label-share": "reference"}).label_share is None
+    )
+    assert Settings.from_mapping({"label-share": ""}).label_share is None
+    assert Settings.from_mapping({"privacy.epsilon": "2.5"}).epsilon == 2.5
+    assert Settings.from_mapping({"privacy.epsilon": "inf"}).epsilon == math.inf
+
+
+def test_from_mapping_starts_from_a_base():
+    base = Settings(epsilon=3.0, seed=9)
+    settings = Settings.from_mapping({"fda.n-basis": 6}, base=base)
+    assert settings == base.replace(n_basis=6)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "privacy.epsilonn",
+        "epsilonn",
+        "fda.epsilon",
+        "data.seed",
+        "privacy.n-basis",
+        "mrma.weak_learner",
+        "tool.flwr.app.config.seed",
+    ],
+)
+def test_from_mapping_refuses_unknown_keys_naming_them(key):
+    with pytest.raises(
+        ValueError, match=rf"unknown setting\(s\): {key.replace('.', '[.]')}"
+    ):
+        Settings.from_mapping({key: 1, "privacy.epsilon": 2.0})
+
+
+def test_from_mapping_names_every_unknown_key():
+    with pytest.raises(ValueError, match="alpha, beta"):
+        Settings.from_mapping({"beta": 1, "alpha": 2})
+
+
+def test_from_mapping_validates_values():
+    with pytest.raises(ValueError, match="epsilon"):
+        Settings.from_mapping({"privacy.epsilon": 0.0})
+    with pytest.raises(ValueError, match="subsample_size"):
+        Settings.from_mapping({"mrma.subsample-size": 600, "data.n-train": 500})
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(),
+        Settings(
+            epsilon=0.5, label_share=0.25, n_basis=6, order=2, dataset="functional"
+        ),
+        Settings(epsilon=math.inf, weak_learner="svm", normalize_models=False, seed=42),
+    ],
+    ids=["defaults", "functional", "non-private"],
+)
+def test_round_trip_to_mapping_from_mapping(settings):
+    mapping = settings.to_mapping()
+    assert all(
+        k == Settings.key(k.rsplit(".", 1)[-1].replace("-", "_")) for k in mapping
+    )
+    assert Settings.from_mapping(mapping) == settings
+    assert mapping["privacy.label-share"] == (
+        "reference" if settings.label_share is None else settings.label_share
+    )
+
+
+def test_keys_are_grouped_kebab_case():
+    assert Settings.key("epsilon") == "privacy.epsilon"
+    assert Settings.key("n_basis") == "fda.n-basis"
+    assert Settings.key("num_weak_models") == "mrma.num-weak-models"
+    assert Settings.key("n_train") == "data.n-train"
+    assert Settings.key("seed") == "seed"
+    mapping = Settings().to_mapping()
+    assert set(mapping) == {Settings.key(f.name) for f in dataclasses.fields(Settings)}
