@@ -1,0 +1,592 @@
+r"""Learners for privatized releases, usable alone or as MRMA weak learners.
+
+* :class:`MomentLinearClassifier` -- least-squares linear discriminant from estimated
+  moments: :math:`E[\tilde y (1, x)]` from the releases and :math:`E[(1,x)(1,x)^\top]`
+  from public features or from the releases with the noise removed; a ridge system.
+* :class:`NoisyLabelLogisticRegression` -- logistic regression with Natarajan et al.'s
+  unbiased loss for labels flipped with a known rate (randomized response), with an
+  L2 penalty that keeps the problem well posed.
+* :class:`ClusterPrior` -- priors from clusters of public features, for
+  :class:`~ldpfda.privacy.joint.RandomizedResponseWithPrior`.
+* :func:`fit_weak_models_with` / :func:`as_weak_learner` -- the ``learner=`` hook: any
+  estimator here (or any callable returning
+  :class:`~ldpfda.server.mrma.LinearModels`) trains MRMA's weak models.
+
+``fit`` validates, fitted attributes end in ``_``, ``predict`` checks the fit; every
+estimator returns its fit as :class:`~ldpfda.server.mrma.LinearModels` through
+``to_linear_models``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import minimize
+from scipy.special import expit, log_expit
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils.validation import check_is_fitted
+
+from ldpfda._validation import (
+    check_binary_labels,
+    check_finite_array,
+    check_int,
+    check_real,
+)
+from ldpfda.privacy.base import Mechanism
+from ldpfda.privacy.random import as_generator
+from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
+from ldpfda.server.mrma import LinearModels
+
+__all__ = [
+    "ClusterPrior",
+    "MomentLinearClassifier",
+    "NoisyLabelLogisticRegression",
+    "REGULARIZATIONS",
+    "WeakLearner",
+    "as_weak_learner",
+    "fit_weak_models_with",
+    "nearest_psd",
+]
+
+#: Regularisations of :class:`MomentLinearClassifier`.
+REGULARIZATIONS = ("empirical-bayes", "ridge")
+
+#: ``learner(features, labels) -> LinearModels``; ``labels`` is None for joint releases.
+WeakLearner = Callable[[NDArray[np.float64], NDArray[np.int8] | None], LinearModels]
+
+
+def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float64]:
+    r"""Symmetrise ``matrix``, raise its eigenvalues to ``floor`` x the largest or more.
+
+    An unbiased estimate of a second-moment matrix from noisy releases need not be
+    positive semi-definite; this is the nearest (Frobenius) PSD matrix, with a relative
+    floor so that the ridge system stays solvable.
+    """
+    m = check_finite_array(matrix, "matrix", ndim=2)
+    m = (m + m.T) / 2.0
+    values, vectors = np.linalg.eigh(m)
+    top = max(float(values.max()), 0.0)
+    values = np.maximum(values, floor * top if top > 0 else floor)
+    return (vectors * values) @ vectors.T
+
+
+def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMoments:
+    if mechanism is None:
+        return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
+    moments = mechanism if isinstance(mechanism, ProductMoments) else product_moments(
+        mechanism
+    )
+    if moments.dimension != p:
+        raise ValueError(
+            f"the mechanism releases vectors of length {moments.dimension}, but X has "
+            f"{p} columns"
+        )
+    return moments
+
+
+class _LinearClassifier(ClassifierMixin, BaseEstimator):
+    """Shared prediction of the linear classifiers here (labels in {0, 1})."""
+
+    coef_: NDArray[np.float64]
+    intercept_: float
+
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Scores :math:`b + \\beta^\\top x`; positive means class 1."""
+        check_is_fitted(self, "coef_")
+        x = check_finite_array(X, "X", ndim=2)
+        if x.shape[1] != self.coef_.size:
+            raise ValueError(f"X has {x.shape[1]} features, expected {self.coef_.size}")
+        return x @ self.coef_ + self.intercept_
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int8]:
+        return (self.decision_function(X) > 0).astype(np.int8)
+
+    def to_linear_models(self) -> LinearModels:
+        """The fit as a one-model :class:`~ldpfda.server.mrma.LinearModels`."""
+        check_is_fitted(self, "coef_")
+        return LinearModels(self.coef_[None, :], np.array([self.intercept_]))
+
+
+class MomentLinearClassifier(_LinearClassifier):
+    r"""Least-squares linear classifier from privately estimated moments.
+
+    With :math:`\tilde y = 2y - 1` and :math:`w = (1, x)`, the population least-squares
+    fit of :math:`\tilde y` on w solves :math:`G\theta = c`,
+    :math:`G = E[w w^\top]`, :math:`c = E[\tilde y\, w]`; its sign is a linear
+    classifier (Fisher's discriminant direction for :math:`\tilde y`), and
+    :math:`(1 + \theta^\top w)/2` estimates :math:`P(y = 1 \mid x)` by least squares.
+    Both moments are estimated without bias from releases:
+
+    * ``joint=True``: X holds one release per client of :math:`\tilde y\, w` (see
+      :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`); :math:`\hat c` is their
+      mean.
+    * ``joint=False``: X holds released features :math:`\tilde x` (unbiased, noise
+      independent of everything else) and y released labels, flipped with the known
+      probability ``label_flip_rate`` = :math:`\rho`; then
+      :math:`E[\tilde y_{\mathrm{rel}}\,(1, \tilde x)] = (1 - 2\rho)\,c`, so
+      :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
+
+    G is ``gram`` when given (from public, unlabeled features, fixed before the private
+    data is seen); otherwise it is estimated from the releases with the noise removed
+    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`: for additive noise,
+    :math:`\overline{\tilde x \tilde x^\top}` minus the noise variance on the diagonal).
+    Entries the releases do not identify are taken as 0 (uncorrelated, centred
+    features), estimates are clipped to the bounds implied by :math:`x \in [-1, 1]^p`,
+    and the result is projected to the nearest PSD matrix (:func:`nearest_psd`).
+
+    The estimate :math:`\hat c` is a mean of n independent rows :math:`r_i` (the
+    releases, or :math:`\tilde y_{\mathrm{rel},i}(1, \tilde x_i)/(1-2\rho)`), so its
+    noise level, :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j
+    \widehat{\mathrm{Var}}(r_{ij})`, is known from the data. Two regularisations:
+
+    * ``"empirical-bayes"`` (default, no tuning): in the model
+      :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`, with the prior
+      :math:`\theta \sim (0, \tau^2 I)`, the posterior mean is
+
+      .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
+                \mu = \hat\sigma^2 / \hat\tau^2, \qquad
+                \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
+
+      where :math:`\hat\tau^2` is the method-of-moments estimate
+      (:math:`E\|\hat c\|^2 = \tau^2\mathrm{tr}(G^2) + d\sigma^2`). Noisy releases
+      and ill-conditioned G (correlated B-spline coefficients) are shrunk
+      automatically; with little noise it is least squares.
+    * ``"ridge"``: :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
+      :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, with D the identity on
+      the feature coefficients (the intercept is not penalised).
+
+    Parameters
+    ----------
+    regularization : {"empirical-bayes", "ridge"}, default "empirical-bayes"
+    alpha : float, default 0.1
+        Ridge strength relative to the average feature second moment (``"ridge"``).
+    fit_intercept : bool, default True
+        Fit b; with ``joint=True`` the releases must then carry the constant (p+1 cols).
+    joint : bool, default False
+        X are joint releases of :math:`\tilde y (1, x)`; ``fit`` takes no y.
+    mechanism : Mechanism or ProductMoments, optional
+        What released X (for removing the noise from the second moment); None means
+        X is noiseless. Not needed when ``gram`` is given.
+    gram : array-like, optional
+        :math:`E[ww^\top]` ((p+1) x (p+1) with intercept, else p x p) from public data.
+    label_flip_rate : float, default 0
+        :math:`\rho \in [0, 1/2)` of the released labels (``joint=False``).
+    random_state : int, optional
+        Unused (the fit is deterministic); kept for the MRMA learner interface.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (p,)
+    intercept_ : float
+    cross_moment_, gram_ : ndarray
+        :math:`\hat c` and the (projected) :math:`\hat G` used.
+    noise_variance_ : float
+        :math:`\hat\sigma^2`.
+    shrinkage_ : float
+        :math:`\mu` (empirical Bayes) or :math:`\lambda` (ridge).
+    identified_ : ndarray of bool
+        Entries of :math:`\hat G` estimated from the data (all True if ``gram`` given).
+
+    References
+    ----------
+    R. A. Fisher, "The use of multiple measurements in taxonomic problems", 1936;
+    J. C. Duchi, M. I. Jordan, M. J. Wainwright, JASA 2018 (private moment estimation);
+    A. E. Hoerl, R. W. Kennard, "Ridge regression", Technometrics 12, 1970; C. Morris,
+    "Parametric empirical Bayes inference", JASA 78, 1983.
+    """
+
+    def __init__(
+        self,
+        *,
+        regularization: str = "empirical-bayes",
+        alpha: float = 0.1,
+        fit_intercept: bool = True,
+        joint: bool = False,
+        mechanism: Mechanism | ProductMoments | None = None,
+        gram: ArrayLike | None = None,
+        label_flip_rate: float = 0.0,
+        random_state: int | None = None,
+    ) -> None:
+        self.regularization = regularization
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.joint = joint
+        self.mechanism = mechanism
+        self.gram = gram
+        self.label_flip_rate = label_flip_rate
+        self.random_state = random_state
+
+    def _augment(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        if not self.fit_intercept:
+            return x
+        return np.hstack([np.ones((x.shape[0], 1)), x])
+
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
+        if self.regularization not in REGULARIZATIONS:
+            raise ValueError(
+                f"regularization must be one of {REGULARIZATIONS}, "
+                f"got {self.regularization!r}"
+            )
+        alpha = check_real(self.alpha, "alpha", low=0.0)
+        rho = check_real(self.label_flip_rate, "label_flip_rate", low=0.0, high=0.5,
+                         high_open=True)
+        x = check_finite_array(X, "X", ndim=2)
+        if x.shape[0] < 1:
+            raise ValueError("X must have at least one row")
+        if self.joint:
+            if y is not None:
+                raise ValueError(
+                    "y must be None when joint=True (X carries the labels)"
+                )
+            rows = x
+            released = x
+            moments = None if self.gram is not None else _moments(self.mechanism,
+                                                                   x.shape[1])
+            p = x.shape[1] - int(self.fit_intercept)
+            if p < 1:
+                raise ValueError("X must have at least one feature column")
+        else:
+            if y is None:
+                raise ValueError("y is required when joint=False")
+            labels = check_binary_labels(y, "y")
+            if labels.size != x.shape[0]:
+                raise ValueError(f"y has {labels.size} entries for {x.shape[0]} rows")
+            signs = 2.0 * labels - 1.0
+            rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
+            released = x
+            moments = None if self.gram is not None else _moments(self.mechanism,
+                                                                   x.shape[1])
+            p = x.shape[1]
+        d = p + int(self.fit_intercept)
+        n = rows.shape[0]
+        cross = rows.mean(axis=0)
+        noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
+        if self.gram is not None:
+            gram = check_finite_array(self.gram, "gram", ndim=2)
+            if gram.shape != (d, d):
+                raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
+            identified = np.ones((d, d), dtype=bool)
+        else:
+            assert moments is not None
+            est, mask = moments.second_moment(released)
+            if self.joint:
+                gram, identified = est, mask
+                if self.fit_intercept:
+                    gram[0, 0], identified[0, 0] = 1.0, True
+            elif self.fit_intercept:
+                gram = np.empty((d, d))
+                identified = np.ones((d, d), dtype=bool)
+                gram[0, 0] = 1.0
+                gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
+                gram[1:, 1:], identified[1:, 1:] = est, mask
+            else:
+                gram, identified = est, mask
+        if self.gram is None:
+            # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
+            # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves
+            # them towards the truth.
+            gram = np.clip(gram, -1.0, 1.0)
+            np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
+        gram = nearest_psd(gram)
+        start = int(self.fit_intercept)
+        if self.regularization == "ridge":
+            penalty = np.ones(d)
+            penalty[:start] = 0.0
+            shrinkage = alpha * max(float(np.trace(gram[start:, start:])) / p, 1e-12)
+            theta = np.linalg.lstsq(gram + shrinkage * np.diag(penalty), cross,
+                                    rcond=None)[0]
+        else:
+            g2 = gram @ gram
+            scale = float(np.trace(g2))
+            # tau^2 tr(G^2) = ||c||^2 - d sigma^2, floored so that mu stays finite; at
+            # the cap the fit is proportional to G c (no signal detected).
+            signal = max(float(cross @ cross) - d * noise, 0.0)
+            cap = 1e12 * scale
+            shrinkage = cap if signal * cap <= noise * scale else noise * scale / signal
+            theta = np.linalg.lstsq(g2 + shrinkage * np.eye(d), gram @ cross,
+                                    rcond=None)[0]
+        self.coef_ = theta[start:]
+        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self.cross_moment_ = cross
+        self.gram_ = gram
+        self.noise_variance_ = noise
+        self.shrinkage_ = float(shrinkage)
+        self.identified_ = identified
+        self.n_features_in_ = p
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
+        r"""The least-squares estimate :math:`(1 + \hat\theta^\top w)/2` in [0, 1]."""
+        p1 = np.clip((1.0 + self.decision_function(X)) / 2.0, 0.0, 1.0)
+        return np.column_stack([1.0 - p1, p1])
+
+
+class NoisyLabelLogisticRegression(_LinearClassifier):
+    r"""L2-penalised logistic regression with labels flipped at a known rate.
+
+    When each label is flipped independently with probability :math:`\rho_i < 1/2`
+    (randomized response: :math:`\rho = 1 - q`), Natarajan et al.'s loss
+
+    .. math:: \tilde\ell(t, \tilde y) = \frac{(1-\rho)\,\ell(t, \tilde y)
+              - \rho\,\ell(t, -\tilde y)}{1 - 2\rho}
+              = \ell(t, \tilde y) - \frac{\rho}{1 - 2\rho}\,\tilde y\, t,
+              \qquad \ell(t, \tilde y) = \log(1 + e^{-\tilde y t}),
+
+    satisfies :math:`E[\tilde\ell(t, \tilde y_{\mathrm{rel}})] = \ell(t, \tilde y)`.
+    For the logistic loss it is convex but unbounded below (the linear term), so the
+    objective
+
+    .. math:: \frac{1}{\sum_i s_i} \sum_i s_i\, \tilde\ell(b + \beta^\top x_i,
+              \tilde y_i) + \frac{\alpha}{2}\big(\|\beta\|^2 + b^2\big)
+
+    carries an L2 penalty on all parameters (intercept included), which makes it
+    strongly convex with a unique minimiser (L-BFGS). If the features are themselves
+    released with noise the loss is no longer unbiased for the clean loss (the link is
+    non-linear), but the fitted direction stays consistent up to attenuation when the
+    noise is independent and isotropic.
+
+    Parameters
+    ----------
+    alpha : float, default 0.01
+        L2 strength, > 0.
+    flip_rate : float, default 0
+        :math:`\rho` of every label; ``fit(..., flip_rates=...)`` overrides per sample.
+    fit_intercept : bool, default True
+    max_iter : int, default 1000
+    tol : float, default 1e-8
+    random_state : int, optional
+        Unused (the fit is deterministic); kept for the MRMA learner interface.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (p,)
+    intercept_ : float
+    n_iter_ : int
+
+    References
+    ----------
+    N. Natarajan, I. S. Dhillon, P. Ravikumar, A. Tewari, "Learning with noisy labels",
+    NeurIPS 2013, Lemma 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.01,
+        flip_rate: float = 0.0,
+        fit_intercept: bool = True,
+        max_iter: int = 1000,
+        tol: float = 1e-8,
+        random_state: int | None = None,
+    ) -> None:
+        self.alpha = alpha
+        self.flip_rate = flip_rate
+        self.fit_intercept = fit_intercept
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        flip_rates: ArrayLike | None = None,
+    ) -> NoisyLabelLogisticRegression:
+        alpha = check_real(self.alpha, "alpha", low=0.0, low_open=True)
+        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
+        tol = check_real(self.tol, "tol", low=0.0, low_open=True)
+        x = check_finite_array(X, "X", ndim=2)
+        labels = check_binary_labels(y, "y")
+        n, p = x.shape
+        if labels.size != n:
+            raise ValueError(f"y has {labels.size} entries for {n} rows")
+        if flip_rates is None:
+            rho = np.full(n, check_real(self.flip_rate, "flip_rate", low=0.0, high=0.5,
+                                        high_open=True))
+        else:
+            rho = check_finite_array(flip_rates, "flip_rates", ndim=1)
+            if rho.size != n or np.any(rho < 0) or np.any(rho >= 0.5):
+                raise ValueError("flip_rates must have one value in [0, 0.5) per row")
+        if sample_weight is None:
+            s = np.ones(n)
+        else:
+            s = check_finite_array(sample_weight, "sample_weight", ndim=1)
+            if s.size != n or np.any(s < 0) or s.sum() <= 0:
+                raise ValueError("sample_weight must be >= 0, one per row, not all 0")
+        s = s / s.sum()
+        signs = 2.0 * labels - 1.0
+        kappa = rho / (1.0 - 2.0 * rho)
+        design = np.hstack([np.ones((n, 1)), x]) if self.fit_intercept else x
+
+        def objective(theta: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+            margin = signs * (design @ theta)
+            value = float(s @ (-log_expit(margin) - kappa * margin))
+            # d/dm [log(1+e^-m) - kappa m] = -expit(-m) - kappa
+            grad_m = s * (-expit(-margin) - kappa) * signs
+            value += 0.5 * alpha * float(theta @ theta)
+            return value, design.T @ grad_m + alpha * theta
+
+        result = minimize(objective, np.zeros(design.shape[1]), jac=True,
+                          method="L-BFGS-B",
+                          options={"maxiter": max_iter, "gtol": tol, "ftol": tol})
+        theta = result.x
+        self.coef_ = theta[int(self.fit_intercept):]
+        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self.n_iter_ = int(result.nit)
+        self.n_features_in_ = p
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
+        p1 = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p1, p1])
+
+
+# --------------------------------------------------------------------------------------
+# Priors from clusters of public features
+# --------------------------------------------------------------------------------------
+
+
+class ClusterPrior(BaseEstimator):
+    r"""Class priors per cluster of public features, for RR-with-prior.
+
+    ``fit`` clusters public, unlabeled features with k-means and gives each cluster the
+    average of a server-side model's :math:`P(y \mid x)` over its public points (the
+    model is trained on earlier private releases, e.g. a pilot
+    :class:`MomentLinearClassifier`; its output is public). ``prior(features)`` maps
+    features to the prior of their nearest centre.
+
+    Under local DP the features passed to ``prior`` must be public for the client: the
+    prior of a client with private features may only use information it has already
+    released (or public side information); see
+    :class:`~ldpfda.privacy.joint.RandomizedResponseWithPrior`.
+
+    Parameters
+    ----------
+    n_clusters : int, default 8
+    n_init : int, default 4
+        k-means restarts.
+    random_state : int, optional
+        Seed of k-means.
+
+    Attributes
+    ----------
+    centers_ : ndarray of shape (n_clusters, p)
+    class_probabilities_ : ndarray of shape (n_clusters, K)
+
+    References
+    ----------
+    H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy
+    via clustering", AISTATS 2022; B. Ghazi et al., NeurIPS 2021.
+    """
+
+    def __init__(
+        self, *, n_clusters: int = 8, n_init: int = 4, random_state: int | None = None
+    ) -> None:
+        self.n_clusters = n_clusters
+        self.n_init = n_init
+        self.random_state = random_state
+
+    def fit(
+        self,
+        public_features: ArrayLike,
+        predict_proba: Callable[[NDArray[np.float64]], ArrayLike],
+    ) -> ClusterPrior:
+        from sklearn.cluster import KMeans
+
+        k = check_int(self.n_clusters, "n_clusters", minimum=1)
+        x = check_finite_array(public_features, "public_features", ndim=2)
+        if x.shape[0] < k:
+            raise ValueError(
+                f"need at least n_clusters={k} public points, got {x.shape[0]}"
+            )
+        n_init = check_int(self.n_init, "n_init", minimum=1)
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=self.random_state).fit(x)
+        proba = check_finite_array(predict_proba(x), "predict_proba(X)", ndim=2)
+        counts = np.bincount(km.labels_, minlength=k)
+        sums = np.zeros((k, proba.shape[1]))
+        np.add.at(sums, km.labels_, proba)
+        probs = sums / np.maximum(counts, 1)[:, None]
+        probs = np.where(counts[:, None] > 0, probs, 1.0 / proba.shape[1])
+        self.centers_ = km.cluster_centers_
+        self.class_probabilities_ = probs / probs.sum(axis=1, keepdims=True)
+        return self
+
+    def assign(self, features: ArrayLike) -> NDArray[np.int64]:
+        """Index of the nearest centre of each row."""
+        check_is_fitted(self, "centers_")
+        x = check_finite_array(features, "features", ndim=2)
+        d2 = ((x[:, None, :] - self.centers_[None, :, :]) ** 2).sum(axis=2)
+        return np.argmin(d2, axis=1)
+
+    def prior(self, features: ArrayLike) -> NDArray[np.float64]:
+        """One prior row per feature row (its cluster's class probabilities)."""
+        return self.class_probabilities_[self.assign(features)]
+
+
+# --------------------------------------------------------------------------------------
+# The learner hook for MRMA
+# --------------------------------------------------------------------------------------
+
+
+def as_weak_learner(estimator: Any) -> WeakLearner:
+    """Turn an estimator of this module (or any with ``to_linear_models``) into a hook.
+
+    Each call fits a fresh clone on (features, labels) -- labels None for joint
+    releases -- and returns its :class:`~ldpfda.server.mrma.LinearModels`.
+    """
+
+    def learner(
+        features: NDArray[np.float64], labels: NDArray[np.int8] | None
+    ) -> LinearModels:
+        model = clone(estimator)
+        if labels is None:
+            model.fit(features)
+        else:
+            model.fit(features, labels)
+        return model.to_linear_models()
+
+    return learner
+
+
+def fit_weak_models_with(
+    features: ArrayLike,
+    labels: ArrayLike | None,
+    *,
+    learner: WeakLearner,
+    n_models: int = 50,
+    subsample_size: int = 50,
+    rng: np.random.Generator | int | None = None,
+) -> LinearModels:
+    """MRMA's weak models with any learner: one fit per random subsample of payloads.
+
+    Same subsampling as :func:`ldpfda.server.mrma.fit_weak_models` (without replacement
+    within a model, independently across models); ``learner`` replaces its string
+    choice.
+    """
+    x = check_finite_array(features, "features", ndim=2)
+    y = None if labels is None else np.asarray(labels)
+    n = x.shape[0]
+    n_models = check_int(n_models, "n_models", minimum=1)
+    subsample_size = check_int(subsample_size, "subsample_size", minimum=2)
+    if subsample_size > n:
+        raise ValueError(
+            f"subsample_size must be <= the number of training payloads ({n}), "
+            f"got {subsample_size}"
+        )
+    if not callable(learner):
+        raise TypeError(f"learner must be callable, got {type(learner).__name__}")
+    gen = as_generator(rng)
+    coefs, intercepts = [], []
+    for _ in range(n_models):
+        idx = gen.choice(n, size=subsample_size, replace=False)
+        model = learner(x[idx], None if y is None else y[idx])
+        coefs.append(model.coef[0])
+        intercepts.append(model.intercept[0])
+    return LinearModels(np.array(coefs), np.array(intercepts))

@@ -1,0 +1,312 @@
+"""Learners for privatized releases and the MRMA ``learner=`` hook."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.linear_model import LogisticRegression
+
+from ldpfda.datasets.synthetic import VectorDesign
+from ldpfda.privacy.joint import (
+    RandomizedResponseWithPrior,
+    SignedFeatureMechanism,
+    signed_features,
+)
+from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
+from ldpfda.privacy.vector_mechanisms import HybridMechanism
+from ldpfda.server.learners import (
+    ClusterPrior,
+    MomentLinearClassifier,
+    NoisyLabelLogisticRegression,
+    as_weak_learner,
+    fit_weak_models_with,
+    nearest_psd,
+)
+from ldpfda.server.mrma import LinearModels
+
+
+@pytest.fixture(scope="module")
+def vector_data():
+    x, y = VectorDesign().sample(4000, np.random.default_rng(0))
+    return x, y
+
+
+#: Plain least squares (no regularisation).
+RIDGE0 = {"regularization": "ridge", "alpha": 0.0}
+
+
+def _ols(x, y):
+    w = np.hstack([np.ones((x.shape[0], 1)), x])
+    return np.linalg.lstsq(w, 2.0 * y - 1.0, rcond=None)[0]
+
+
+def _cosine(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+# ------------------------------------------------------------------------------------
+# MomentLinearClassifier
+# ------------------------------------------------------------------------------------
+
+
+def test_moment_classifier_on_clean_data_is_least_squares(vector_data):
+    x, y = vector_data
+    theta = _ols(x, y)
+    clf = MomentLinearClassifier(**RIDGE0).fit(x, y)
+    np.testing.assert_allclose(clf.coef_, theta[1:], rtol=1e-8, atol=1e-10)
+    assert clf.intercept_ == pytest.approx(theta[0], abs=1e-10)
+    joint = MomentLinearClassifier(**RIDGE0, joint=True).fit(signed_features(x, y))
+    np.testing.assert_allclose(joint.coef_, theta[1:], rtol=1e-8, atol=1e-10)
+
+
+def test_moment_classifier_with_a_public_gram(vector_data):
+    x, y = vector_data
+    w = np.hstack([np.ones((x.shape[0], 1)), x])
+    gram = w.T @ w / x.shape[0]
+    clf = MomentLinearClassifier(**RIDGE0, gram=gram).fit(x, y)
+    np.testing.assert_allclose(clf.coef_, _ols(x, y)[1:], rtol=1e-8, atol=1e-10)
+    assert clf.identified_.all()
+
+
+def test_moment_classifier_removes_additive_noise_from_the_gram():
+    rng = np.random.default_rng(1)
+    n = 200_000
+    x = rng.uniform(-1, 1, size=(n, 3))
+    y = (rng.random(n) < 0.5 + 0.45 * x[:, 0] - 0.2 * x[:, 1]).astype(np.int8)
+    lap = LaplaceMechanism(epsilon=12.0, dimension=3)
+    xr = lap.randomise(x, rng)
+    noise = lap.variance(x[:1])[0]
+    naive = MomentLinearClassifier(**RIDGE0).fit(xr, y)
+    fixed = MomentLinearClassifier(**RIDGE0, mechanism=lap).fit(xr, y)
+    truth = np.mean(x**2, axis=0)
+    se = np.sqrt(np.var(xr**2, axis=0) / n)
+    assert np.all(np.abs(np.diag(fixed.gram_)[1:] - truth) <= 5 * se)
+    assert np.all(np.diag(naive.gram_)[1:] - truth > noise / 2)
+    clean = _ols(x, y)
+    assert _cosine(fixed.coef_, clean[1:]) > 0.99
+    # The uncorrected fit is shrunk by the inflated diagonal.
+    assert np.linalg.norm(naive.coef_) < 0.5 * np.linalg.norm(fixed.coef_)
+
+
+def test_moment_classifier_corrects_the_flip_rate():
+    rng = np.random.default_rng(2)
+    n = 300_000
+    x = rng.uniform(-1, 1, size=(n, 2))
+    y = (rng.random(n) < 0.5 + 0.4 * x[:, 0]).astype(np.int8)
+    rr = BinaryRandomizedResponse(epsilon=1.0)
+    yr = rr.randomise(y, rng).astype(np.int8)
+    rho = 1.0 - rr.keep_probability
+    fit = MomentLinearClassifier(**RIDGE0, label_flip_rate=rho).fit(x, yr)
+    clean = _ols(x, y)
+    assert fit.coef_[0] == pytest.approx(clean[1], abs=0.03)
+    assert abs(fit.coef_[1]) < 0.03
+
+
+def test_moment_classifier_on_joint_hybrid_releases_beats_chance_by_far():
+    x, y = VectorDesign().sample(30_000, np.random.default_rng(3))
+    mech = SignedFeatureMechanism(epsilon=2.0, n_features=4)
+    z = mech.release(x, y, np.random.default_rng(4))
+    gram = np.diag([1.0, 1 / 3, 1 / 3, 1 / 3, 1 / 3])
+    clf = MomentLinearClassifier(joint=True, gram=gram).fit(z)
+    x_test, y_test = VectorDesign().sample(20_000, np.random.default_rng(5))
+    assert np.mean(clf.predict(x_test) != y_test) < 0.17
+    # Without public data the releases identify the diagonal only (one sampled
+    # coordinate); the box bounds keep the estimate valid.
+    private = MomentLinearClassifier(joint=True, mechanism=mech.inner).fit(z)
+    assert np.array_equal(private.identified_, np.eye(5, dtype=bool))
+    assert np.mean(private.predict(x_test) != y_test) < 0.2
+
+
+def test_moment_classifier_prediction_interface(vector_data):
+    x, y = vector_data
+    clf = MomentLinearClassifier().fit(x, y)
+    proba = clf.predict_proba(x[:50])
+    assert proba.shape == (50, 2) and np.allclose(proba.sum(axis=1), 1.0)
+    assert np.all((proba >= 0) & (proba <= 1))
+    np.testing.assert_array_equal(clf.predict(x[:50]),
+                                  (clf.decision_function(x[:50]) > 0).astype(np.int8))
+    models = clf.to_linear_models()
+    assert isinstance(models, LinearModels)
+    np.testing.assert_array_equal(models.predict(x[:50])[:, 0], clf.predict(x[:50]))
+    np.testing.assert_array_equal(clf.classes_, [0, 1])
+    assert clone(clf).get_params()["alpha"] == clf.alpha
+
+
+def test_moment_classifier_validation(vector_data):
+    x, y = vector_data
+    with pytest.raises(NotFittedError):
+        MomentLinearClassifier().predict(x)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        MomentLinearClassifier(alpha=-1.0).fit(x, y)
+    with pytest.raises(ValueError, match="label_flip_rate must be in"):
+        MomentLinearClassifier(label_flip_rate=0.5).fit(x, y)
+    with pytest.raises(ValueError, match="y must be None"):
+        MomentLinearClassifier(joint=True).fit(x, y)
+    with pytest.raises(ValueError, match="y is required"):
+        MomentLinearClassifier().fit(x)
+    with pytest.raises(ValueError, match="gram must have shape"):
+        MomentLinearClassifier(gram=np.eye(4)).fit(x, y)
+    with pytest.raises(ValueError, match="vectors of length 3"):
+        MomentLinearClassifier(mechanism=HybridMechanism(epsilon=1.0, dimension=3)
+                               ).fit(x, y)
+    clf = MomentLinearClassifier().fit(x, y)
+    with pytest.raises(ValueError, match="X has 3 features"):
+        clf.predict(x[:, :3])
+
+
+def test_empirical_bayes_shrinkage_is_the_stated_formula(vector_data):
+    x, y = vector_data
+    clf = MomentLinearClassifier().fit(x, y)
+    rows = (2.0 * y - 1.0)[:, None] * np.hstack([np.ones((y.size, 1)), x])
+    c = rows.mean(axis=0)
+    sigma2 = rows.var(axis=0, ddof=1).mean() / y.size
+    g = clf.gram_
+    tau2 = (c @ c - 5 * sigma2) / np.trace(g @ g)
+    assert clf.noise_variance_ == pytest.approx(sigma2)
+    assert clf.shrinkage_ == pytest.approx(sigma2 / tau2)
+    theta = np.linalg.solve(g @ g + clf.shrinkage_ * np.eye(5), g @ c)
+    np.testing.assert_allclose(clf.coef_, theta[1:])
+    # With this little noise it is least squares up to a tiny shrinkage.
+    assert _cosine(clf.coef_, _ols(x, y)[1:]) > 0.9999
+
+
+def test_empirical_bayes_shrinks_pure_noise_to_nothing():
+    rng = np.random.default_rng(11)
+    z = rng.choice([-1.0, 1.0], size=(500, 4))  # no signal at all
+    clf = MomentLinearClassifier(joint=True, gram=np.eye(4)).fit(z)
+    assert clf.shrinkage_ > 100 * clf.noise_variance_
+    assert np.linalg.norm(clf.coef_) < 0.05
+    with pytest.raises(ValueError, match="regularization must be one of"):
+        MomentLinearClassifier(regularization="lasso").fit(z[:, 1:], z[:, 0] > 0)
+
+
+def test_nearest_psd():
+    good = np.array([[2.0, 0.5], [0.5, 1.0]])
+    np.testing.assert_allclose(nearest_psd(good), good)
+    fixed = nearest_psd(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    assert np.linalg.eigvalsh(fixed).min() > 0
+
+
+# ------------------------------------------------------------------------------------
+# NoisyLabelLogisticRegression
+# ------------------------------------------------------------------------------------
+
+
+def test_without_flips_it_is_l2_logistic_regression(vector_data):
+    x, y = vector_data
+    alpha = 0.01
+    ours = NoisyLabelLogisticRegression(alpha=alpha, fit_intercept=False).fit(x, y)
+    ref = LogisticRegression(C=1.0 / (alpha * x.shape[0]), fit_intercept=False,
+                             tol=1e-10, max_iter=10_000).fit(x, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_[0], rtol=1e-4, atol=1e-6)
+
+
+def test_the_corrected_loss_is_unbiased(vector_data):
+    # Weighting every sample and its flipped copy by (1 - rho, rho) is the expectation
+    # over the flips, so the corrected fit must equal the clean fit exactly.
+    x, y = vector_data
+    rho = 0.3
+    clean = NoisyLabelLogisticRegression(alpha=0.05).fit(x, y)
+    xx = np.vstack([x, x])
+    yy = np.concatenate([y, 1 - y])
+    w = np.concatenate([np.full(y.size, 1 - rho), np.full(y.size, rho)])
+    corrected = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=rho).fit(
+        xx, yy, sample_weight=w)
+    np.testing.assert_allclose(corrected.coef_, clean.coef_, rtol=1e-5, atol=1e-7)
+    assert corrected.intercept_ == pytest.approx(clean.intercept_, abs=1e-6)
+    uncorrected = NoisyLabelLogisticRegression(alpha=0.05).fit(xx, yy, sample_weight=w)
+    assert np.linalg.norm(uncorrected.coef_) < 0.7 * np.linalg.norm(clean.coef_)
+
+
+def test_per_sample_flip_rates(vector_data):
+    x, y = vector_data
+    a = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=0.2).fit(x, y)
+    b = NoisyLabelLogisticRegression(alpha=0.05).fit(x, y,
+                                                     flip_rates=np.full(y.size, 0.2))
+    np.testing.assert_allclose(a.coef_, b.coef_)
+
+
+def test_noisy_label_logistic_recovers_the_direction():
+    x, y = VectorDesign().sample(100_000, np.random.default_rng(6))
+    rr = BinaryRandomizedResponse(epsilon=1.0)
+    yr = rr.randomise(y, np.random.default_rng(7)).astype(np.int8)
+    fit = NoisyLabelLogisticRegression(alpha=1e-3,
+                                       flip_rate=1 - rr.keep_probability).fit(x, yr)
+    assert _cosine(fit.coef_, VectorDesign().beta) > 0.99
+    proba = fit.predict_proba(x[:10])
+    assert np.allclose(proba.sum(axis=1), 1.0)
+
+
+def test_noisy_label_logistic_validation(vector_data):
+    x, y = vector_data
+    with pytest.raises(NotFittedError):
+        NoisyLabelLogisticRegression().decision_function(x)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        NoisyLabelLogisticRegression(alpha=0.0).fit(x, y)
+    with pytest.raises(ValueError, match="flip_rate must be in"):
+        NoisyLabelLogisticRegression(flip_rate=0.5).fit(x, y)
+    with pytest.raises(ValueError, match="flip_rates"):
+        NoisyLabelLogisticRegression().fit(x, y, flip_rates=np.full(3, 0.1))
+    with pytest.raises(ValueError, match="y must be in"):
+        NoisyLabelLogisticRegression().fit(x, y + 1)
+
+
+# ------------------------------------------------------------------------------------
+# The MRMA learner hook
+# ------------------------------------------------------------------------------------
+
+
+def test_fit_weak_models_with_estimators(vector_data):
+    x, y = vector_data
+    learner = as_weak_learner(NoisyLabelLogisticRegression(alpha=0.1))
+    a = fit_weak_models_with(x, y, learner=learner, n_models=7, subsample_size=40,
+                             rng=3)
+    b = fit_weak_models_with(x, y, learner=learner, n_models=7, subsample_size=40,
+                             rng=3)
+    assert len(a) == 7
+    np.testing.assert_array_equal(a.coef, b.coef)
+    z = signed_features(x, y)
+    joint = fit_weak_models_with(z, None, learner=as_weak_learner(
+        MomentLinearClassifier(joint=True)), n_models=5, subsample_size=100, rng=0)
+    assert joint.coef.shape == (5, 4)
+
+
+def test_fit_weak_models_with_a_callable_and_validation(vector_data):
+    x, y = vector_data
+
+    def constant(features, labels):
+        return LinearModels(np.zeros((1, features.shape[1])), np.array([1.0]))
+
+    models = fit_weak_models_with(x, y, learner=constant, n_models=3,
+                                  subsample_size=10, rng=0)
+    np.testing.assert_array_equal(models.intercept, np.ones(3))
+    with pytest.raises(ValueError, match="subsample_size must be <="):
+        fit_weak_models_with(x[:5], y[:5], learner=constant, subsample_size=10)
+    with pytest.raises(TypeError, match="learner must be callable"):
+        fit_weak_models_with(x, y, learner="logistic")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------
+# Priors from clusters of public features, used with RR-with-prior
+# ------------------------------------------------------------------------------------
+
+
+def test_cluster_prior_with_rr_with_prior(vector_data):
+    x, y = vector_data
+    pilot = MomentLinearClassifier().fit(x, y)
+    public = VectorDesign().sample(600, np.random.default_rng(8))[0]
+    prior = ClusterPrior(n_clusters=6, random_state=0).fit(public, pilot.predict_proba)
+    again = ClusterPrior(n_clusters=6, random_state=0).fit(public, pilot.predict_proba)
+    np.testing.assert_array_equal(prior.centers_, again.centers_)
+    rows = prior.prior(public[:100])
+    assert rows.shape == (100, 2) and np.allclose(rows.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(
+        prior.assign(prior.centers_), np.arange(6))
+    mech = RandomizedResponseWithPrior(epsilon=1.0)
+    released = mech.randomise(y[:100], np.random.default_rng(9), prior=rows)
+    assert set(np.unique(released)) <= {0, 1}
+    with pytest.raises(ValueError, match="n_clusters"):
+        ClusterPrior(n_clusters=0).fit(public, pilot.predict_proba)
