@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
 from ldpfda.fda.features import Featurizer
+from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
@@ -28,8 +29,11 @@ __all__ = [
     "LABEL_STREAM",
     "TrainingPayload",
     "answer_evaluation",
+    "evaluation_events",
     "privatize",
     "privatize_curves",
+    "privatize_events",
+    "training_output_range",
 ]
 
 FEATURE_STREAM = "privatize/features"
@@ -72,6 +76,37 @@ class TrainingPayload:
             parts[0].feature_epsilon,
             parts[0].label_epsilon,
         )
+
+
+def _training_mechanisms(
+    epsilon: float, n_features: int, label_share: float | None
+) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
+    split = split_budget(
+        epsilon=epsilon, n_coefficients=n_features, label_share=label_share
+    )
+    return (
+        LaplaceMechanism(epsilon=split.coefficients, dimension=n_features),
+        BinaryRandomizedResponse(epsilon=split.label),
+    )
+
+
+def privatize_events(
+    *, epsilon: float, n_features: int, label_share: float | None = None
+) -> list[ReleaseEvent]:
+    """What :func:`privatize` releases per client, for a server's own accounting."""
+    return [m.event() for m in _training_mechanisms(epsilon, n_features, label_share)]
+
+
+def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:
+    """What :func:`answer_evaluation` releases per client."""
+    return [FeedbackBit(epsilon=epsilon).event()]
+
+
+def training_output_range(
+    *, epsilon: float, n_features: int, label_share: float | None = None
+) -> tuple[float, float]:
+    """The range every released feature lies in (for validating replies)."""
+    return _training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
 def _client_ids(client_ids: ArrayLike, n: int) -> NDArray[np.int64]:
@@ -137,20 +172,22 @@ def privatize(
         raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
     ids = _client_ids(client_ids, x.shape[0])
     epsilon = check_epsilon(epsilon)
-    split = split_budget(epsilon=epsilon, n_coefficients=x.shape[1], label_share=label_share)
-    feature_mechanism = LaplaceMechanism(epsilon=split.coefficients, dimension=x.shape[1])
-    label_mechanism = BinaryRandomizedResponse(epsilon=split.label)
+    feature_mechanism, label_mechanism = _training_mechanisms(
+        epsilon, x.shape[1], label_share
+    )
     if ledger is not None:
         ledger.charge_all([feature_mechanism.event(), label_mechanism.event()], ids)
     streams = ClientStreams(seed, ids)
     return TrainingPayload(
         client_ids=ids,
         features=feature_mechanism.randomise(
-            x, streams.stream(f"{FEATURE_STREAM}#{release}")),
+            x, streams.stream(f"{FEATURE_STREAM}#{release}")
+        ),
         labels=label_mechanism.randomise(
-            y, streams.stream(f"{LABEL_STREAM}#{release}")).astype(np.int8),
-        feature_epsilon=split.coefficients,
-        label_epsilon=split.label,
+            y, streams.stream(f"{LABEL_STREAM}#{release}")
+        ).astype(np.int8),
+        feature_epsilon=feature_mechanism.epsilon,
+        label_epsilon=label_mechanism.epsilon,
     )
 
 

@@ -109,7 +109,10 @@ def make_design(
 ) -> VectorDesign | FunctionalDesign:
     """The embedded design called ``name`` ('vector' or 'functional'), optionally shifted."""
     shifts = {"feature_shift": feature_shift, "label_shift": label_shift}
-    designs = {"vector": VectorDesign(**shifts), "functional": FunctionalDesign(**shifts)}
+    designs = {
+        "vector": VectorDesign(**shifts),
+        "functional": FunctionalDesign(**shifts),
+    }
     if name not in designs:
         raise ValueError(f"dataset must be one of {sorted(designs)}, got {name!r}")
     return designs[name]

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ldpfda._validation import check_finite_array, check_int
@@ -86,13 +85,18 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
     """
 
     def __init__(
-        self, n_basis: int = 10, order: int = 4, domain_range: tuple[float, float] | None = None
+        self,
+        n_basis: int = 10,
+        order: int = 4,
+        domain_range: tuple[float, float] | None = None,
     ) -> None:
         self.n_basis = n_basis
         self.order = order
         self.domain_range = domain_range
 
-    def fit(self, X: Any = None, grid_points: ArrayLike | None = None) -> BSplineProjector:
+    def fit(
+        self, X: Any = None, grid_points: ArrayLike | None = None
+    ) -> BSplineProjector:
         """Precompute the projection for the grid of ``X`` (or for ``grid_points``)."""
         from skfda.representation.basis import BSplineBasis
 
@@ -110,9 +114,14 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"n_basis must be <= the number of grid points ({grid.size}), got {n_basis}"
             )
-        domain = (float(grid[0]), float(grid[-1])) if self.domain_range is None else (
-            float(self.domain_range[0]), float(self.domain_range[1]))
-        if not (domain[0] <= grid[0] and grid[-1] <= domain[1] and domain[0] < domain[1]):
+        domain = (
+            (float(grid[0]), float(grid[-1]))
+            if self.domain_range is None
+            else (float(self.domain_range[0]), float(self.domain_range[1]))
+        )
+        if not (
+            domain[0] <= grid[0] and grid[-1] <= domain[1] and domain[0] < domain[1]
+        ):
             raise ValueError(f"domain_range {domain} must contain the grid")
         basis = BSplineBasis(domain_range=domain, n_basis=n_basis, order=order)
         phi = basis(grid)[:, :, 0].T  # (T, p)
@@ -127,14 +136,22 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
     def n_features_out(self) -> int:
         return int(self.n_basis)
 
-    def transform(self, X: Any, grid_points: ArrayLike | None = None) -> NDArray[np.float64]:
+    def transform(
+        self, X: Any, grid_points: ArrayLike | None = None
+    ) -> NDArray[np.float64]:
         """Coefficients, shape ``(n_curves, n_basis)``."""
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "projection_")
-        values, grid = as_curves(X, self.grid_points_ if grid_points is None and not
-                                 hasattr(X, "data_matrix") else grid_points)
-        if grid.shape != self.grid_points_.shape or not np.allclose(grid, self.grid_points_):
+        values, grid = as_curves(
+            X,
+            self.grid_points_
+            if grid_points is None and not hasattr(X, "data_matrix")
+            else grid_points,
+        )
+        if grid.shape != self.grid_points_.shape or not np.allclose(
+            grid, self.grid_points_
+        ):
             raise ValueError(
                 f"curves are sampled on a grid of {grid.size} points that differs from the "
                 f"fitted grid of {self.grid_points_.size} points"

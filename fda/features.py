@@ -60,7 +60,9 @@ class CurveFeaturizer:
             public_curves, grid_points
         )
         coefficients = projector.transform(public_curves, grid_points)
-        scaler = CoefficientScaler.from_public(coefficients, quantile=quantile, margin=margin)
+        scaler = CoefficientScaler.from_public(
+            coefficients, quantile=quantile, margin=margin
+        )
         return cls(projector, scaler)
 
 

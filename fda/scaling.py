@@ -30,7 +30,9 @@ class CoefficientScaler:
         Bounds per coordinate (broadcast to p).
     """
 
-    def __init__(self, low: float | ArrayLike = -1.0, high: float | ArrayLike = 1.0) -> None:
+    def __init__(
+        self, low: float | ArrayLike = -1.0, high: float | ArrayLike = 1.0
+    ) -> None:
         self.low = low
         self.high = high
 
@@ -66,7 +68,9 @@ class CoefficientScaler:
         return scaler.fit(c.shape[1])
 
     @classmethod
-    def from_private(cls, coefficients: ArrayLike, **kwargs: float) -> CoefficientScaler:
+    def from_private(
+        cls, coefficients: ArrayLike, **kwargs: float
+    ) -> CoefficientScaler:
         """Bounds inferred from the private data itself: warns, the bounds leak."""
         warnings.warn(
             "rescaling bounds inferred from the private coefficients depend on the private "

@@ -14,7 +14,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 
-def check_epsilon(epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True) -> float:
+def check_epsilon(
+    epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True
+) -> float:
     """Return ``epsilon`` as a float in (0, inf] (or (0, inf) if ``allow_inf`` is False)."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
@@ -61,7 +63,9 @@ def check_real(
     return value
 
 
-def check_finite_array(values: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray:
+def check_finite_array(
+    values: ArrayLike, name: str, *, ndim: int | None = None
+) -> NDArray:
     """Return ``values`` as a float array, refusing NaN/inf and the wrong number of axes."""
     try:
         array = np.asarray(values, dtype=float)
@@ -88,5 +92,7 @@ def check_binary_labels(labels: ArrayLike, name: str = "labels") -> NDArray[np.i
     bad = ~np.isin(array, (0, 1))
     if np.any(bad):
         first = array[np.argmax(bad)]
-        raise ValueError(f"{name} must be in {{0, 1}}, got {first!r} ({int(bad.sum())} bad)")
+        raise ValueError(
+            f"{name} must be in {{0, 1}}, got {first!r} ({int(bad.sum())} bad)"
+        )
     return array.astype(np.int8)

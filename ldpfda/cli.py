@@ -35,26 +35,44 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         "ablations and the baselines (mean +- std over repeats).",
     )
     p.add_argument("--dataset", choices=DATASETS, default=d.dataset)
-    p.add_argument("--epsilon", type=_epsilon, nargs="+", default=[2.0, 5.0, 10.0],
-                   help="per-client budget(s); 'inf' for the non-private protocol")
+    p.add_argument(
+        "--epsilon",
+        type=_epsilon,
+        nargs="+",
+        default=[2.0, 5.0, 10.0],
+        help="per-client budget(s); 'inf' for the non-private protocol",
+    )
     p.add_argument("--n-train", type=int, default=d.n_train)
     p.add_argument("--n-eval", type=int, default=d.n_eval)
     p.add_argument("--n-test", type=int, default=d.n_test)
     p.add_argument("--num-weak-models", type=int, default=d.num_weak_models)
     p.add_argument("--subsample-size", type=int, default=d.subsample_size)
     p.add_argument("--cutoff", type=float, default=d.cutoff)
-    p.add_argument("--weak-learner", choices=("logistic", "svm"), default=d.weak_learner)
-    p.add_argument("--raw-average", action="store_true",
-                   help="average raw coefficients instead of unit-norm models")
-    p.add_argument("--label-share", type=float, default=None,
-                   help="share of a training client's epsilon on its label "
-                   "(default: the reference 1/(p+1))")
+    p.add_argument(
+        "--weak-learner", choices=("logistic", "svm"), default=d.weak_learner
+    )
+    p.add_argument(
+        "--raw-average",
+        action="store_true",
+        help="average raw coefficients instead of unit-norm models",
+    )
+    p.add_argument(
+        "--label-share",
+        type=float,
+        default=None,
+        help="share of a training client's epsilon on its label "
+        "(default: the reference 1/(p+1))",
+    )
     p.add_argument("--n-basis", type=int, default=d.n_basis)
     p.add_argument("--order", type=int, default=d.order)
     p.add_argument("--repeats", type=int, default=d.repeats)
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default: results/simulate-<dataset>.json)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output (default: results/simulate-<dataset>.json)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -76,8 +94,9 @@ def simulate(
 
     summaries = []
     total = sum(s.repeats for s in settings_list)
-    with tqdm(total=total, disable=not progress, desc="repeats", unit="run",
-              file=sys.stderr) as bar:
+    with tqdm(
+        total=total, disable=not progress, desc="repeats", unit="run", file=sys.stderr
+    ) as bar:
         for settings in settings_list:
             runs = []
             for repeat in range(settings.repeats):
@@ -90,20 +109,26 @@ def simulate(
                 runs.append(report)
                 bar.update()
             errors = {m: np.array([r["test_errors"][m] for r in runs]) for m in METHODS}
-            summaries.append({
-                "settings": settings.to_mapping(),
-                "test_error": {
-                    m: {"mean": float(e.mean()), "std": float(e.std(ddof=1)) if e.size > 1
-                        else 0.0, "se": float(e.std(ddof=1) / math.sqrt(e.size))
-                        if e.size > 1 else 0.0}
-                    for m, e in errors.items()
-                },
-                "epsilon_spent_per_client": {
-                    "max": max(r["privacy"]["max_spent"] for r in runs),
-                    "budget": settings.epsilon,
-                },
-                "runs": runs,
-            })
+            summaries.append(
+                {
+                    "settings": settings.to_mapping(),
+                    "test_error": {
+                        m: {
+                            "mean": float(e.mean()),
+                            "std": float(e.std(ddof=1)) if e.size > 1 else 0.0,
+                            "se": float(e.std(ddof=1) / math.sqrt(e.size))
+                            if e.size > 1
+                            else 0.0,
+                        }
+                        for m, e in errors.items()
+                    },
+                    "epsilon_spent_per_client": {
+                        "max": max(r["privacy"]["max_spent"] for r in runs),
+                        "budget": settings.epsilon,
+                    },
+                    "runs": runs,
+                }
+            )
     return summaries
 
 
@@ -111,15 +136,24 @@ def format_table(summaries: list[dict[str, Any]]) -> str:
     """Test error (mean +- std) per method (rows) and epsilon (columns)."""
     from ldpfda.server.engine import METHODS
 
-    labels = {"mrma": "MRMA", "mr": "MR only", "ma": "MA only", "weak": "weak (mean)",
-              "voting": "majority voting", "averaging": "simple averaging",
-              "naive": "naive (one model)", "non_private": "non-private"}
+    labels = {
+        "mrma": "MRMA",
+        "mr": "MR only",
+        "ma": "MA only",
+        "weak": "weak (mean)",
+        "voting": "majority voting",
+        "averaging": "simple averaging",
+        "naive": "naive (one model)",
+        "non_private": "non-private",
+    }
     heads = [f"eps={s['settings']['privacy.epsilon']:g}" for s in summaries]
     width = 17
     lines = ["method".ljust(20) + "".join(h.rjust(width) for h in heads)]
     for m in METHODS:
-        cells = [f"{s['test_error'][m]['mean']:.3f} +- {s['test_error'][m]['std']:.3f}"
-                 for s in summaries]
+        cells = [
+            f"{s['test_error'][m]['mean']:.3f} +- {s['test_error'][m]['std']:.3f}"
+            for s in summaries
+        ]
         lines.append(labels[m].ljust(20) + "".join(c.rjust(width) for c in cells))
     spent = ", ".join(f"{s['epsilon_spent_per_client']['max']:g}" for s in summaries)
     lines.append(f"epsilon spent per client (max over clients and repeats): {spent}")
@@ -133,10 +167,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print(f"ldpfda simulate: error: {exc}", file=sys.stderr)
         return 2
     first = settings_list[0]
-    print(f"MRMA on the {first.dataset} design: {first.n_train} training + "
-          f"{first.n_eval} evaluation clients, M={first.num_weak_models} weak models on "
-          f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} test "
-          f"points, {first.repeats} repeats, seed {first.seed}")
+    print(
+        f"MRMA on the {first.dataset} design: {first.n_train} training + "
+        f"{first.n_eval} evaluation clients, M={first.num_weak_models} weak models on "
+        f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} test "
+        f"points, {first.repeats} repeats, seed {first.seed}"
+    )
     t0 = time.perf_counter()
     summaries = simulate(settings_list, progress=not args.no_progress)
     print(format_table(summaries))
@@ -157,14 +193,23 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         description="Multi-server MRMA in-process: per-server and global test error "
         "against single-server MRMA and voting across servers (mean +- SE).",
     )
-    p.add_argument("--server", action="append", default=None, metavar="SPEC",
-                   help="n_train,n_eval,epsilon,feature_shift,label_shift (repeat per "
-                   f"server; default: {' '.join(DEFAULT_SERVERS)})")
+    p.add_argument(
+        "--server",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="n_train,n_eval,epsilon,feature_shift,label_shift (repeat per "
+        f"server; default: {' '.join(DEFAULT_SERVERS)})",
+    )
     p.add_argument("--dataset", choices=DATASETS, default="vector")
     p.add_argument("--num-weak-models", type=int, default=50)
     p.add_argument("--subsample-size", type=int, default=50)
-    p.add_argument("--heterogeneity", type=float, default=0.05,
-                   help="assumed spread of a model's error across populations (tau)")
+    p.add_argument(
+        "--heterogeneity",
+        type=float,
+        default=0.05,
+        help="assumed spread of a model's error across populations (tau)",
+    )
     p.add_argument("--n-test", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -183,33 +228,61 @@ def _run_multiserver(args: argparse.Namespace) -> int:
             parts = text.split(",")
             if len(parts) != 5:
                 raise ValueError(f"server spec must have 5 fields, got {text!r}")
-            specs.append(ServerSpec(int(parts[0]), int(parts[1]), float(parts[2]),
-                                    float(parts[3]), float(parts[4])))
-        base = Settings(dataset=args.dataset, num_weak_models=args.num_weak_models,
-                        subsample_size=min(args.subsample_size,
-                                           min(s.n_train for s in specs)),
-                        n_test=args.n_test, seed=args.seed, repeats=args.repeats)
+            specs.append(
+                ServerSpec(
+                    int(parts[0]),
+                    int(parts[1]),
+                    float(parts[2]),
+                    float(parts[3]),
+                    float(parts[4]),
+                )
+            )
+        base = Settings(
+            dataset=args.dataset,
+            num_weak_models=args.num_weak_models,
+            subsample_size=min(args.subsample_size, min(s.n_train for s in specs)),
+            n_test=args.n_test,
+            seed=args.seed,
+            repeats=args.repeats,
+        )
     except (TypeError, ValueError) as exc:
         print(f"ldpfda multiserver: error: {exc}", file=sys.stderr)
         return 2
-    results = [run_multiserver_repeat(tuple(specs), base, r,
-                                      heterogeneity=args.heterogeneity)
-               for r in tqdm(range(args.repeats), disable=args.no_progress,
-                             file=sys.stderr, desc="repeats")]
+    results = [
+        run_multiserver_repeat(tuple(specs), base, r, heterogeneity=args.heterogeneity)
+        for r in tqdm(
+            range(args.repeats),
+            disable=args.no_progress,
+            file=sys.stderr,
+            desc="repeats",
+        )
+    ]
     table = summarize(results)
     methods = ("multi_server", "global", "single_server", "voting_all")
     print("server".ljust(30) + "".join(m.rjust(17) for m in methods))
     for (name, row), spec in zip(table.items(), specs, strict=True):
-        label = (f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})")
-        print(label.ljust(30) + "".join(
-            f"{row[m]['mean']:.3f} +- {row[m]['se']:.3f}".rjust(17) for m in methods))
+        label = f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})"
+        print(
+            label.ljust(30)
+            + "".join(
+                f"{row[m]['mean']:.3f} +- {row[m]['se']:.3f}".rjust(17) for m in methods
+            )
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "servers": [asdict(s) for s in specs],
-        "settings": base.to_mapping(), "heterogeneity": args.heterogeneity,
-        "test_error": table,
-        "max_spent_over_budget": max(r.privacy["max_spent_over_budget"] for r in results),
-    }, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "servers": [asdict(s) for s in specs],
+                "settings": base.to_mapping(),
+                "heterogeneity": args.heterogeneity,
+                "test_error": table,
+                "max_spent_over_budget": max(
+                    r.privacy["max_spent_over_budget"] for r in results
+                ),
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
     return 0
 
@@ -236,9 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _simulate_parser(sub)
     _multiserver_parser(sub)
-    for name, text in (("experiment", "run an experiment study from a TOML config"),
-                       ("plot", "make figures from saved experiment results"),
-                       ("benchmark", "clients/s and peak memory of the engine")):
+    for name, text in (
+        ("experiment", "run an experiment study from a TOML config"),
+        ("plot", "make figures from saved experiment results"),
+        ("benchmark", "clients/s and peak memory of the engine"),
+    ):
         sub.add_parser(name, help=text, add_help=False)
     args = parser.parse_args(argv)
     if args.command == "multiserver":

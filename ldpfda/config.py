@@ -21,11 +21,20 @@ __all__ = ["DATASETS", "Settings"]
 
 DATASETS = ("vector", "functional")
 _GROUPS = {
-    "epsilon": "privacy", "label_share": "privacy",
-    "n_basis": "fda", "order": "fda", "calibration_size": "fda",
-    "num_weak_models": "mrma", "subsample_size": "mrma", "cutoff": "mrma",
-    "weak_learner": "mrma", "normalize_models": "mrma",
-    "dataset": "data", "n_train": "data", "n_eval": "data", "n_test": "data",
+    "epsilon": "privacy",
+    "label_share": "privacy",
+    "n_basis": "fda",
+    "order": "fda",
+    "calibration_size": "fda",
+    "num_weak_models": "mrma",
+    "subsample_size": "mrma",
+    "cutoff": "mrma",
+    "weak_learner": "mrma",
+    "normalize_models": "mrma",
+    "dataset": "data",
+    "n_train": "data",
+    "n_eval": "data",
+    "n_test": "data",
     "repeats": "data",
     "seed": None,
 }
@@ -81,20 +90,36 @@ class Settings:
         set_ = object.__setattr__
         set_(self, "epsilon", check_epsilon(self.epsilon))
         if self.label_share is not None:
-            set_(self, "label_share", check_real(self.label_share, "label_share", low=0.0,
-                                                 high=1.0, low_open=True, high_open=True))
+            set_(
+                self,
+                "label_share",
+                check_real(
+                    self.label_share,
+                    "label_share",
+                    low=0.0,
+                    high=1.0,
+                    low_open=True,
+                    high_open=True,
+                ),
+            )
         order = check_int(self.order, "order", minimum=1)
         set_(self, "order", order)
         n_basis = check_int(self.n_basis, "n_basis", minimum=1)
         if n_basis < order:
             raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
         set_(self, "n_basis", n_basis)
-        set_(self, "calibration_size", check_int(self.calibration_size, "calibration_size",
-                                                 minimum=2))
+        set_(
+            self,
+            "calibration_size",
+            check_int(self.calibration_size, "calibration_size", minimum=2),
+        )
         m = check_int(self.num_weak_models, "num_weak_models", minimum=1)
         set_(self, "num_weak_models", m)
-        set_(self, "subsample_size", check_int(self.subsample_size, "subsample_size",
-                                               minimum=2))
+        set_(
+            self,
+            "subsample_size",
+            check_int(self.subsample_size, "subsample_size", minimum=2),
+        )
         set_(self, "cutoff", check_real(self.cutoff, "cutoff", low=0.0, high=0.5))
         if self.weak_learner not in ("logistic", "svm"):
             raise ValueError(
@@ -132,7 +157,9 @@ class Settings:
         return kebab if group is None else f"{group}.{kebab}"
 
     @classmethod
-    def from_mapping(cls, mapping: dict[str, Any], *, base: Settings | None = None) -> Settings:
+    def from_mapping(
+        cls, mapping: dict[str, Any], *, base: Settings | None = None
+    ) -> Settings:
         """Settings from kebab-case keys (``privacy.epsilon`` or ``epsilon``).
 
         Unknown keys are refused with a ``ValueError`` naming them, so a typo in a run
@@ -144,11 +171,16 @@ class Settings:
         for key, value in mapping.items():
             leaf = key.rsplit(".", 1)[-1]
             name = leaf.replace("-", "_")
-            if ("_" in leaf or name not in names
-                    or (key.count(".") and cls.key(name) != key)):
+            if (
+                "_" in leaf
+                or name not in names
+                or (key.count(".") and cls.key(name) != key)
+            ):
                 unknown.append(key)
                 continue
-            if name == "label_share" and (value == "" or value is None or value == "reference"):
+            if name == "label_share" and (
+                value == "" or value is None or value == "reference"
+            ):
                 value = None
             elif name == "epsilon" and isinstance(value, str):
                 value = float(value)

@@ -37,7 +37,11 @@ class ReleaseEvent:
         return cls(mechanism, float(epsilon), tuple(sorted(parameters.items())))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mechanism": self.mechanism, "epsilon": self.epsilon, **dict(self.parameters)}
+        return {
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            **dict(self.parameters),
+        }
 
 
 class Mechanism(ABC):

@@ -58,8 +58,9 @@ def split_budget(
     if label_share is None:
         share = 1.0 / (p + 1)
     else:
-        share = check_real(label_share, "label_share", low=0.0, high=1.0,
-                           low_open=True, high_open=True)
+        share = check_real(
+            label_share, "label_share", low=0.0, high=1.0, low_open=True, high_open=True
+        )
     return BudgetSplit(
         total=epsilon,
         per_coordinate=epsilon * (1.0 - share) / p,

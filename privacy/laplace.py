@@ -125,7 +125,9 @@ class LaplaceMechanism(Mechanism):
         self.lower = check_real(lower, "lower")
         self.upper = check_real(upper, "upper")
         if not self.upper > self.lower:
-            raise ValueError(f"upper must be > lower, got lower={lower!r}, upper={upper!r}")
+            raise ValueError(
+                f"upper must be > lower, got lower={lower!r}, upper={upper!r}"
+            )
         if sampler not in ("discrete", "continuous"):
             raise ValueError(
                 f"sampler must be 'discrete' or 'continuous', got {sampler!r}"
@@ -142,7 +144,11 @@ class LaplaceMechanism(Mechanism):
             effective = self.epsilon - slack
         self.scale = laplace_scale(epsilon=effective, sensitivity=self.sensitivity)
         self.grid_step = (self.upper - self.lower) / self.GRID_STEPS
-        if sampler == "discrete" and self.is_private and self.clamp_steps < self.steps_per_scale:
+        if (
+            sampler == "discrete"
+            and self.is_private
+            and self.clamp_steps < self.steps_per_scale
+        ):
             raise ValueError(
                 f"epsilon per coordinate must be below "
                 f"{30 * math.log(2) - 1:.1f} for the discrete sampler, got "
@@ -154,8 +160,13 @@ class LaplaceMechanism(Mechanism):
         return self.dimension * (self.upper - self.lower)
 
     def parameters(self) -> dict[str, Any]:
-        return {"dimension": self.dimension, "scale": self.scale,
-                "lower": self.lower, "upper": self.upper, "sampler": self.sampler}
+        return {
+            "dimension": self.dimension,
+            "scale": self.scale,
+            "lower": self.lower,
+            "upper": self.upper,
+            "sampler": self.sampler,
+        }
 
     def _check_values(self, values: ArrayLike) -> NDArray[np.float64]:
         x = np.asarray(values, dtype=float)
@@ -167,7 +178,9 @@ class LaplaceMechanism(Mechanism):
             raise ValueError("values contain NaN or infinite entries")
         return x
 
-    def randomise(self, values: ArrayLike, rng: RandomLike = None) -> NDArray[np.float64]:
+    def randomise(
+        self, values: ArrayLike, rng: RandomLike = None
+    ) -> NDArray[np.float64]:
         x = np.clip(self._check_values(values), self.lower, self.upper)
         if not self.is_private:
             return x
@@ -198,8 +211,9 @@ class LaplaceMechanism(Mechanism):
         """
         return math.floor(30 * math.log(2) * self.steps_per_scale) - self.GRID_STEPS
 
-    def _discrete(self, x: NDArray[np.float64], u0: NDArray[np.float64],
-                  rng: RandomLike) -> NDArray[np.float64]:
+    def _discrete(
+        self, x: NDArray[np.float64], u0: NDArray[np.float64], rng: RandomLike
+    ) -> NDArray[np.float64]:
         t = self.steps_per_scale
         q = self.block
         a = math.exp(-1.0 / t)
@@ -218,7 +232,9 @@ class LaplaceMechanism(Mechanism):
         sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
         k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
         origin = np.round((x - self.lower) / self.grid_step)
-        index = np.clip(origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps)
+        index = np.clip(
+            origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps
+        )
         return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
@@ -236,6 +252,21 @@ class LaplaceMechanism(Mechanism):
             return np.full(shape, 2.0 * self.scale**2)
         a = math.exp(-1.0 / self.steps_per_scale)
         return np.full(shape, self.grid_step**2 * 2.0 * a / (1.0 - a) ** 2)
+
+    def output_range(self) -> tuple[float, float]:
+        """Every release lies in this range (per coordinate).
+
+        Discrete sampler: the clamp, ``[lower - K gamma, upper + K gamma]``. Continuous
+        sampler: the largest noise an inverse-CDF draw from a 53-bit uniform can give,
+        ``b ln 2^53``, around the box. No noise: the box.
+        """
+        if not self.is_private:
+            return self.lower, self.upper
+        if self.sampler == "discrete":
+            reach = self.clamp_steps * self.grid_step
+        else:
+            reach = self.scale * 53 * math.log(2.0)
+        return self.lower - reach, self.upper + reach
 
     def log_density_ratio_bound(self) -> float:
         """Largest log ratio of output densities over neighbouring inputs (= epsilon)."""

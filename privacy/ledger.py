@@ -83,10 +83,14 @@ class PrivacyLedger:
         """
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         if np.unique(ids).size != ids.size:
-            raise ValueError("a release may be charged to each client only once per call")
+            raise ValueError(
+                "a release may be charged to each client only once per call"
+            )
         for event in events:
             if not isinstance(event, ReleaseEvent):
-                raise TypeError(f"events must be ReleaseEvent, got {type(event).__name__}")
+                raise TypeError(
+                    f"events must be ReleaseEvent, got {type(event).__name__}"
+                )
         total = float(sum(event.epsilon for event in events))
         ok = self.can_spend(total, ids)
         if not np.all(ok):
@@ -116,14 +120,16 @@ class PrivacyLedger:
         """Totals for a run report: budget, spent (max/min/mean), and releases by kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
-            item = releases.setdefault(entry.event.mechanism,
-                                       {"epsilon": entry.event.epsilon, "clients": 0,
-                                        "epsilon_total": 0.0})
+            item = releases.setdefault(
+                entry.event.mechanism,
+                {"epsilon": entry.event.epsilon, "clients": 0, "epsilon_total": 0.0},
+            )
             if item["epsilon"] != entry.event.epsilon:
                 item["epsilon"] = float("nan")  # mixed epsilons: see epsilon_total
             item["clients"] = int(item["clients"]) + int(entry.client_ids.size)
             item["epsilon_total"] = float(item["epsilon_total"]) + (
-                entry.event.epsilon * entry.client_ids.size)
+                entry.event.epsilon * entry.client_ids.size
+            )
         spent = self._spent
         return {
             "budget_per_client": self.budget,

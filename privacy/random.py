@@ -60,9 +60,13 @@ def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
     """Normalise ``rng`` (a Generator, an int seed or None) into a Generator."""
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+    if rng is None or (
+        isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)
+    ):
         return np.random.default_rng(rng)
-    raise TypeError(f"rng must be a numpy Generator, an int or None, got {type(rng).__name__}")
+    raise TypeError(
+        f"rng must be a numpy Generator, an int or None, got {type(rng).__name__}"
+    )
 
 
 def derive_seed(seed: int, *tags: int | str) -> int:
@@ -120,7 +124,8 @@ def client_keys(seed: int, client_ids: ArrayLike) -> NDArray[np.uint64]:
 
 
 def philox4x32(
-    counter: tuple[NDArray[np.uint64], ...], key: tuple[NDArray[np.uint64], NDArray[np.uint64]]
+    counter: tuple[NDArray[np.uint64], ...],
+    key: tuple[NDArray[np.uint64], NDArray[np.uint64]],
 ) -> tuple[NDArray[np.uint64], ...]:
     """Philox4x32-10 on arrays of 32-bit words held in uint64 (broadcasting).
 

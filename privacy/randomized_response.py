@@ -50,7 +50,9 @@ def rr_epsilon(*, keep_probability: float, n_categories: int = 2) -> float:
     defined for :math:`1/K < q \le 1`. Inverse of :func:`rr_keep_probability`.
     """
     k = check_int(n_categories, "n_categories", minimum=2)
-    q = check_real(keep_probability, "keep_probability", low=1.0 / k, high=1.0, low_open=True)
+    q = check_real(
+        keep_probability, "keep_probability", low=1.0 / k, high=1.0, low_open=True
+    )
     return math.inf if q == 1.0 else math.log(q * (k - 1) / (1.0 - q))
 
 
@@ -85,7 +87,10 @@ class KaryRandomizedResponse(Mechanism):
         return (1.0 - self.keep_probability) / (self.n_categories - 1)
 
     def parameters(self) -> dict[str, Any]:
-        return {"n_categories": self.n_categories, "keep_probability": self.keep_probability}
+        return {
+            "n_categories": self.n_categories,
+            "keep_probability": self.keep_probability,
+        }
 
     def _check_values(self, values: ArrayLike) -> NDArray[np.int64]:
         y = np.asarray(values)
@@ -109,7 +114,8 @@ class KaryRandomizedResponse(Mechanism):
         u = uniform(rng, y.shape)
         keep = u < self.keep_probability
         step = np.minimum(
-            ((u - self.keep_probability) / self.other_probability).astype(np.int64), k - 2
+            ((u - self.keep_probability) / self.other_probability).astype(np.int64),
+            k - 2,
         )
         return np.where(keep, y, (y + 1 + np.maximum(step, 0)) % k)
 
@@ -176,7 +182,9 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
         q = self.keep_probability
         mu = np.asarray(true_mean, dtype=float)
         p_one = (2.0 * q - 1.0) * mu + 1.0 - q
-        return p_one * (1.0 - p_one) / (np.asarray(n, dtype=float) * (2.0 * q - 1.0) ** 2)
+        return (
+            p_one * (1.0 - p_one) / (np.asarray(n, dtype=float) * (2.0 * q - 1.0) ** 2)
+        )
 
 
 class FeedbackBit(BinaryRandomizedResponse):

@@ -39,8 +39,10 @@ __all__ = [
     "ArrayClients",
     "ClientPopulation",
     "ProtocolResult",
+    "RepeatData",
     "aggregate",
     "make_featurizer",
+    "repeat_data",
     "run_protocol",
     "run_repeat",
     "score",
@@ -169,11 +171,20 @@ def run_protocol(
         ledger = PrivacyLedger(budget=settings.epsilon, client_ids=ids)
 
     t0 = time.perf_counter()
-    payload = TrainingPayload.concatenate([
-        privatize(x, y, client_ids=ids, seed=seed, epsilon=settings.epsilon,
-                  label_share=settings.label_share, ledger=ledger)
-        for ids, x, y in train.batches(chunk_size)
-    ])
+    payload = TrainingPayload.concatenate(
+        [
+            privatize(
+                x,
+                y,
+                client_ids=ids,
+                seed=seed,
+                epsilon=settings.epsilon,
+                label_share=settings.label_share,
+                ledger=ledger,
+            )
+            for ids, x, y in train.batches(chunk_size)
+        ]
+    )
     timings["clients_privatize_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -185,16 +196,31 @@ def run_protocol(
     bits = np.empty(evaluation.n_clients, dtype=np.int8)
     start = 0
     for ids, x, y in evaluation.batches(chunk_size):
-        g = groups[start:start + len(ids)]
-        bits[start:start + len(ids)] = answer_evaluation(
-            weak.coef[g], weak.intercept[g], x, y, client_ids=ids, seed=seed,
-            epsilon=settings.epsilon, ledger=ledger)
+        g = groups[start : start + len(ids)]
+        bits[start : start + len(ids)] = answer_evaluation(
+            weak.coef[g],
+            weak.intercept[g],
+            x,
+            y,
+            client_ids=ids,
+            seed=seed,
+            epsilon=settings.epsilon,
+            ledger=ledger,
+        )
         start += len(ids)
     timings["clients_evaluate_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    result = aggregate(weak, bits, groups, payload, settings, clean_train=clean_train,
-                       privacy=ledger.summary(), keep_payload=keep_payload)
+    result = aggregate(
+        weak,
+        bits,
+        groups,
+        payload,
+        settings,
+        clean_train=clean_train,
+        privacy=ledger.summary(),
+        keep_payload=keep_payload,
+    )
     timings["server_aggregate_s"] = time.perf_counter() - t0
     result.timings = timings
     if test is not None:
@@ -210,10 +236,14 @@ def train_weak(
     Payloads must be ordered by client id so that a run does not depend on the order in
     which clients answered (the Flower server sorts them the same way).
     """
-    return fit_weak_models(payload.features, payload.labels,
-                           n_models=settings.num_weak_models,
-                           subsample_size=settings.subsample_size,
-                           learner=settings.weak_learner, rng=server_rng)
+    return fit_weak_models(
+        payload.features,
+        payload.labels,
+        n_models=settings.num_weak_models,
+        subsample_size=settings.subsample_size,
+        learner=settings.weak_learner,
+        rng=server_rng,
+    )
 
 
 def aggregate(
@@ -237,8 +267,9 @@ def aggregate(
     weights, kept, rule = mrma_weights(estimates.clipped, cutoff=settings.cutoff)
     norm = settings.normalize_models
     final = average_models(reversed_models, weights, normalize=norm)
-    ma_weights, _, _ = mrma_weights(estimates.clipped, cutoff=settings.cutoff,
-                                    reversal=False)
+    ma_weights, _, _ = mrma_weights(
+        estimates.clipped, cutoff=settings.cutoff, reversal=False
+    )
     baselines = {
         "ma": average_models(weak, ma_weights, normalize=norm),
         "averaging": average_models(weak, np.ones(m), normalize=norm),
@@ -247,18 +278,28 @@ def aggregate(
     if clean_train is not None:
         baselines["non_private"] = fit_linear(*clean_train)
     return ProtocolResult(
-        final=final, weak=weak, reversed_models=reversed_models, reversed=flipped,
-        estimated_errors=estimates.clipped, weights=weights, kept=kept,
+        final=final,
+        weak=weak,
+        reversed_models=reversed_models,
+        reversed=flipped,
+        estimated_errors=estimates.clipped,
+        weights=weights,
+        kept=kept,
         selection_rule=rule,
         payload=payload if keep_payload else _head(payload),
-        baselines=baselines, privacy=privacy or {},
+        baselines=baselines,
+        privacy=privacy or {},
     )
 
 
 def _head(payload: TrainingPayload) -> TrainingPayload:
-    return TrainingPayload(payload.client_ids[:0], payload.features[:0],
-                           payload.labels[:0], payload.feature_epsilon,
-                           payload.label_epsilon)
+    return TrainingPayload(
+        payload.client_ids[:0],
+        payload.features[:0],
+        payload.labels[:0],
+        payload.feature_epsilon,
+        payload.label_epsilon,
+    )
 
 
 def _all_ids(population: ClientPopulation) -> NDArray[np.int64]:
@@ -283,7 +324,9 @@ def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -
 
 
 def make_featurizer(
-    design: VectorDesign | FunctionalDesign, settings: Settings, rng: np.random.Generator
+    design: VectorDesign | FunctionalDesign,
+    settings: Settings,
+    rng: np.random.Generator,
 ) -> Featurizer:
     """The featurizer clients use, fixed before any private data is seen.
 
@@ -294,8 +337,37 @@ def make_featurizer(
     if not design.is_functional:
         return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), design.n_features)
     public, _ = design.sample(settings.calibration_size, rng)
-    return CurveFeaturizer.calibrated(public, design.grid_points,
-                                      n_basis=settings.n_basis, order=settings.order)
+    return CurveFeaturizer.calibrated(
+        public, design.grid_points, n_basis=settings.n_basis, order=settings.order
+    )
+
+
+@dataclass(frozen=True)
+class RepeatData:
+    """The data of one repeat on an embedded design, drawn in a fixed order."""
+
+    featurizer: Featurizer
+    train: tuple[Any, NDArray[np.int8]]
+    evaluation: tuple[Any, NDArray[np.int8]]
+    test: tuple[Any, NDArray[np.int8]] | None
+
+
+def repeat_data(
+    settings: Settings, repeat: int = 0, *, with_test: bool = True
+) -> RepeatData:
+    """Featurizer and raw samples of one repeat, from ``(settings.seed, repeat)``.
+
+    Draw order on the repeat's data stream: public calibration curves (functional
+    design only), training sample, evaluation sample, test sample. The Flower client
+    serves its simulated partition from the same draws, so both runs see the same data.
+    """
+    design = make_design(settings.dataset)
+    data_rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
+    featurizer = make_featurizer(design, settings, data_rng)
+    train = design.sample(settings.n_train, data_rng)
+    evaluation = design.sample(settings.n_eval, data_rng)
+    test = design.sample(settings.n_test, data_rng) if with_test else None
+    return RepeatData(featurizer, train, evaluation, test)
 
 
 def run_repeat(
@@ -310,17 +382,19 @@ def run_repeat(
     ``n_eval`` ids. Data, the run seed and the server's randomness are derived from
     ``(settings.seed, repeat)``.
     """
-    design = make_design(settings.dataset)
-    data_rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
-    featurizer = make_featurizer(design, settings, data_rng)
-    x_train, y_train = design.sample(settings.n_train, data_rng)
-    x_eval, y_eval = design.sample(settings.n_eval, data_rng)
-    x_test, y_test = design.sample(settings.n_test, data_rng)
+    data = repeat_data(settings, repeat)
+    featurizer = data.featurizer
+    (x_train, y_train), (x_eval, y_eval) = data.train, data.evaluation
+    assert data.test is not None
+    x_test, y_test = data.test
     train = ArrayClients(np.arange(settings.n_train), x_train, y_train, featurizer)
-    evaluation = ArrayClients(settings.n_train + np.arange(settings.n_eval), x_eval, y_eval,
-                              featurizer)
+    evaluation = ArrayClients(
+        settings.n_train + np.arange(settings.n_eval), x_eval, y_eval, featurizer
+    )
     return run_protocol(
-        train, evaluation, settings,
+        train,
+        evaluation,
+        settings,
         seed=derive_seed(settings.seed, "clients", repeat),
         server_rng=np.random.default_rng(derive_seed(settings.seed, "server", repeat)),
         test=(featurizer.transform(x_test), y_test),

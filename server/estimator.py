@@ -106,8 +106,9 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
                     "public_curves are needed to fix the rescaling bounds of curves "
                     "(or pass a featurizer with bounds fixed in advance)"
                 )
-            return CurveFeaturizer.calibrated(public_curves, grid_points,
-                                              n_basis=self.n_basis, order=self.order)
+            return CurveFeaturizer.calibrated(
+                public_curves, grid_points, n_basis=self.n_basis, order=self.order
+            )
         x = np.asarray(X, dtype=float)
         return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
 
@@ -127,23 +128,36 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         if classes.size != 2:
             raise ValueError(f"y must have exactly 2 classes, got {classes.size}")
         if not 0.0 < float(self.eval_fraction) < 1.0:
-            raise ValueError(f"eval_fraction must be in (0, 1), got {self.eval_fraction!r}")
+            raise ValueError(
+                f"eval_fraction must be in (0, 1), got {self.eval_fraction!r}"
+            )
         featurizer = self._make_featurizer(X, grid_points, public_curves)
         features = featurizer.transform(X)  # validates curves: NaN, grid, shape
         n = features.shape[0]
         if y.size != n:
             raise ValueError(f"y has {y.size} labels for {n} clients")
         labels = (y == classes[1]).astype(np.int8)
-        seed = check_int(0 if self.random_state is None else self.random_state,
-                         "random_state", minimum=0)
+        seed = check_int(
+            0 if self.random_state is None else self.random_state,
+            "random_state",
+            minimum=0,
+        )
         n_eval = int(round(n * float(self.eval_fraction)))
         settings = Settings(
-            epsilon=self.epsilon, label_share=self.label_share,
-            n_basis=self.n_basis, order=self.order,
-            num_weak_models=self.n_estimators, subsample_size=self.subsample_size,
-            cutoff=self.cutoff, weak_learner=self.weak_learner,
+            epsilon=self.epsilon,
+            label_share=self.label_share,
+            n_basis=self.n_basis,
+            order=self.order,
+            num_weak_models=self.n_estimators,
+            subsample_size=self.subsample_size,
+            cutoff=self.cutoff,
+            weak_learner=self.weak_learner,
             normalize_models=self.normalize_models,
-            n_train=n - n_eval, n_eval=n_eval, n_test=1, repeats=1, seed=seed,
+            n_train=n - n_eval,
+            n_eval=n_eval,
+            n_test=1,
+            repeats=1,
+            seed=seed,
         )
         rng = np.random.default_rng(derive_seed(seed, "server"))
         order = rng.permutation(n)
@@ -152,7 +166,9 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         result = run_protocol(
             ArrayClients(train_idx, features[train_idx], labels[train_idx], identity),
             ArrayClients(eval_idx, features[eval_idx], labels[eval_idx], identity),
-            settings, seed=derive_seed(seed, "clients"), server_rng=rng,
+            settings,
+            seed=derive_seed(seed, "clients"),
+            server_rng=rng,
             keep_payload=False,
         )
         self.classes_ = classes

@@ -77,8 +77,10 @@ def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float6
 def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMoments:
     if mechanism is None:
         return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
-    moments = mechanism if isinstance(mechanism, ProductMoments) else product_moments(
+    moments = (
         mechanism
+        if isinstance(mechanism, ProductMoments)
+        else product_moments(mechanism)
     )
     if moments.dimension != p:
         raise ValueError(
@@ -232,8 +234,9 @@ class MomentLinearClassifier(_LinearClassifier):
                 f"got {self.regularization!r}"
             )
         alpha = check_real(self.alpha, "alpha", low=0.0)
-        rho = check_real(self.label_flip_rate, "label_flip_rate", low=0.0, high=0.5,
-                         high_open=True)
+        rho = check_real(
+            self.label_flip_rate, "label_flip_rate", low=0.0, high=0.5, high_open=True
+        )
         x = check_finite_array(X, "X", ndim=2)
         if x.shape[0] < 1:
             raise ValueError("X must have at least one row")
@@ -244,8 +247,9 @@ class MomentLinearClassifier(_LinearClassifier):
                 )
             rows = x
             released = x
-            moments = None if self.gram is not None else _moments(self.mechanism,
-                                                                   x.shape[1])
+            moments = (
+                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
+            )
             p = x.shape[1] - int(self.fit_intercept)
             if p < 1:
                 raise ValueError("X must have at least one feature column")
@@ -258,8 +262,9 @@ class MomentLinearClassifier(_LinearClassifier):
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
             released = x
-            moments = None if self.gram is not None else _moments(self.mechanism,
-                                                                   x.shape[1])
+            moments = (
+                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
+            )
             p = x.shape[1]
         d = p + int(self.fit_intercept)
         n = rows.shape[0]
@@ -297,8 +302,9 @@ class MomentLinearClassifier(_LinearClassifier):
             penalty = np.ones(d)
             penalty[:start] = 0.0
             shrinkage = alpha * max(float(np.trace(gram[start:, start:])) / p, 1e-12)
-            theta = np.linalg.lstsq(gram + shrinkage * np.diag(penalty), cross,
-                                    rcond=None)[0]
+            theta = np.linalg.lstsq(
+                gram + shrinkage * np.diag(penalty), cross, rcond=None
+            )[0]
         else:
             g2 = gram @ gram
             scale = float(np.trace(g2))
@@ -307,8 +313,9 @@ class MomentLinearClassifier(_LinearClassifier):
             signal = max(float(cross @ cross) - d * noise, 0.0)
             cap = 1e12 * scale
             shrinkage = cap if signal * cap <= noise * scale else noise * scale / signal
-            theta = np.linalg.lstsq(g2 + shrinkage * np.eye(d), gram @ cross,
-                                    rcond=None)[0]
+            theta = np.linalg.lstsq(
+                g2 + shrinkage * np.eye(d), gram @ cross, rcond=None
+            )[0]
         self.coef_ = theta[start:]
         self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
         self.cross_moment_ = cross
@@ -407,8 +414,12 @@ class NoisyLabelLogisticRegression(_LinearClassifier):
         if labels.size != n:
             raise ValueError(f"y has {labels.size} entries for {n} rows")
         if flip_rates is None:
-            rho = np.full(n, check_real(self.flip_rate, "flip_rate", low=0.0, high=0.5,
-                                        high_open=True))
+            rho = np.full(
+                n,
+                check_real(
+                    self.flip_rate, "flip_rate", low=0.0, high=0.5, high_open=True
+                ),
+            )
         else:
             rho = check_finite_array(flip_rates, "flip_rates", ndim=1)
             if rho.size != n or np.any(rho < 0) or np.any(rho >= 0.5):
@@ -432,11 +443,15 @@ class NoisyLabelLogisticRegression(_LinearClassifier):
             value += 0.5 * alpha * float(theta @ theta)
             return value, design.T @ grad_m + alpha * theta
 
-        result = minimize(objective, np.zeros(design.shape[1]), jac=True,
-                          method="L-BFGS-B",
-                          options={"maxiter": max_iter, "gtol": tol, "ftol": tol})
+        result = minimize(
+            objective,
+            np.zeros(design.shape[1]),
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": max_iter, "gtol": tol, "ftol": tol},
+        )
         theta = result.x
-        self.coef_ = theta[int(self.fit_intercept):]
+        self.coef_ = theta[int(self.fit_intercept) :]
         self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
         self.n_iter_ = int(result.nit)
         self.n_features_in_ = p

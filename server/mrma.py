@@ -72,7 +72,11 @@ class LinearModels:
 
 
 def fit_linear(
-    X: ArrayLike, y: ArrayLike, *, learner: str = "logistic", random_state: int | None = None
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    learner: str = "logistic",
+    random_state: int | None = None,
 ) -> LinearModels:
     """One linear classifier on (X, y) with y in {0, 1}.
 
@@ -92,7 +96,9 @@ def fit_linear(
     if learner == "logistic":
         model = LogisticRegression(C=np.inf, max_iter=1000)
     elif learner == "svm":
-        model = LinearSVC(C=1.0, loss="hinge", max_iter=20000, random_state=random_state)
+        model = LinearSVC(
+            C=1.0, loss="hinge", max_iter=20000, random_state=random_state
+        )
     else:
         raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
     with warnings.catch_warnings():
@@ -133,8 +139,9 @@ def fit_weak_models(
     coefs, intercepts = [], []
     for _ in range(n_models):
         idx = gen.choice(n, size=subsample_size, replace=False)
-        model = fit_linear(x[idx], y[idx], learner=learner,
-                           random_state=int(gen.integers(2**31 - 1)))
+        model = fit_linear(
+            x[idx], y[idx], learner=learner, random_state=int(gen.integers(2**31 - 1))
+        )
         coefs.append(model.coef[0])
         intercepts.append(model.intercept[0])
     return LinearModels(np.array(coefs), np.array(intercepts))
@@ -188,7 +195,9 @@ def estimate_errors(
     o = np.asarray(bits)
     g = np.asarray(groups)
     if o.shape != g.shape or o.ndim != 1:
-        raise ValueError(f"bits and groups must be 1-D of one length, got {o.shape}, {g.shape}")
+        raise ValueError(
+            f"bits and groups must be 1-D of one length, got {o.shape}, {g.shape}"
+        )
     bad = ~np.isin(o, (0, 1))
     if np.any(bad):
         raise ValueError(f"bits must be in {{0, 1}}, got {o[bad][0]!r}")
@@ -204,7 +213,9 @@ def estimate_errors(
     q = mechanism.keep_probability
     p1 = np.clip(np.nan_to_num(mean_bits, nan=0.5), 0, 1)
     se = np.sqrt(p1 * (1 - p1) / np.maximum(counts, 1)) / (2 * q - 1)
-    return ErrorEstimates(raw, np.clip(raw, 0.0, 1.0), counts, mean_bits, mechanism.epsilon, se)
+    return ErrorEstimates(
+        raw, np.clip(raw, 0.0, 1.0), counts, mean_bits, mechanism.epsilon, se
+    )
 
 
 def reverse_models(

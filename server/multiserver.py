@@ -68,12 +68,15 @@ class ServerSpec:
         check_real(self.label_shift, "label_shift")
 
 
-def _worst_case_variance(counts: NDArray[np.int64], epsilon: float) -> NDArray[np.float64]:
+def _worst_case_variance(
+    counts: NDArray[np.int64], epsilon: float
+) -> NDArray[np.float64]:
     """Variance of the debiased error estimate at true error 1/2, per subgroup size."""
     q = rr_keep_probability(epsilon=epsilon)
     with np.errstate(divide="ignore"):
-        return np.where(counts > 0, 0.25 / (np.maximum(counts, 1) * (2 * q - 1) ** 2),
-                        np.inf)
+        return np.where(
+            counts > 0, 0.25 / (np.maximum(counts, 1) * (2 * q - 1) ** 2), np.inf
+        )
 
 
 def combine_estimates(
@@ -93,8 +96,11 @@ def combine_estimates(
         extra[own] = 0.0
     weights = 1.0 / (variances + extra[:, None])
     total = weights.sum(axis=0)
-    combined = np.where(total > 0, (weights * estimates).sum(axis=0) / np.where(
-        total > 0, total, 1.0), 0.5)
+    combined = np.where(
+        total > 0,
+        (weights * estimates).sum(axis=0) / np.where(total > 0, total, 1.0),
+        0.5,
+    )
     return np.clip(combined, 0.0, 1.0)
 
 
@@ -108,9 +114,12 @@ class MultiServerResult:
     models: dict[str, LinearModels] = field(default_factory=dict)
 
 
-def _server_data(spec: ServerSpec, settings: Settings, seed: int, index: int, repeat: int):
-    design = make_design(settings.dataset, feature_shift=spec.feature_shift,
-                         label_shift=spec.label_shift)
+def _server_data(
+    spec: ServerSpec, settings: Settings, seed: int, index: int, repeat: int
+):
+    design = make_design(
+        settings.dataset, feature_shift=spec.feature_shift, label_shift=spec.label_shift
+    )
     rng = np.random.default_rng(derive_seed(seed, "data", repeat, index))
     train = design.sample(spec.n_train, rng)
     evaluation = design.sample(spec.n_eval, rng)
@@ -141,8 +150,10 @@ def run_multiserver_repeat(
     seed = settings.seed
     # One featurizer for everyone, fixed from public calibration data of the base design.
     featurizer: Featurizer = make_featurizer(
-        make_design(settings.dataset), settings,
-        np.random.default_rng(derive_seed(seed, "public", repeat)))
+        make_design(settings.dataset),
+        settings,
+        np.random.default_rng(derive_seed(seed, "public", repeat)),
+    )
     client_seed = derive_seed(seed, "clients", repeat)
 
     data, populations, offset = [], [], 0
@@ -160,24 +171,44 @@ def run_multiserver_repeat(
         data.append(test)
         populations.append((train, evaluation))
 
-    budgets = np.concatenate([
-        np.full(p.n_clients + e.n_clients, spec.epsilon)
-        for spec, (p, e) in zip(servers, populations, strict=True)])
-    ledgers = [PrivacyLedger(budget=spec.epsilon, client_ids=np.concatenate(
-        [p.client_ids, e.client_ids])) for spec, (p, e) in zip(servers, populations,
-                                                               strict=True)]
+    budgets = np.concatenate(
+        [
+            np.full(p.n_clients + e.n_clients, spec.epsilon)
+            for spec, (p, e) in zip(servers, populations, strict=True)
+        ]
+    )
+    ledgers = [
+        PrivacyLedger(
+            budget=spec.epsilon, client_ids=np.concatenate([p.client_ids, e.client_ids])
+        )
+        for spec, (p, e) in zip(servers, populations, strict=True)
+    ]
 
     # 1. Every server privatizes its training clients and trains M weak models.
     weak_parts = []
     for s, (spec, (train, _)) in enumerate(zip(servers, populations, strict=True)):
-        payload = TrainingPayload.concatenate([
-            privatize(x, y, client_ids=ids, seed=client_seed, epsilon=spec.epsilon,
-                      label_share=settings.label_share, ledger=ledgers[s])
-            for ids, x, y in train.batches(100_000)])
+        payload = TrainingPayload.concatenate(
+            [
+                privatize(
+                    x,
+                    y,
+                    client_ids=ids,
+                    seed=client_seed,
+                    epsilon=spec.epsilon,
+                    label_share=settings.label_share,
+                    ledger=ledgers[s],
+                )
+                for ids, x, y in train.batches(100_000)
+            ]
+        )
         rng = np.random.default_rng(derive_seed(seed, "server", repeat, s))
-        weak_parts.append(train_weak(payload, settings.replace(epsilon=spec.epsilon), rng))
-    weak = LinearModels(np.concatenate([w.coef for w in weak_parts]),
-                        np.concatenate([w.intercept for w in weak_parts]))
+        weak_parts.append(
+            train_weak(payload, settings.replace(epsilon=spec.epsilon), rng)
+        )
+    weak = LinearModels(
+        np.concatenate([w.coef for w in weak_parts]),
+        np.concatenate([w.intercept for w in weak_parts]),
+    )
 
     # 2. Every server's evaluation clients evaluate all S*M models, one query each.
     estimates = np.empty((s_count, s_count * m))
@@ -186,9 +217,16 @@ def run_multiserver_repeat(
         rng = np.random.default_rng(derive_seed(seed, "groups", repeat, r))
         groups = assign_groups(evaluation.n_clients, s_count * m, rng)
         ids, x, y = next(evaluation.batches(evaluation.n_clients))
-        bits = answer_evaluation(weak.coef[groups], weak.intercept[groups], x, y,
-                                 client_ids=ids, seed=client_seed, epsilon=spec.epsilon,
-                                 ledger=ledgers[r])
+        bits = answer_evaluation(
+            weak.coef[groups],
+            weak.intercept[groups],
+            x,
+            y,
+            client_ids=ids,
+            seed=client_seed,
+            epsilon=spec.epsilon,
+            ledger=ledgers[r],
+        )
         est = estimate_errors(bits, groups, n_models=s_count * m, epsilon=spec.epsilon)
         estimates[r] = est.raw
         variances[r] = _worst_case_variance(est.counts, spec.epsilon)
@@ -196,27 +234,37 @@ def run_multiserver_repeat(
     def final_model(errors: NDArray[np.float64]) -> LinearModels:
         reversed_models, _ = reverse_models(weak, errors)
         weights, _, _ = mrma_weights(errors, cutoff=settings.cutoff)
-        return average_models(reversed_models, weights,
-                              normalize=settings.normalize_models)
+        return average_models(
+            reversed_models, weights, normalize=settings.normalize_models
+        )
 
-    models = {"global": final_model(combine_estimates(estimates, variances, own=None,
-                                                      heterogeneity=0.0))}
+    models = {
+        "global": final_model(
+            combine_estimates(estimates, variances, own=None, heterogeneity=0.0)
+        )
+    }
     for s in range(s_count):
-        models[f"server{s}"] = final_model(combine_estimates(
-            estimates, variances, own=s, heterogeneity=heterogeneity))
+        models[f"server{s}"] = final_model(
+            combine_estimates(estimates, variances, own=s, heterogeneity=heterogeneity)
+        )
 
     # 3. Test errors on each server's own population, and the single-server baseline.
     test_errors: dict[str, dict[str, float]] = {}
-    for s, (spec, (train, evaluation)) in enumerate(zip(servers, populations,
-                                                        strict=True)):
+    for s, (spec, (train, evaluation)) in enumerate(
+        zip(servers, populations, strict=True)
+    ):
         x_test = featurizer.transform(data[s][0])
         y_test = data[s][1]
         alone = run_protocol(
-            train, evaluation, settings.replace(epsilon=spec.epsilon, n_train=spec.n_train,
-                                                n_eval=spec.n_eval),
+            train,
+            evaluation,
+            settings.replace(
+                epsilon=spec.epsilon, n_train=spec.n_train, n_eval=spec.n_eval
+            ),
             seed=derive_seed(seed, "clients-alone", repeat),
             server_rng=np.random.default_rng(derive_seed(seed, "server", repeat, s)),
-            keep_payload=False)
+            keep_payload=False,
+        )
         test_errors[f"server{s}"] = {
             "multi_server": float(models[f"server{s}"].errors(x_test, y_test)[0]),
             "global": float(models["global"].errors(x_test, y_test)[0]),
@@ -224,12 +272,16 @@ def run_multiserver_repeat(
             "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
         }
     spent = np.concatenate([ledger.spent_all() for ledger in ledgers])
-    privacy = {"max_spent_over_budget": float(np.max(spent / budgets)),
-               "budgets": [spec.epsilon for spec in servers]}
+    privacy = {
+        "max_spent_over_budget": float(np.max(spent / budgets)),
+        "budgets": [spec.epsilon for spec in servers],
+    }
     return MultiServerResult(test_errors, estimates, privacy, models)
 
 
-def summarize(results: list[MultiServerResult]) -> dict[str, dict[str, dict[str, float]]]:
+def summarize(
+    results: list[MultiServerResult],
+) -> dict[str, dict[str, dict[str, float]]]:
     """Mean and standard error over repeats, per server and method."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for server in results[0].test_errors:

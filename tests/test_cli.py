@@ -9,16 +9,37 @@ import pytest
 from ldpfda.cli import main
 from ldpfda.server.engine import METHODS
 
-FAST = ["--repeats", "2", "--n-test", "1000", "--n-train", "200", "--n-eval", "400",
-        "--num-weak-models", "8", "--subsample-size", "30", "--no-progress"]
+FAST = [
+    "--repeats",
+    "2",
+    "--n-test",
+    "1000",
+    "--n-train",
+    "200",
+    "--n-eval",
+    "400",
+    "--num-weak-models",
+    "8",
+    "--subsample-size",
+    "30",
+    "--no-progress",
+]
 
 
 def test_simulate_prints_every_method_and_writes_json(tmp_path, capsys):
     out = tmp_path / "sim.json"
     assert main(["simulate", "--epsilon", "2", "10", "--out", str(out), *FAST]) == 0
     printed = capsys.readouterr().out
-    for label in ("MRMA", "MR only", "MA only", "weak (mean)", "majority voting",
-                  "simple averaging", "naive (one model)", "non-private"):
+    for label in (
+        "MRMA",
+        "MR only",
+        "MA only",
+        "weak (mean)",
+        "majority voting",
+        "simple averaging",
+        "naive (one model)",
+        "non-private",
+    ):
         assert label in printed
     data = json.loads(out.read_text())
     assert [s["settings"]["privacy.epsilon"] for s in data["summaries"]] == [2.0, 10.0]
@@ -31,8 +52,18 @@ def test_simulate_prints_every_method_and_writes_json(tmp_path, capsys):
 
 def test_simulate_functional_dataset(tmp_path):
     out = tmp_path / "f.json"
-    args = ["simulate", "--dataset", "functional", "--epsilon", "5", "--n-basis", "6",
-            "--out", str(out), *FAST]
+    args = [
+        "simulate",
+        "--dataset",
+        "functional",
+        "--epsilon",
+        "5",
+        "--n-basis",
+        "6",
+        "--out",
+        str(out),
+        *FAST,
+    ]
     assert main(args) == 0
     assert json.loads(out.read_text())["summaries"][0]["settings"]["fda.n-basis"] == 6
 

@@ -13,8 +13,18 @@ PACKAGES = ("client", "server", "fda", "privacy", "datasets", "experiments")
 
 def test_wheel_contains_every_package_and_py_typed(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-q", "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
     )
     (wheel,) = tmp_path.glob("ldpfda-*.whl")
@@ -29,11 +39,30 @@ def test_wheel_contains_every_package_and_py_typed(tmp_path):
 
     # Installed from the wheel alone (dependencies from this environment), it imports.
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
-                    "--target", str(target), str(wheel)], check=True)
-    code = ("import ldpfda.client, ldpfda.server, ldpfda.fda, ldpfda.privacy, "
-            "ldpfda.datasets, ldpfda.cli; import ldpfda; print(ldpfda.__file__)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PYTHONPATH": str(target), "PATH": ""}, cwd=tmp_path,
-                         check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
+    code = (
+        "import ldpfda.client, ldpfda.server, ldpfda.fda, ldpfda.privacy, "
+        "ldpfda.datasets, ldpfda.cli; import ldpfda; print(ldpfda.__file__)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(target), "PATH": ""},
+        cwd=tmp_path,
+        check=True,
+    )
     assert str(target) in run.stdout

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+
+from ldpfda import BudgetExceededError
 from ldpfda.client.protocol import (
     TrainingPayload,
     answer_evaluation,
@@ -13,10 +15,8 @@ from ldpfda.client.protocol import (
     privatize_curves,
 )
 from ldpfda.fda import CurveFeaturizer
-from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy import PrivacyLedger, ReleaseEvent
-
-from ldpfda import BudgetExceededError
+from ldpfda.privacy.laplace import LaplaceMechanism
 
 try:  # tests/ as a package (tests/privacy/__init__.py present) or as rootdir-less files
     from tests.privacy.privacy_audit import estimate_epsilon
@@ -397,3 +397,22 @@ def test_the_training_release_is_epsilon_ldp_and_tight(label_share):
     )
     assert not audit.violates(2.0), audit
     assert audit.brackets(2.0), audit
+
+
+def test_release_events_and_output_range_match_what_privatize_releases():
+    from ldpfda.client.protocol import (
+        evaluation_events,
+        privatize_events,
+        training_output_range,
+    )
+
+    x, y = _data(2000)
+    ids = np.arange(x.shape[0])
+    ledger = PrivacyLedger(budget=2.0, client_ids=ids)
+    payload = privatize(x, y, client_ids=ids, seed=3, epsilon=2.0, ledger=ledger)
+    assert [e.event for e in ledger.entries] == privatize_events(
+        epsilon=2.0, n_features=x.shape[1]
+    )
+    low, high = training_output_range(epsilon=2.0, n_features=x.shape[1])
+    assert low <= payload.features.min() and payload.features.max() <= high
+    assert [e.mechanism for e in evaluation_events(epsilon=1.0)] == ["feedback_bit"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import skfda
-from ldpfda.fda import BSplineProjector, as_curves
 from skfda.representation.basis import BSplineBasis
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+
+from ldpfda.fda import BSplineProjector, as_curves
 
 
 def _irregular(

@@ -6,14 +6,14 @@ import warnings
 
 import numpy as np
 import pytest
+
+from ldpfda import PrivacyLeakWarning
 from ldpfda.fda import (
     BSplineProjector,
     CoefficientScaler,
     CurveFeaturizer,
     VectorFeaturizer,
 )
-
-from ldpfda import PrivacyLeakWarning
 
 
 def test_bounds_map_to_minus_one_and_one():

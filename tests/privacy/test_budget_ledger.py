@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+
+from ldpfda import BudgetExceededError
 from ldpfda.privacy import (
     BudgetSplit,
     LaplaceMechanism,
@@ -14,8 +16,6 @@ from ldpfda.privacy import (
     ReleaseEvent,
     split_budget,
 )
-
-from ldpfda import BudgetExceededError
 
 # --- split_budget ---------------------------------------------------------------------
 

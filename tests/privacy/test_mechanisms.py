@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+
 from ldpfda.privacy import (
     BinaryRandomizedResponse,
     FeedbackBit,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import ldpfda.privacy.random as random_module
 import numpy as np
 import pytest
+from scipy import stats
+
+import ldpfda.privacy.random as random_module
 from ldpfda.privacy.random import (
     ClientStreams,
     KeyedUniform,
@@ -15,7 +17,6 @@ from ldpfda.privacy.random import (
     philox4x32,
     uniform,
 )
-from scipy import stats
 
 # Random123 kat_vectors, philox4x32_10: (counter, key, expected output).
 PHILOX_KAT = [

@@ -107,8 +107,9 @@ def test_values_are_validated_when_used(cls):
 
 
 def test_make_vector_mechanism():
-    assert isinstance(make_vector_mechanism("duchi", epsilon=1.0, dimension=2),
-                      DuchiMechanism)
+    assert isinstance(
+        make_vector_mechanism("duchi", epsilon=1.0, dimension=2), DuchiMechanism
+    )
     lap = make_vector_mechanism("laplace", epsilon=2.0, dimension=4)
     assert isinstance(lap, LaplaceMechanism)
     assert lap.scale == pytest.approx(4.0, rel=1e-4)
@@ -137,8 +138,10 @@ def test_duchi_bound_is_duchi_et_al_for_odd_dimension(p):
 
 
 def test_duchi_bound_limits():
-    assert duchi_epsilon(bound=duchi_bound(epsilon=math.inf, dimension=4),
-                         dimension=4) == math.inf
+    assert (
+        duchi_epsilon(bound=duchi_bound(epsilon=math.inf, dimension=4), dimension=4)
+        == math.inf
+    )
     with pytest.raises(ValueError, match="bound"):
         duchi_epsilon(bound=0.5, dimension=4)
 
@@ -157,9 +160,19 @@ def test_hybrid_threshold_and_probability():
     assert hybrid_piecewise_probability(epsilon=2.0) == pytest.approx(1 - math.exp(-1))
 
 
-@pytest.mark.parametrize(("epsilon", "k"),
-                         [(1.0, 1), (2.4, 1), (2.5, 1), (5.0, 2), (7.6, 3), (10.0, 4),
-                          (50.0, 4), (math.inf, 4)])
+@pytest.mark.parametrize(
+    ("epsilon", "k"),
+    [
+        (1.0, 1),
+        (2.4, 1),
+        (2.5, 1),
+        (5.0, 2),
+        (7.6, 3),
+        (10.0, 4),
+        (50.0, 4),
+        (math.inf, 4),
+    ],
+)
 def test_sampled_dimensions_follow_wang_et_al(epsilon, k):
     assert sampled_dimensions(epsilon=epsilon, dimension=4) == k
 
@@ -169,8 +182,9 @@ def test_sampled_dimensions_follow_wang_et_al(epsilon, k):
 # ------------------------------------------------------------------------------------
 
 
-def _duchi_output_distribution(mech: DuchiMechanism, x: np.ndarray,
-                               *, naive: bool = False) -> dict[tuple, float]:
+def _duchi_output_distribution(
+    mech: DuchiMechanism, x: np.ndarray, *, naive: bool = False
+) -> dict[tuple, float]:
     """P(z = B t | x) for every corner t, by summing over v (exact)."""
     p, e = mech.dimension, math.exp(mech.epsilon)
     corners = list(itertools.product((-1, 1), repeat=p))
@@ -196,9 +210,7 @@ def test_duchi_is_exactly_epsilon_ldp(p):
     rng = np.random.default_rng(1)
     inputs = [np.ones(p), -np.ones(p), *rng.uniform(-1, 1, size=(3, p))]
     dists = [_duchi_output_distribution(mech, x) for x in inputs]
-    worst = max(
-        abs(math.log(a[t] / b[t])) for a in dists for b in dists for t in a
-    )
+    worst = max(abs(math.log(a[t] / b[t])) for a in dists for b in dists for t in a)
     assert worst == pytest.approx(0.8, abs=1e-9)  # attained at opposite corners
 
 
@@ -326,10 +338,12 @@ def test_keyed_streams_do_not_depend_on_batching(cls):
     x = np.random.default_rng(0).uniform(-1, 1, size=(10, 4))
     ids = np.arange(100, 110)
     together = mech.randomise(x, ClientStreams(7, ids).stream("t"))
-    alone = np.vstack([
-        mech.randomise(x[i:i + 1], ClientStreams(7, ids[i:i + 1]).stream("t"))
-        for i in range(10)
-    ])
+    alone = np.vstack(
+        [
+            mech.randomise(x[i : i + 1], ClientStreams(7, ids[i : i + 1]).stream("t"))
+            for i in range(10)
+        ]
+    )
     np.testing.assert_array_equal(together, alone)
 
 
@@ -344,8 +358,15 @@ def _high_count(scale: float):
 
 
 def _audit(mech, p: int, statistic, n_bins: int, rng: int):
-    return estimate_epsilon(mech.randomise, -np.ones(p), np.ones(p), n=N_AUDIT,
-                            bins=np.arange(n_bins) + 0.5, statistic=statistic, rng=rng)
+    return estimate_epsilon(
+        mech.randomise,
+        -np.ones(p),
+        np.ones(p),
+        n=N_AUDIT,
+        bins=np.arange(n_bins) + 0.5,
+        statistic=statistic,
+        rng=rng,
+    )
 
 
 @pytest.mark.parametrize(("p", "epsilon"), [(4, 1.0), (5, 2.0)])
@@ -445,8 +466,9 @@ def test_signed_release_estimates_the_cross_moment(inner):
     mech = SignedFeatureMechanism(epsilon=2.0, n_features=3, mechanism=inner)
     z = mech.release(x, y, rng)
     u = signed_features(x, y)
-    se = np.sqrt((mech.variance(np.column_stack([y, x])).mean(axis=0)
-                  + u.var(axis=0)) / n)
+    se = np.sqrt(
+        (mech.variance(np.column_stack([y, x])).mean(axis=0) + u.var(axis=0)) / n
+    )
     assert np.all(np.abs(mech.cross_moment(z) - u.mean(axis=0)) <= Z * se)
     # randomise() on (label, features) rows is the same release.
     z2 = mech.randomise(np.column_stack([y, x]), np.random.default_rng(1))
@@ -457,10 +479,15 @@ def test_signed_release_passes_the_privacy_audit():
     # (y=0, x=-1) encodes to (-1, +1, +1, +1) and (y=1, x=-1) to its opposite corner.
     mech = SignedFeatureMechanism(epsilon=1.0, n_features=3)
     inner = mech.inner
-    audit = estimate_epsilon(mech.randomise, [0.0, -1, -1, -1], [1.0, -1, -1, -1],
-                             n=N_AUDIT, bins=[0.5],
-                             statistic=lambda z: _flip_first(z, inner.scale),
-                             rng=25)
+    audit = estimate_epsilon(
+        mech.randomise,
+        [0.0, -1, -1, -1],
+        [1.0, -1, -1, -1],
+        n=N_AUDIT,
+        bins=[0.5],
+        statistic=lambda z: _flip_first(z, inner.scale),
+        rng=25,
+    )
     assert not audit.violates(1.0)
     assert audit.brackets(1.0)
 
@@ -478,8 +505,9 @@ def _flip_first(z: np.ndarray, scale: float) -> np.ndarray:
 
 
 def test_support_size():
-    prior = np.array([[0.5, 0.3, 0.15, 0.05], [0.97, 0.01, 0.01, 0.01],
-                      [0.25, 0.25, 0.25, 0.25]])
+    prior = np.array(
+        [[0.5, 0.3, 0.15, 0.05], [0.97, 0.01, 0.01, 0.01], [0.25, 0.25, 0.25, 0.25]]
+    )
     np.testing.assert_array_equal(rr_prior_support_size(prior, epsilon=1.0), [2, 1, 4])
 
 
@@ -535,7 +563,8 @@ def test_rr_with_prior_passes_the_privacy_audit_tightly():
     def release(values, rng):
         return mech.randomise(np.asarray(values).astype(int), rng, prior=prior)
 
-    audit = estimate_epsilon(release, 1, 2, n=N_AUDIT, bins=[0.5, 1.5, 2.5, 3.5],
-                             rng=26)
+    audit = estimate_epsilon(
+        release, 1, 2, n=N_AUDIT, bins=[0.5, 1.5, 2.5, 3.5], rng=26
+    )
     assert not audit.violates(1.0)
     assert audit.brackets(1.0)

@@ -31,8 +31,9 @@ def test_models_round_trip(tmp_path):
 
 def test_estimates_round_trip(tmp_path):
     est = {"A": {"errors": [0.2, 0.7], "counts": [10, 11], "epsilon": 2.0}}
-    path = write_estimates(tmp_path / "e.json", est, server="B", dimension=3,
-                           fingerprint=FP)
+    path = write_estimates(
+        tmp_path / "e.json", est, server="B", dimension=3, fingerprint=FP
+    )
     server, back = read_estimates(path, dimension=3, fingerprint=FP)
     assert server == "B"
     np.testing.assert_array_equal(back["A"]["errors"], [0.2, 0.7])
@@ -73,5 +74,9 @@ def test_nan_coefficients_and_truncated_files_are_refused(tmp_path):
     with pytest.raises(ArtifactError, match="truncated"):
         read_models(path, dimension=3, fingerprint=FP)
     with pytest.raises(ArtifactError, match="NaN"):
-        write_models(tmp_path / "n.json", LinearModels(np.full((1, 3), np.nan), [0.0]),
-                     server="A", fingerprint=FP)
+        write_models(
+            tmp_path / "n.json",
+            LinearModels(np.full((1, 3), np.nan), [0.0]),
+            server="A",
+            fingerprint=FP,
+        )

@@ -9,10 +9,24 @@ from ldpfda.config import Settings
 from ldpfda.datasets import FunctionalDesign, VectorDesign
 from ldpfda.fda import CoefficientScaler, VectorFeaturizer
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import METHODS, ArrayClients, make_featurizer, run_protocol, run_repeat
+from ldpfda.server.engine import (
+    METHODS,
+    ArrayClients,
+    make_featurizer,
+    run_protocol,
+    run_repeat,
+)
 
-SMALL = Settings(epsilon=5.0, n_train=200, n_eval=600, n_test=2000, num_weak_models=10,
-                 subsample_size=40, repeats=1, seed=3)
+SMALL = Settings(
+    epsilon=5.0,
+    n_train=200,
+    n_eval=600,
+    n_test=2000,
+    num_weak_models=10,
+    subsample_size=40,
+    repeats=1,
+    seed=3,
+)
 
 
 def _populations(settings, order=None):
@@ -20,17 +34,26 @@ def _populations(settings, order=None):
     x, y = design.sample(settings.n_train + settings.n_eval, 11)
     feat = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), 4)
     ids = np.arange(x.shape[0])
-    tr, ev = ids[: settings.n_train], ids[settings.n_train:]
+    tr, ev = ids[: settings.n_train], ids[settings.n_train :]
     if order is not None:
         tr = tr[order(tr.size)]
-    return (ArrayClients(tr, x[tr], y[tr], feat), ArrayClients(ev, x[ev], y[ev], feat),
-            (x, y))
+    return (
+        ArrayClients(tr, x[tr], y[tr], feat),
+        ArrayClients(ev, x[ev], y[ev], feat),
+        (x, y),
+    )
 
 
 def _run(settings, chunk_size=100_000, order=None):
     train, evaluation, _ = _populations(settings, order)
-    return run_protocol(train, evaluation, settings, seed=99,
-                        server_rng=np.random.default_rng(1), chunk_size=chunk_size)
+    return run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=99,
+        server_rng=np.random.default_rng(1),
+        chunk_size=chunk_size,
+    )
 
 
 def test_same_seed_reproduces_and_other_seed_differs():
@@ -56,11 +79,15 @@ def test_client_noise_does_not_depend_on_client_order():
     forward = _run(SMALL)
     shuffled = _run(SMALL, order=lambda n: np.random.default_rng(5).permutation(n))
     by_id = np.argsort(shuffled.payload.client_ids)
-    np.testing.assert_array_equal(forward.payload.client_ids,
-                                  shuffled.payload.client_ids[by_id])
-    np.testing.assert_array_equal(forward.payload.features,
-                                  shuffled.payload.features[by_id])
-    np.testing.assert_array_equal(forward.payload.labels, shuffled.payload.labels[by_id])
+    np.testing.assert_array_equal(
+        forward.payload.client_ids, shuffled.payload.client_ids[by_id]
+    )
+    np.testing.assert_array_equal(
+        forward.payload.features, shuffled.payload.features[by_id]
+    )
+    np.testing.assert_array_equal(
+        forward.payload.labels, shuffled.payload.labels[by_id]
+    )
 
 
 def test_every_client_spends_exactly_its_budget():
@@ -99,8 +126,9 @@ def test_non_private_protocol_reaches_the_bayes_error_region():
 
 def test_functional_design_uses_public_calibration_and_runs():
     settings = SMALL.replace(dataset="functional", n_basis=8, calibration_size=300)
-    featurizer = make_featurizer(FunctionalDesign(), settings,
-                                 np.random.default_rng(derive_seed(0, "public")))
+    featurizer = make_featurizer(
+        FunctionalDesign(), settings, np.random.default_rng(derive_seed(0, "public"))
+    )
     assert featurizer.n_features_out == 8
     result = run_repeat(settings, 0)
     assert result.payload.features.shape == (settings.n_train, 8)

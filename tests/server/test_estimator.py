@@ -51,11 +51,15 @@ def test_curves_as_fdatagrid_and_as_array_give_the_same_model():
     public, _ = design.sample(200, 1)
     grid = design.grid_points
     a = MRMAClassifier(epsilon=5.0, n_estimators=10, random_state=1).fit(
-        x, y, grid_points=grid, public_curves=public)
+        x, y, grid_points=grid, public_curves=public
+    )
     b = MRMAClassifier(epsilon=5.0, n_estimators=10, random_state=1).fit(
-        skfda.FDataGrid(x, grid), y, public_curves=skfda.FDataGrid(public, grid))
+        skfda.FDataGrid(x, grid), y, public_curves=skfda.FDataGrid(public, grid)
+    )
     np.testing.assert_allclose(a.coef_, b.coef_)
-    np.testing.assert_array_equal(a.predict(x[:50]), b.predict(skfda.FDataGrid(x[:50], grid)))
+    np.testing.assert_array_equal(
+        a.predict(x[:50]), b.predict(skfda.FDataGrid(x[:50], grid))
+    )
 
 
 def test_bad_inputs_name_the_problem():
@@ -70,7 +74,13 @@ def test_bad_inputs_name_the_problem():
     curves, labels = design.sample(100, 0)
     curves[3, 7] = np.nan
     with pytest.raises(ValueError, match="curves"):
-        MRMAClassifier(n_estimators=5).fit(curves, labels, grid_points=design.grid_points,
-                                           public_curves=design.sample(50, 1)[0])
+        MRMAClassifier(n_estimators=5).fit(
+            curves,
+            labels,
+            grid_points=design.grid_points,
+            public_curves=design.sample(50, 1)[0],
+        )
     with pytest.raises(ValueError, match="public_curves"):
-        MRMAClassifier(n_estimators=5).fit(curves, labels, grid_points=design.grid_points)
+        MRMAClassifier(n_estimators=5).fit(
+            curves, labels, grid_points=design.grid_points
+        )

@@ -126,8 +126,9 @@ def test_moment_classifier_prediction_interface(vector_data):
     proba = clf.predict_proba(x[:50])
     assert proba.shape == (50, 2) and np.allclose(proba.sum(axis=1), 1.0)
     assert np.all((proba >= 0) & (proba <= 1))
-    np.testing.assert_array_equal(clf.predict(x[:50]),
-                                  (clf.decision_function(x[:50]) > 0).astype(np.int8))
+    np.testing.assert_array_equal(
+        clf.predict(x[:50]), (clf.decision_function(x[:50]) > 0).astype(np.int8)
+    )
     models = clf.to_linear_models()
     assert isinstance(models, LinearModels)
     np.testing.assert_array_equal(models.predict(x[:50])[:, 0], clf.predict(x[:50]))
@@ -150,8 +151,9 @@ def test_moment_classifier_validation(vector_data):
     with pytest.raises(ValueError, match="gram must have shape"):
         MomentLinearClassifier(gram=np.eye(4)).fit(x, y)
     with pytest.raises(ValueError, match="vectors of length 3"):
-        MomentLinearClassifier(mechanism=HybridMechanism(epsilon=1.0, dimension=3)
-                               ).fit(x, y)
+        MomentLinearClassifier(mechanism=HybridMechanism(epsilon=1.0, dimension=3)).fit(
+            x, y
+        )
     clf = MomentLinearClassifier().fit(x, y)
     with pytest.raises(ValueError, match="X has 3 features"):
         clf.predict(x[:, :3])
@@ -199,8 +201,9 @@ def test_without_flips_it_is_l2_logistic_regression(vector_data):
     x, y = vector_data
     alpha = 0.01
     ours = NoisyLabelLogisticRegression(alpha=alpha, fit_intercept=False).fit(x, y)
-    ref = LogisticRegression(C=1.0 / (alpha * x.shape[0]), fit_intercept=False,
-                             tol=1e-10, max_iter=10_000).fit(x, y)
+    ref = LogisticRegression(
+        C=1.0 / (alpha * x.shape[0]), fit_intercept=False, tol=1e-10, max_iter=10_000
+    ).fit(x, y)
     np.testing.assert_allclose(ours.coef_, ref.coef_[0], rtol=1e-4, atol=1e-6)
 
 
@@ -214,7 +217,8 @@ def test_the_corrected_loss_is_unbiased(vector_data):
     yy = np.concatenate([y, 1 - y])
     w = np.concatenate([np.full(y.size, 1 - rho), np.full(y.size, rho)])
     corrected = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=rho).fit(
-        xx, yy, sample_weight=w)
+        xx, yy, sample_weight=w
+    )
     np.testing.assert_allclose(corrected.coef_, clean.coef_, rtol=1e-5, atol=1e-7)
     assert corrected.intercept_ == pytest.approx(clean.intercept_, abs=1e-6)
     uncorrected = NoisyLabelLogisticRegression(alpha=0.05).fit(xx, yy, sample_weight=w)
@@ -224,8 +228,9 @@ def test_the_corrected_loss_is_unbiased(vector_data):
 def test_per_sample_flip_rates(vector_data):
     x, y = vector_data
     a = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=0.2).fit(x, y)
-    b = NoisyLabelLogisticRegression(alpha=0.05).fit(x, y,
-                                                     flip_rates=np.full(y.size, 0.2))
+    b = NoisyLabelLogisticRegression(alpha=0.05).fit(
+        x, y, flip_rates=np.full(y.size, 0.2)
+    )
     np.testing.assert_allclose(a.coef_, b.coef_)
 
 
@@ -233,8 +238,9 @@ def test_noisy_label_logistic_recovers_the_direction():
     x, y = VectorDesign().sample(100_000, np.random.default_rng(6))
     rr = BinaryRandomizedResponse(epsilon=1.0)
     yr = rr.randomise(y, np.random.default_rng(7)).astype(np.int8)
-    fit = NoisyLabelLogisticRegression(alpha=1e-3,
-                                       flip_rate=1 - rr.keep_probability).fit(x, yr)
+    fit = NoisyLabelLogisticRegression(
+        alpha=1e-3, flip_rate=1 - rr.keep_probability
+    ).fit(x, yr)
     assert _cosine(fit.coef_, VectorDesign().beta) > 0.99
     proba = fit.predict_proba(x[:10])
     assert np.allclose(proba.sum(axis=1), 1.0)
@@ -262,15 +268,23 @@ def test_noisy_label_logistic_validation(vector_data):
 def test_fit_weak_models_with_estimators(vector_data):
     x, y = vector_data
     learner = as_weak_learner(NoisyLabelLogisticRegression(alpha=0.1))
-    a = fit_weak_models_with(x, y, learner=learner, n_models=7, subsample_size=40,
-                             rng=3)
-    b = fit_weak_models_with(x, y, learner=learner, n_models=7, subsample_size=40,
-                             rng=3)
+    a = fit_weak_models_with(
+        x, y, learner=learner, n_models=7, subsample_size=40, rng=3
+    )
+    b = fit_weak_models_with(
+        x, y, learner=learner, n_models=7, subsample_size=40, rng=3
+    )
     assert len(a) == 7
     np.testing.assert_array_equal(a.coef, b.coef)
     z = signed_features(x, y)
-    joint = fit_weak_models_with(z, None, learner=as_weak_learner(
-        MomentLinearClassifier(joint=True)), n_models=5, subsample_size=100, rng=0)
+    joint = fit_weak_models_with(
+        z,
+        None,
+        learner=as_weak_learner(MomentLinearClassifier(joint=True)),
+        n_models=5,
+        subsample_size=100,
+        rng=0,
+    )
     assert joint.coef.shape == (5, 4)
 
 
@@ -280,8 +294,9 @@ def test_fit_weak_models_with_a_callable_and_validation(vector_data):
     def constant(features, labels):
         return LinearModels(np.zeros((1, features.shape[1])), np.array([1.0]))
 
-    models = fit_weak_models_with(x, y, learner=constant, n_models=3,
-                                  subsample_size=10, rng=0)
+    models = fit_weak_models_with(
+        x, y, learner=constant, n_models=3, subsample_size=10, rng=0
+    )
     np.testing.assert_array_equal(models.intercept, np.ones(3))
     with pytest.raises(ValueError, match="subsample_size must be <="):
         fit_weak_models_with(x[:5], y[:5], learner=constant, subsample_size=10)
@@ -303,8 +318,7 @@ def test_cluster_prior_with_rr_with_prior(vector_data):
     np.testing.assert_array_equal(prior.centers_, again.centers_)
     rows = prior.prior(public[:100])
     assert rows.shape == (100, 2) and np.allclose(rows.sum(axis=1), 1.0)
-    np.testing.assert_array_equal(
-        prior.assign(prior.centers_), np.arange(6))
+    np.testing.assert_array_equal(prior.assign(prior.centers_), np.arange(6))
     mech = RandomizedResponseWithPrior(epsilon=1.0)
     released = mech.randomise(y[:100], np.random.default_rng(9), prior=rows)
     assert set(np.unique(released)) <= {0, 1}

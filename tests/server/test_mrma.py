@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from ldpfda.client.protocol import answer_evaluation
 from ldpfda.server.mrma import (
     ErrorEstimates,

@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from ldpfda.config import Settings
-from ldpfda.server.multiserver import ServerSpec, combine_estimates, run_multiserver_repeat
+from ldpfda.server.multiserver import (
+    ServerSpec,
+    combine_estimates,
+    run_multiserver_repeat,
+)
 
 SETTINGS = Settings(num_weak_models=5, subsample_size=30, n_test=2000, seed=1)
 SERVERS = (ServerSpec(200, 300, 5.0), ServerSpec(100, 200, 2.0, 0.2, 0.5))
@@ -36,16 +40,19 @@ def test_combination_leans_towards_the_own_population():
     np.testing.assert_allclose(pooled, [0.4, 0.6])
     own = combine_estimates(estimates, variances, own=0, heterogeneity=0.2)
     # weights 1/0.01 = 100 (own) and 1/0.05 = 20 (other)
-    np.testing.assert_allclose(own, [(100 * 0.2 + 20 * 0.6) / 120,
-                                     (100 * 0.8 + 20 * 0.4) / 120])
-    infinite = combine_estimates(estimates, np.full((2, 2), np.inf), own=0,
-                                 heterogeneity=0.0)
+    np.testing.assert_allclose(
+        own, [(100 * 0.2 + 20 * 0.6) / 120, (100 * 0.8 + 20 * 0.4) / 120]
+    )
+    infinite = combine_estimates(
+        estimates, np.full((2, 2), np.inf), own=0, heterogeneity=0.0
+    )
     np.testing.assert_allclose(infinite, [0.5, 0.5])
 
 
 def test_too_few_evaluation_clients_for_all_models_is_refused():
     with pytest.raises(ValueError, match="n_eval"):
-        run_multiserver_repeat((ServerSpec(200, 8, 5.0), ServerSpec(200, 300, 5.0)),
-                               SETTINGS, 0)
+        run_multiserver_repeat(
+            (ServerSpec(200, 8, 5.0), ServerSpec(200, 300, 5.0)), SETTINGS, 0
+        )
     with pytest.raises(ValueError, match="epsilon"):
         ServerSpec(epsilon=-1.0)

@@ -1,0 +1,461 @@
+"""Run ldpfda as a real deployment on one machine: 1 SuperLink, N SuperNodes, loopback.
+
+Every part is its own process, exactly as on separate hosts, talking over 127.0.0.1 on
+free ports. The script
+
+1. writes one data file per client: client ``i`` gets the raw curve (or vector) that
+   :func:`ldpfda.server.engine.run_repeat` gives client ``i`` under the same settings;
+2. starts ``flower-superlink`` (with ``--tls``: TLS certificates from
+   ``deploy/gen_certs.py`` and SuperNode authentication, keys registered with
+   ``flwr supernode register``);
+3. starts N ``flower-supernode`` processes, each with ``--node-config
+   'client-id=<i> data-path="<its file>"'``;
+4. writes the ``loopback`` connection into ``$FLWR_HOME/config.toml``, submits the app
+   with ``flwr run <app> loopback --run-config ...`` and waits for ``report.json``;
+5. stops every process it started, by PID.
+
+Usage::
+
+    python deploy/loopback.py WORKDIR [--nodes 4] [--tls]
+        [--run-config 'data.dataset="functional" data.n-train=3 data.n-eval=1 ...']
+
+``--run-config`` must give ``data.n-train + data.n-eval`` equal to ``--nodes``; the
+defaults below fit 4 nodes. ``FLWR_HOME`` is ``WORKDIR/flwr-home``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "LoopbackFederation",
+    "flower_env",
+    "free_port",
+    "make_node_files",
+    "run_config_arg",
+    "wait_for_report",
+]
+
+#: Settings for a 4-node run (3 training clients, 1 evaluation client).
+DEFAULT_RUN_CONFIG: dict[str, Any] = {
+    "data.dataset": "functional",
+    "data.n-train": 3,
+    "data.n-eval": 1,
+    "data.n-test": 2000,
+    "mrma.num-weak-models": 1,
+    "mrma.subsample-size": 2,
+    "flower.reply-timeout": 60.0,
+    "flower.min-reply-fraction": 0.5,
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _executable(name: str) -> str:
+    # Prefer the tools installed next to this interpreter (the same environment).
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed (pip install 'flwr>=1.42')")
+    return found
+
+
+def flower_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for Flower processes: own ``FLWR_HOME``, offline, no telemetry."""
+    env = dict(os.environ if base is None else base)
+    # Flower processes start helpers (flower-superexec, flwr-serverapp, ...) by name.
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env.update(
+        {
+            "FLWR_HOME": str(home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            # The hosts have ldpfda installed: do not rebuild it from a registry.
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        }
+    )
+    return env
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def run_config_arg(config: Mapping[str, Any]) -> str:
+    """``--run-config`` argument (``k=v`` pairs, TOML values) for ``flwr run``."""
+    return " ".join(f"{key}={_toml_value(value)}" for key, value in config.items())
+
+
+def make_node_files(
+    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
+) -> list[Path]:
+    """One data file per client with the row ``run_repeat`` gives that client.
+
+    Parameters
+    ----------
+    settings : ldpfda.config.Settings
+    outdir : Path
+    repeat : int
+    suffix : {".npz", ".csv"}
+
+    Returns
+    -------
+    list of Path
+        File ``i`` belongs to client ``i`` (training clients first).
+    """
+    from ldpfda.client.data import save_node_data
+    from ldpfda.datasets.synthetic import make_design
+    from ldpfda.privacy.random import derive_seed
+    from ldpfda.server.engine import make_featurizer
+
+    design = make_design(settings.dataset)
+    rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
+    make_featurizer(design, settings, rng)  # the engine draws the calibration set first
+    x_train, y_train = design.sample(settings.n_train, rng)
+    x_eval, y_eval = design.sample(settings.n_eval, rng)
+    raw = np.vstack([x_train, x_eval])
+    labels = np.concatenate([y_train, y_eval])
+    grid = design.grid_points if design.is_functional else None
+    return [
+        save_node_data(
+            outdir / f"client-{i}{suffix}", raw[i : i + 1], labels[i : i + 1], grid
+        )
+        for i in range(raw.shape[0])
+    ]
+
+
+def wait_for_report(report_dir: Path, timeout: float) -> dict[str, Any]:
+    """The report of the (single) run writing into ``report_dir``, once it is done.
+
+    Raises
+    ------
+    RuntimeError
+        If the run reports a failure.
+    TimeoutError
+        If no finished report appears within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for status_file in Path(report_dir).glob("run-*/status.json"):
+            try:
+                status = json.loads(status_file.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue  # being replaced right now
+            if status["stage"] == "failed":
+                raise RuntimeError(f"the run failed: {status.get('error')}")
+            if status["stage"] == "done":
+                report = status_file.parent / "report.json"
+                return dict(json.loads(report.read_text(encoding="utf-8")))
+        time.sleep(0.5)
+    raise TimeoutError(f"no finished report in {report_dir} after {timeout:g} s")
+
+
+def run_stage(report_dir: Path) -> str | None:
+    """The stage of the run writing into ``report_dir`` (None before it starts)."""
+    for status_file in Path(report_dir).glob("run-*/status.json"):
+        try:
+            return str(json.loads(status_file.read_text(encoding="utf-8"))["stage"])
+        except (OSError, json.JSONDecodeError, KeyError):
+            return None
+    return None
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return int(self.popen.pid)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM this process (by PID), then SIGKILL it if it lingers."""
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=grace)
+
+    def kill(self) -> None:
+        """SIGKILL: the node vanishes without a goodbye, like a crashed host."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=15)
+
+
+@dataclass
+class LoopbackFederation:
+    """A SuperLink and one SuperNode per data file, all on 127.0.0.1.
+
+    Use as a context manager; every process is stopped by PID on exit.
+
+    Parameters
+    ----------
+    workdir : Path
+        Logs, ``flwr-home`` (``FLWR_HOME``), certificates and databases go here.
+    data_files : sequence of Path
+        SuperNode ``i`` serves client ``i`` with ``data_files[i]``.
+    node_config : sequence of mapping, optional
+        Extra node-config entries per SuperNode.
+    tls : bool
+        TLS with self-signed certificates and SuperNode authentication.
+    """
+
+    workdir: Path
+    data_files: Sequence[Path]
+    node_config: Sequence[Mapping[str, Any]] = ()
+    tls: bool = False
+    superlink: _Process | None = None
+    supernodes: list[_Process] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def home(self) -> Path:
+        return Path(self.workdir) / "flwr-home"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return flower_env(self.home)
+
+    def _spawn(self, name: str, command: list[str]) -> _Process:
+        log = Path(self.workdir) / f"{name}.log"
+        handle = log.open("wb")
+        popen = subprocess.Popen(
+            command,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.workdir,
+        )
+        handle.close()
+        return _Process(name, popen, log)
+
+    def _wait_for_port(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.superlink is not None
+            if self.superlink.popen.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited; see {self.superlink.log}")
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.25)
+        raise TimeoutError(f"the SuperLink did not listen on port {self.port}")
+
+    def _write_connection(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "[superlink]",
+            'default = "loopback"',
+            "",
+            "[superlink.loopback]",
+            f'address = "127.0.0.1:{self.port}"',
+        ]
+        if self.tls:
+            lines.append(f'root-certificates = "{self.certs / "ca.crt"}"')
+        else:
+            lines.append("insecure = true")
+        (self.home / "config.toml").write_text(
+            "\n".join(lines) + "\n", encoding="utf-8"
+        )
+
+    @property
+    def certs(self) -> Path:
+        return Path(self.workdir) / "certs"
+
+    def start(self) -> LoopbackFederation:
+        """Start the SuperLink, register keys (TLS), start the SuperNodes."""
+        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        command = [
+            _executable("flower-superlink"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--database",
+            str(Path(self.workdir) / "superlink.db"),
+        ]
+        if self.tls:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from gen_certs import generate
+
+            generate(self.certs, supernodes=len(self.data_files))
+            command += [
+                "--ssl-ca-certfile",
+                str(self.certs / "ca.crt"),
+                "--ssl-certfile",
+                str(self.certs / "server.crt"),
+                "--ssl-keyfile",
+                str(self.certs / "server.key"),
+                "--enable-supernode-auth",
+            ]
+        else:
+            command.append("--insecure")
+        self._write_connection()
+        self.superlink = self._spawn("superlink", command)
+        self._wait_for_port()
+        for i, data in enumerate(self.data_files):
+            config = {"client-id": i, "data-path": str(Path(data).resolve())}
+            if i < len(self.node_config):
+                config.update(self.node_config[i])
+            command = [
+                _executable("flower-supernode"),
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--port",
+                str(free_port()),
+                "--node-config",
+                run_config_arg(config),
+            ]
+            if self.tls:
+                subprocess.run(
+                    [
+                        _executable("flwr"),
+                        "supernode",
+                        "register",
+                        str(self.certs / f"supernode-{i}.pub"),
+                        "loopback",
+                    ],
+                    check=True,
+                    env=self.env,
+                    cwd=self.workdir,
+                    capture_output=True,
+                    timeout=120,
+                )
+                command += [
+                    "--root-certificates",
+                    str(self.certs / "ca.crt"),
+                    "--auth-supernode-private-key",
+                    str(self.certs / f"supernode-{i}"),
+                ]
+            else:
+                command.append("--insecure")
+            self.supernodes.append(self._spawn(f"supernode-{i}", command))
+        return self
+
+    def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
+        """``flwr run <app_dir> loopback --run-config ...``; returns its output."""
+        done = subprocess.run(
+            [
+                _executable("flwr"),
+                "run",
+                str(app_dir),
+                "loopback",
+                "--run-config",
+                run_config_arg(run_config),
+            ],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr run failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def stop(self) -> None:
+        """Stop every SuperNode, then the SuperLink, by PID."""
+        for process in self.supernodes:
+            process.stop()
+        if self.superlink is not None:
+            self.superlink.stop()
+
+    def __enter__(self) -> LoopbackFederation:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS + SuperNode authentication with self-signed certs",
+    )
+    parser.add_argument(
+        "--run-config", default="", help="extra run-config overrides, as for flwr run"
+    )
+    parser.add_argument("--app", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args(argv)
+
+    from flwr.common.config import parse_config_args
+
+    from ldpfda.server.server_app import parse_run_config
+
+    workdir = args.workdir.resolve()
+    run_config: dict[str, Any] = dict(DEFAULT_RUN_CONFIG)
+    run_config.update(parse_config_args([args.run_config] if args.run_config else None))
+    run_config["flower.report-dir"] = str(workdir / "reports")
+    settings, _ = parse_run_config(run_config)
+    if settings.n_train + settings.n_eval != args.nodes:
+        parser.error(
+            f"data.n-train + data.n-eval = {settings.n_train + settings.n_eval} "
+            f"but --nodes {args.nodes}"
+        )
+    files = make_node_files(settings, workdir / "data")
+    started = time.perf_counter()
+    with LoopbackFederation(workdir, files, tls=args.tls) as federation:
+        print(
+            f"SuperLink on 127.0.0.1:{federation.port} (pid {federation.superlink.pid})"
+            if federation.superlink
+            else ""
+        )
+        federation.submit(args.app, run_config)
+        report = wait_for_report(workdir / "reports", args.timeout)
+    print(
+        json.dumps(
+            {
+                "wall_time_s": time.perf_counter() - started,
+                "final_model": report["final_model"],
+                "test_errors": report["test_errors"],
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

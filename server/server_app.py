@@ -1,0 +1,758 @@
+"""The Flower ServerApp: the MRMA server over Flower's message API.
+
+A thin shell over :mod:`ldpfda.server.engine`. One run is one repeat of the protocol:
+
+1. wait until the expected nodes are connected (``data.n-train + data.n-eval``);
+2. ask every node who it is (``query.identify``); clients ``0 .. n_train-1`` train,
+   the next ``n_eval`` evaluate, as in :func:`~ldpfda.server.engine.run_repeat`;
+3. collect the training payloads (``query.privatize``), ordered by client id, and fit
+   the weak models with :func:`~ldpfda.server.engine.train_weak`;
+4. split the evaluators with :func:`~ldpfda.server.mrma.assign_groups` and send each
+   subgroup its model (``query.evaluate``);
+5. :func:`~ldpfda.server.engine.aggregate` the feedback bits, score on a test set if one
+   is configured, and write ``report.json``, ``model.npz`` and ``payload.npz``.
+
+Every reply is validated before use (:func:`parse_identity`, :func:`parse_payload`,
+:func:`parse_feedback`); a reply that fails is logged and recorded, never used. Nodes
+that do not answer within ``flower.reply-timeout`` are recorded as missing and the run
+goes on if at least ``flower.min-reply-fraction`` of each group answered. A client is
+asked each query at most once, and never for more than its budget: the server keeps its
+own :class:`~ldpfda.privacy.ledger.PrivacyLedger` of what it asked.
+
+Flower-only run-config keys (``flower.*``) are described by :class:`FlowerOptions`;
+every other key is a :class:`~ldpfda.config.Settings` key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid, ServerApp
+from numpy.typing import NDArray
+
+from ldpfda import __version__
+from ldpfda._validation import check_int, check_real
+from ldpfda.client.client_app import EVALUATE, IDENTIFY, PRIVATIZE
+from ldpfda.client.data import (
+    design_test_set,
+    load_node_data,
+    public_featurizer,
+    run_settings,
+)
+from ldpfda.client.protocol import (
+    TrainingPayload,
+    evaluation_events,
+    privatize_events,
+    training_output_range,
+)
+from ldpfda.config import Settings
+from ldpfda.exceptions import BudgetExceededError
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.budget import split_budget
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.privacy.random import derive_seed
+from ldpfda.server.engine import ProtocolResult, aggregate, score, train_weak
+from ldpfda.server.mrma import assign_groups
+
+__all__ = [
+    "FlowerOptions",
+    "ReplyError",
+    "app",
+    "parse_feedback",
+    "parse_identity",
+    "parse_payload",
+    "parse_run_config",
+    "run_server",
+]
+
+# A child of Flower's logger, so these lines reach `flwr run --stream` and `flwr log`.
+logger = logging.getLogger("flwr.ldpfda")
+
+#: Error codes with which Flower reports that a node never answered (it went offline,
+#: its ClientApp crashed, or the reply was lost): the client is missing, not wrong.
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.MESSAGE_UNAVAILABLE,
+        ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+        ErrorCode.NODE_UNAVAILABLE,
+        ErrorCode.CLIENT_APP_CRASHED,
+    }
+)
+
+#: Bound on |noise| / scale of a genuine Laplace release: the discrete sampler clamps
+#: its tail at 30 ln 2 scales, and the continuous one cannot exceed 53 ln 2 with 53-bit
+#: uniforms; 64 ln 2 covers both with room. A release beyond ``1 + scale * 64 ln 2``
+#: cannot come from the mechanism.
+
+
+class ReplyError(ValueError):
+    """A reply that cannot be used: an error reply, or content that fails validation."""
+
+
+@dataclass(frozen=True)
+class FlowerOptions:
+    """Flower-only settings of a run (run-config keys ``flower.<kebab-name>``).
+
+    Attributes
+    ----------
+    repeat : int
+        Which repeat's derived seeds (data, clients, server) the run uses.
+    min_nodes : int
+        Start with this many connected nodes once ``wait_timeout`` has passed;
+        0 means every configured client (``n_train + n_eval``).
+    wait_timeout : float
+        Seconds to wait for the nodes to connect.
+    reply_timeout : float
+        Seconds to wait for the replies of each query round.
+    min_reply_fraction : float
+        Smallest share of the asked training clients, and of the asked evaluation
+        clients, that must give a valid reply for the run to go on.
+    report_dir : str
+        Directory for ``run-<run id>/report.json`` and the model; relative paths are
+        taken from the ServerApp process's working directory.
+    test_data : str
+        ``"design"``: score on the embedded design's test set of this repeat (the one
+        :func:`~ldpfda.server.engine.run_repeat` uses); ``""``: no test set; otherwise
+        the path of a data file (:mod:`ldpfda.client.data` format) with test rows.
+    """
+
+    repeat: int = 0
+    min_nodes: int = 0
+    wait_timeout: float = 60.0
+    reply_timeout: float = 300.0
+    min_reply_fraction: float = 0.8
+    report_dir: str = "results/flower"
+    test_data: str = "design"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "repeat", check_int(self.repeat, "repeat", minimum=0))
+        set_(self, "min_nodes", check_int(self.min_nodes, "min_nodes", minimum=0))
+        set_(
+            self, "wait_timeout", check_real(self.wait_timeout, "wait_timeout", low=0.0)
+        )
+        set_(
+            self,
+            "reply_timeout",
+            check_real(self.reply_timeout, "reply_timeout", low=0.0, low_open=True),
+        )
+        set_(
+            self,
+            "min_reply_fraction",
+            check_real(
+                self.min_reply_fraction, "min_reply_fraction", low=0.0, high=1.0
+            ),
+        )
+        if not isinstance(self.report_dir, str) or not self.report_dir:
+            raise ValueError(
+                f"report_dir must be a non-empty path, got {self.report_dir!r}"
+            )
+        if not isinstance(self.test_data, str):
+            raise TypeError(
+                f"test_data must be a str, got {type(self.test_data).__name__}"
+            )
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> FlowerOptions:
+        """Options from kebab-case keys without the ``flower.`` prefix."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        changes = {k.replace("-", "_"): v for k, v in mapping.items()}
+        unknown = sorted(
+            f"flower.{k}"
+            for k, n in zip(mapping, changes, strict=True)
+            if n not in names
+        )
+        if unknown:
+            raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
+        return cls(**changes)
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            f"flower.{f.name.replace('_', '-')}": getattr(self, f.name)
+            for f in dataclasses.fields(self)
+        }
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> tuple[Settings, FlowerOptions]:
+    """Validated settings and Flower options from a run config (both refuse typos)."""
+    settings, flower = run_settings(run_config)
+    return settings, FlowerOptions.from_mapping(flower)
+
+
+# -- reply validation ------------------------------------------------------------------
+
+
+def _content(message: Message) -> RecordDict:
+    if message.has_error():
+        error = message.error
+        raise ReplyError(f"error reply (code {error.code}): {error.reason}")
+    if not message.has_content():
+        raise ReplyError("reply has no content")
+    return message.content
+
+
+def _ledger_info(content: RecordDict, key: str, client_id: int) -> dict[str, float]:
+    try:
+        record = content.config_records[key]
+        reported = record["client-id"]
+        spent = float(record["spent"])  # type: ignore[arg-type]
+        budget = float(record["budget"])  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplyError(f"reply lacks a valid '{key}' record: {exc!r}") from exc
+    if isinstance(reported, bool) or not isinstance(reported, int):
+        raise ReplyError(f"client-id must be an int, got {reported!r}")
+    if reported != client_id:
+        raise ReplyError(f"reply is signed by client {reported}, expected {client_id}")
+    # Both may be inf (a non-private run), never NaN or negative.
+    if not spent >= 0 or not budget > 0:
+        raise ReplyError(f"invalid ledger figures spent={spent!r}, budget={budget!r}")
+    return {"spent": spent, "budget": budget}
+
+
+def _array(content: RecordDict, record: str, key: str) -> NDArray:
+    try:
+        value = content.array_records[record][key].numpy()
+    except Exception as exc:  # a corrupt Array may fail in many ways inside numpy
+        raise ReplyError(
+            f"reply lacks a readable '{record}.{key}' array: {exc!r}"
+        ) from exc
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        raise ReplyError(f"'{record}.{key}' must be numeric")
+    return value
+
+
+def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
+    """The client id and ledger figures of a ``query.identify`` reply.
+
+    Raises
+    ------
+    ReplyError
+        For an error reply or a reply without a valid identity.
+    """
+    content = _content(message)
+    try:
+        client_id = content.config_records["identity"]["client-id"]
+    except KeyError as exc:
+        raise ReplyError("reply lacks an 'identity' record with a client-id") from exc
+    if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
+        raise ReplyError(f"client-id must be an int >= 0, got {client_id!r}")
+    return client_id, _ledger_info(content, "identity", client_id)
+
+
+def parse_payload(
+    message: Message,
+    *,
+    client_id: int,
+    n_features: int,
+    feature_range: tuple[float, float],
+) -> tuple[NDArray[np.float64], int, dict[str, float]]:
+    """Features ``(p,)``, randomized label and ledger figures of a privatize reply.
+
+    A valid payload has features of shape ``(1, p)``, finite and within the feature
+    mechanism's declared output range ``feature_range``, and one label in {0, 1}.
+
+    Raises
+    ------
+    ReplyError
+        For anything else, with the reason.
+    """
+    content = _content(message)
+    features = _array(content, "payload", "features")
+    labels = _array(content, "payload", "labels")
+    if features.shape != (1, n_features):
+        raise ReplyError(
+            f"features must have shape (1, {n_features}), got {features.shape}"
+        )
+    x = features.astype(np.float64)
+    if not np.all(np.isfinite(x)):
+        raise ReplyError("features contain NaN or infinite values")
+    low, high = feature_range
+    if np.any(x < low) or np.any(x > high):
+        raise ReplyError(
+            f"features outside the mechanism's range [{low:.6g}, {high:.6g}]: "
+            f"got [{x.min():.6g}, {x.max():.6g}]"
+        )
+    if labels.shape != (1,):
+        raise ReplyError(f"labels must have shape (1,), got {labels.shape}")
+    label = float(labels[0])
+    if label not in (0.0, 1.0):
+        raise ReplyError(f"randomized label must be 0 or 1, got {labels[0]!r}")
+    return x[0], int(label), _ledger_info(content, "ledger", client_id)
+
+
+def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, float]]:
+    """The randomized-response bit and ledger figures of an evaluate reply.
+
+    Raises
+    ------
+    ReplyError
+        For an error reply, a missing bit, or a bit that is not 0 or 1.
+    """
+    content = _content(message)
+    bit = _array(content, "feedback", "bit")
+    if bit.shape != (1,):
+        raise ReplyError(f"bit must have shape (1,), got {bit.shape}")
+    value = float(bit[0])
+    if value not in (0.0, 1.0):
+        raise ReplyError(f"feedback must be a bit (0 or 1), got {bit[0]!r}")
+    return int(value), _ledger_info(content, "ledger", client_id)
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    """Who was asked one query, who answered, who did not, and what was rejected."""
+
+    name: str
+    asked: list[int] = field(default_factory=list)
+    answered: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    rejected: dict[int, str] = field(default_factory=dict)
+    refused_by_server: list[int] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "asked": len(self.asked),
+            "answered": len(self.answered),
+            "missing": sorted(self.missing),
+            "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
+            "not_asked_budget": sorted(self.refused_by_server),
+        }
+
+
+class _Status:
+    """Writes ``status.json`` (the current stage) next to the report."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = time.time()
+
+    def __call__(self, stage: str, **extra: Any) -> None:
+        logger.info("ldpfda: %s", stage)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        body = {"stage": stage, "elapsed_s": time.time() - self.started, **extra}
+        tmp = self.directory / "status.json.tmp"
+        tmp.write_text(json.dumps(body), encoding="utf-8")
+        tmp.replace(self.directory / "status.json")
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as strings ("inf"), for strict JSON."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def wait_for_nodes(
+    grid: Grid, expected: int, minimum: int, timeout: float
+) -> list[int]:
+    """Node ids once ``expected`` nodes are connected, or ``minimum`` at the timeout.
+
+    Raises
+    ------
+    RuntimeError
+        When fewer than ``minimum`` nodes are connected after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if len(nodes) >= expected:
+            return nodes
+        if time.monotonic() >= deadline:
+            if len(nodes) >= minimum:
+                logger.warning(
+                    "ldpfda: starting with %d of %d expected nodes",
+                    len(nodes),
+                    expected,
+                )
+                return nodes
+            raise RuntimeError(
+                f"only {len(nodes)} node(s) connected after {timeout:g} s, but the run "
+                f"needs {minimum} (flower.min-nodes; the settings name {expected} "
+                f"clients, data.n-train + data.n-eval). Start more SuperNodes, set "
+                f'--federation-config "num-supernodes={expected}" in simulation, or '
+                f"lower data.n-train / data.n-eval."
+            )
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
+
+
+def _ask(
+    grid: Grid, contents: Mapping[int, RecordDict], kind: str, timeout: float
+) -> dict[int, Message]:
+    """Send ``query.<kind>`` to each node of ``contents``; replies by node id.
+
+    Replies that only say the node was unavailable are dropped: the node is missing.
+    """
+    messages = [
+        Message(content, node, f"query.{kind}", group_id=kind)
+        for node, content in contents.items()
+    ]
+    if not messages:
+        return {}
+    replies: dict[int, Message] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = int(reply.metadata.src_node_id)
+        if reply.has_error() and reply.error.code in _UNAVAILABLE:
+            logger.warning(
+                "ldpfda: a %s query went unanswered: %s", kind, reply.error.reason
+            )
+            continue
+        if node in contents and node not in replies:
+            replies[node] = reply
+    return replies
+
+
+def _release_events(
+    settings: Settings, n_features: int
+) -> dict[str, list[ReleaseEvent]]:
+    """What each query makes a client release, for the server's own accounting."""
+    return {
+        PRIVATIZE: privatize_events(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            label_share=settings.label_share,
+        ),
+        EVALUATE: evaluation_events(epsilon=settings.epsilon),
+    }
+
+
+def _charge(
+    ledger: PrivacyLedger, events: Iterable[ReleaseEvent], client_id: int
+) -> bool:
+    """Charge a query to ``client_id`` in the server's ledger; False if it can't pay."""
+    try:
+        ledger.charge_all(list(events), [client_id])
+    except BudgetExceededError:
+        return False
+    return True
+
+
+def _collect(
+    round_: Round,
+    replies: Mapping[int, Message],
+    node_of: Mapping[int, int],
+    reported: dict[int, dict[str, float]],
+    parse: Callable[[Message, int], tuple[Any, ...]],
+) -> dict[int, tuple[Any, ...]]:
+    """Validate the replies of ``round_``: parsed values of the valid ones, by client.
+
+    Missing and rejected clients are recorded in ``round_``; the ledger figures of valid
+    replies go to ``reported`` (a client asked without a valid reply is dropped from
+    it: what it spent is then known only from the server's own accounting).
+    """
+    valid: dict[int, tuple[Any, ...]] = {}
+    for c in round_.asked:
+        reported.pop(c, None)
+        reply = replies.get(node_of[c])
+        if reply is None:
+            round_.missing.append(c)
+            continue
+        try:
+            *values, figures = parse(reply, c)
+        except ReplyError as exc:
+            round_.rejected[c] = str(exc)
+            logger.warning(
+                "ldpfda: %s reply of client %d rejected: %s", round_.name, c, exc
+            )
+            continue
+        valid[c] = tuple(values)
+        reported[c] = figures
+        round_.answered.append(c)
+    return valid
+
+
+def _require(round_: Round, minimum: int, fraction: float, what: str) -> None:
+    """Stop the run, saying why, if too few clients of ``round_`` gave a valid reply."""
+    needed = max(minimum, math.ceil(fraction * len(round_.asked)))
+    if len(round_.answered) < needed:
+        rejected = sorted(round_.rejected.items())
+        raise RuntimeError(
+            f"only {len(round_.answered)} of {len(round_.asked)} {what} clients gave a "
+            f"valid reply; the run needs {needed} (flower.min-reply-fraction = "
+            f"{fraction:g}, and at least {minimum}). "
+            f"Missing: {_head(sorted(round_.missing))}; "
+            f"rejected: {_head(rejected)} (see the log for every reason)"
+        )
+
+
+def _head(items: list[Any], n: int = 5) -> str:
+    return str(items[:n])[:-1] + (
+        f", ... {len(items) - n} more]" if len(items) > n else "]"
+    )
+
+
+def _test_set(
+    settings: Settings, options: FlowerOptions
+) -> tuple[NDArray[np.float64], NDArray[np.int8]] | None:
+    if options.test_data == "":
+        return None
+    if options.test_data == "design":
+        return design_test_set(settings, options.repeat)
+    featurizer, grid = public_featurizer(settings, options.repeat)
+    data = load_node_data(options.test_data)
+    return data.features(featurizer, grid), data.labels
+
+
+def run_server(
+    grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
+) -> tuple[ProtocolResult, dict[str, Any]]:
+    """Run one repeat of MRMA over ``grid`` and write its report.
+
+    Returns the :class:`~ldpfda.server.engine.ProtocolResult` (with the collected
+    payload) and the report written to ``<report_dir>/run-<run_id>/report.json``.
+
+    Raises
+    ------
+    RuntimeError
+        When too few nodes connect or too few valid replies arrive.
+    """
+    out = Path(options.report_dir) / f"run-{run_id}"
+    status = _Status(out)
+    timings: dict[str, float] = {}
+    n_train, n_eval = settings.n_train, settings.n_eval
+    total = n_train + n_eval
+    featurizer, _ = public_featurizer(settings, options.repeat)
+    n_features = featurizer.n_features_out
+    events = _release_events(settings, n_features)
+    split = split_budget(
+        epsilon=settings.epsilon,
+        n_coefficients=n_features,
+        label_share=settings.label_share,
+    )
+    feature_range = training_output_range(
+        epsilon=settings.epsilon,
+        n_features=n_features,
+        label_share=settings.label_share,
+    )
+    server_rng = np.random.default_rng(
+        derive_seed(settings.seed, "server", options.repeat)
+    )
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
+    reported: dict[int, dict[str, float]] = {}
+
+    try:
+        status("waiting-for-nodes", expected=total)
+        t0 = time.perf_counter()
+        nodes = wait_for_nodes(
+            grid, total, options.min_nodes or total, options.wait_timeout
+        )
+        timings["wait_for_nodes_s"] = time.perf_counter() - t0
+
+        # Who is who: client ids decide the groups, as in run_repeat.
+        status("identify", nodes=len(nodes))
+        t0 = time.perf_counter()
+        identify = Round("identify", asked=list(nodes))
+        node_of: dict[int, int] = {}
+        ignored: dict[str, str] = {}
+        replies = _ask(
+            grid, {n: RecordDict() for n in nodes}, IDENTIFY, options.reply_timeout
+        )
+        for node in nodes:
+            if node not in replies:
+                identify.missing.append(node)
+                continue
+            try:
+                client_id, figures = parse_identity(replies[node])
+            except ReplyError as exc:
+                identify.rejected[node] = str(exc)
+                logger.warning("ldpfda: node %d identify rejected: %s", node, exc)
+                continue
+            if client_id >= total:
+                ignored[str(node)] = f"client {client_id} is not in this run"
+            elif client_id in node_of:
+                ignored[str(node)] = (
+                    f"client {client_id} is already node {node_of[client_id]}"
+                )
+            else:
+                node_of[client_id] = node
+                reported[client_id] = figures
+                identify.answered.append(node)
+        timings["identify_s"] = time.perf_counter() - t0
+        train_ids = [c for c in sorted(node_of) if c < n_train]
+        eval_ids = [c for c in sorted(node_of) if c >= n_train]
+        absent = sorted(set(range(total)) - set(node_of))
+        if absent:
+            logger.warning(
+                "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
+            )
+
+        # Training clients release their payloads (each asked once).
+        status("privatize", train_clients=len(train_ids))
+        t0 = time.perf_counter()
+        privatize_round = Round(PRIVATIZE)
+        asked = {}
+        for c in train_ids:
+            if _charge(ledger, events[PRIVATIZE], c):
+                asked[node_of[c]] = RecordDict()
+                privatize_round.asked.append(c)
+            else:
+                privatize_round.refused_by_server.append(c)
+        replies = _ask(grid, asked, PRIVATIZE, options.reply_timeout)
+        rows = _collect(
+            privatize_round,
+            replies,
+            node_of,
+            reported,
+            lambda reply, c: parse_payload(
+                reply, client_id=c, n_features=n_features, feature_range=feature_range
+            ),
+        )
+        _require(
+            privatize_round,
+            settings.subsample_size,
+            options.min_reply_fraction,
+            "training",
+        )
+        ids = np.array(sorted(rows), dtype=np.int64)
+        payload = TrainingPayload(
+            client_ids=ids,
+            features=np.array([rows[c][0] for c in ids], dtype=np.float64),
+            labels=np.array([rows[c][1] for c in ids], dtype=np.int8),
+            feature_epsilon=split.coefficients,
+            label_epsilon=split.label,
+        )
+        timings["clients_privatize_s"] = time.perf_counter() - t0
+
+        status("train", payloads=len(payload))
+        t0 = time.perf_counter()
+        weak = train_weak(payload, settings, server_rng)
+        timings["server_train_s"] = time.perf_counter() - t0
+
+        # Evaluation subgroups: each evaluator gets its model.
+        status("evaluate", eval_clients=len(eval_ids))
+        t0 = time.perf_counter()
+        groups = assign_groups(len(eval_ids), settings.num_weak_models, server_rng)
+        evaluate_round = Round(EVALUATE)
+        asked = {}
+        group_of: dict[int, int] = {}
+        for c, g in zip(eval_ids, groups, strict=True):
+            if not _charge(ledger, events[EVALUATE], c):
+                evaluate_round.refused_by_server.append(c)
+                continue
+            asked[node_of[c]] = RecordDict(
+                {
+                    "model": ArrayRecord(
+                        {
+                            "coef": Array(
+                                np.ascontiguousarray(weak.coef[g], dtype=np.float64)
+                            ),
+                            "intercept": Array(
+                                np.array([weak.intercept[g]], dtype=np.float64)
+                            ),
+                        }
+                    )
+                }
+            )
+            group_of[c] = int(g)
+            evaluate_round.asked.append(c)
+        replies = _ask(grid, asked, EVALUATE, options.reply_timeout)
+        feedback = _collect(
+            evaluate_round,
+            replies,
+            node_of,
+            reported,
+            lambda reply, c: parse_feedback(reply, client_id=c),
+        )
+        answered = sorted(feedback)
+        bits = [feedback[c][0] for c in answered]
+        answered_groups = [group_of[c] for c in answered]
+        _require(evaluate_round, 1, options.min_reply_fraction, "evaluation")
+        timings["clients_evaluate_s"] = time.perf_counter() - t0
+
+        status("aggregate", feedback_bits=len(bits))
+        t0 = time.perf_counter()
+        result = aggregate(
+            weak,
+            np.array(bits, dtype=np.int8),
+            np.array(answered_groups, dtype=np.int64),
+            payload,
+            settings,
+            privacy=ledger.summary(),
+        )
+        test = _test_set(settings, options)
+        if test is not None:
+            score(result, *test)
+        timings["server_aggregate_s"] = time.perf_counter() - t0
+        result.timings = timings
+
+        report = result.report()
+        report.update(
+            {
+                "ldpfda_version": __version__,
+                "run_id": int(run_id),
+                "settings": settings.to_mapping(),
+                "flower": options.to_mapping(),
+                "participation": {
+                    "expected_clients": total,
+                    "connected_nodes": len(nodes),
+                    "absent_clients": absent,
+                    "ignored_nodes": ignored,
+                    "train_clients": train_ids,
+                    "eval_clients": eval_ids,
+                    "identify": identify.summary(),
+                    "privatize": privatize_round.summary(),
+                    "evaluate": evaluate_round.summary(),
+                },
+            }
+        )
+        charged = ledger.spent_all()
+        report["privacy"] = {
+            "budget_per_client": settings.epsilon,
+            "server_accounting": ledger.summary(),
+            "clients": {
+                str(c): {
+                    "charged_by_server": float(charged[c]),
+                    "reported_spent": reported[c]["spent"] if c in reported else None,
+                    "reported_budget": reported[c]["budget"] if c in reported else None,
+                }
+                for c in sorted(node_of)
+            },
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(
+            json.dumps(_jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
+        )
+        np.savez(
+            out / "model.npz",
+            coef=result.final.coef[0],
+            intercept=result.final.intercept,
+        )
+        np.savez(
+            out / "payload.npz",
+            client_ids=payload.client_ids,
+            features=payload.features,
+            labels=payload.labels,
+        )
+        status("done", report=str((out / "report.json").resolve()))
+        logger.info("ldpfda: report written to %s", (out / "report.json").resolve())
+        return result, report
+    except Exception as exc:
+        status("failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point of ``flwr run``: parse the run config and run one repeat."""
+    settings, options = parse_run_config(context.run_config)
+    run_server(grid, settings, options, run_id=context.run_id)

@@ -1,0 +1,126 @@
+"""Helpers of the Flower tests: the project's run config and an in-memory Grid.
+
+:class:`FakeGrid` hands each message straight to the ClientApp.
+
+It lets the ServerApp logic run against real ClientApp handlers, with one persistent
+``Context`` per node, in milliseconds and without Ray or network processes. Nodes can be
+made silent (their replies are dropped, as for a node that died) to test fault handling.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.config import flatten_dict
+from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Small settings of a quick in-memory run (kebab-case run-config keys).
+SMALL: dict[str, Any] = {
+    "data.n-train": 30,
+    "data.n-eval": 20,
+    "mrma.num-weak-models": 5,
+    "mrma.subsample-size": 10,
+    "data.n-test": 2000,
+}
+
+
+def app_config() -> dict[str, Any]:
+    """The flattened ``[tool.flwr.app.config]`` of the project, as Flower reads it."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        config = tomllib.load(handle)
+    return dict(flatten_dict(config["tool"]["flwr"]["app"]["config"]))
+
+
+def partitions(n: int, **extra: Any) -> list[dict[str, Any]]:
+    """Node configs of ``n`` simulated nodes (partition ids 0 .. n-1)."""
+    return [{"partition-id": i, "num-partitions": n, **extra} for i in range(n)]
+
+
+class FakeGrid(Grid):
+    """``n`` nodes with ids ``1000 + i``; node ``i`` gets ``node_configs[i]``.
+
+    Parameters
+    ----------
+    client_app : ClientApp
+    run_config : mapping
+        The flattened run config every node sees.
+    node_configs : list of mapping
+        One node config per node.
+    silent : set of int, optional
+        Indices of nodes that die after joining: their replies to ``silent_on``
+        queries never arrive (the ClientApp still runs, as a node may crash after
+        releasing).
+    silent_on : set of str
+        Message types the silent nodes do not answer.
+    """
+
+    def __init__(
+        self,
+        client_app: ClientApp,
+        run_config: Mapping[str, Any],
+        node_configs: list[dict[str, Any]],
+        *,
+        run_id: int = 7,
+        silent: Iterable[int] = (),
+        silent_on: Iterable[str] = ("query.privatize", "query.evaluate"),
+    ) -> None:
+        self.client_app = client_app
+        # Messages take their run and source ids from the running task's identity, which
+        # Flower sets in a ServerApp process; here the test process plays that role.
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, 1, 1
+        self.node_ids = [1000 + i for i in range(len(node_configs))]
+        self.contexts = {
+            node: Context(
+                run_id=run_id,
+                node_id=node,
+                node_config=dict(cfg),
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
+            for node, cfg in zip(self.node_ids, node_configs, strict=True)
+        }
+        self.silent = {self.node_ids[i] for i in silent}
+        self.silent_on = set(silent_on)
+        self.sent: list[Message] = []
+
+    def set_run(self, run: Any) -> None:  # pragma: no cover - not used
+        self._run = run
+
+    @property
+    def run(self) -> Any:  # pragma: no cover - not used
+        return self._run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return Message(content, dst_node_id, message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        raise NotImplementedError
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        replies = []
+        for message in messages:
+            self.sent.append(message)
+            node = message.metadata.dst_node_id
+            reply = self.client_app(message, self.contexts[node])
+            if node not in self.silent or message.metadata.message_type not in (
+                self.silent_on
+            ):
+                reply.metadata.__dict__["_src_node_id"] = node
+                replies.append(reply)
+        return replies

@@ -1,0 +1,219 @@
+"""The ClientApp's query handlers, called directly with Flower messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST, app
+from ldpfda.client.data import run_settings, save_node_data, simulated_partition
+from ldpfda.client.protocol import answer_evaluation, privatize
+from ldpfda.privacy.random import derive_seed
+
+from .support import SMALL
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 3, 1, 1
+
+
+def _context(run_config, node_config, run_id=3):
+    return Context(
+        run_id=run_id,
+        node_id=99,
+        node_config=node_config,
+        state=RecordDict(),
+        run_config=run_config,
+    )
+
+
+def _ask(context, kind, content=None):
+    message = Message(content or RecordDict(), 99, f"query.{kind}")
+    return app(message, context)
+
+
+def _model(coef, intercept):
+    return RecordDict(
+        {
+            "model": ArrayRecord(
+                {
+                    "coef": Array(np.asarray(coef, dtype=float)),
+                    "intercept": Array(np.asarray([intercept], dtype=float)),
+                }
+            )
+        }
+    )
+
+
+def test_identify_reports_identity_and_budget(run_config):
+    context = _context(run_config(SMALL), {"partition-id": 4, "num-partitions": 50})
+    reply = _ask(context, "identify")
+    record = reply.content.config_records["identity"]
+    assert record["client-id"] == 4 and record["spent"] == 0.0
+    assert record["budget"] == 5.0
+
+
+def test_privatize_matches_the_engine_and_refuses_a_second_ask(run_config):
+    config = run_config(SMALL)
+    settings, _ = run_settings(config)
+    context = _context(config, {"partition-id": 7, "num-partitions": 50})
+    reply = _ask(context, "privatize")
+    payload = reply.content.array_records["payload"]
+    x, y = simulated_partition(settings, 0, 7)
+    expected = privatize(
+        x,
+        y,
+        client_ids=[7],
+        seed=derive_seed(0, "clients", 0),
+        epsilon=settings.epsilon,
+    )
+    np.testing.assert_array_equal(payload["features"].numpy(), expected.features)
+    np.testing.assert_array_equal(payload["labels"].numpy(), expected.labels)
+    assert reply.content.config_records["ledger"]["spent"] == pytest.approx(5.0)
+
+    again = _ask(context, "privatize")
+    assert again.has_error() and again.error.code == ERROR_BUDGET
+    assert "exceed the budget" in again.error.reason
+    # A refused release leaves nothing spent beyond the first.
+    spent = _ask(context, "identify").content.config_records["identity"]["spent"]
+    assert spent == pytest.approx(5.0)
+
+
+def test_evaluate_answers_one_bit_once(run_config):
+    config = run_config(SMALL)
+    settings, _ = run_settings(config)
+    context = _context(config, {"partition-id": 40, "num-partitions": 50})
+    coef, intercept = np.linspace(-1, 1, 4), 0.25
+    reply = _ask(context, "evaluate", _model(coef, intercept))
+    bit = reply.content.array_records["feedback"]["bit"].numpy()
+    x, y = simulated_partition(settings, 0, 40)
+    expected = answer_evaluation(
+        coef,
+        [intercept],
+        x,
+        y,
+        client_ids=[40],
+        seed=derive_seed(0, "clients", 0),
+        epsilon=5.0,
+    )
+    np.testing.assert_array_equal(bit, expected)
+    assert _ask(context, "evaluate", _model(coef, intercept)).error.code == ERROR_BUDGET
+
+
+def test_evaluate_refuses_a_malformed_model(run_config):
+    context = _context(run_config(SMALL), {"partition-id": 40, "num-partitions": 50})
+    reply = _ask(context, "evaluate", _model(np.ones(3), 0.0))
+    assert reply.error.code == ERROR_REQUEST and "shape (4,)" in reply.error.reason
+    reply = _ask(context, "evaluate", RecordDict())
+    assert reply.error.code == ERROR_REQUEST
+    reply = _ask(context, "evaluate", _model([np.nan, 0, 0, 0], 0.0))
+    assert reply.error.code == ERROR_REQUEST
+    # None of these released anything.
+    spent = _ask(context, "identify").content.config_records["identity"]["spent"]
+    assert spent == 0.0
+
+
+def test_node_budget_caps_the_run_epsilon(run_config):
+    context = _context(
+        run_config(SMALL),
+        {"partition-id": 1, "num-partitions": 50, "privacy-budget": 1.0},
+    )
+    reply = _ask(context, "privatize")
+    assert reply.error.code == ERROR_BUDGET
+
+
+def test_a_second_allowed_release_draws_fresh_noise(run_config):
+    node = {"partition-id": 3, "num-partitions": 50, "privacy-budget": 10.0}
+    context = _context(run_config(SMALL), node)
+    first, second = (
+        _ask(context, "privatize").content.array_records["payload"]["features"].numpy()
+        for _ in range(2)
+    )
+    assert not np.array_equal(first, second)
+    assert _ask(context, "privatize").error.code == ERROR_BUDGET  # 15 > 10
+
+
+def test_state_ledger_is_kept_per_run(run_config):
+    context = _context(run_config(SMALL), {"partition-id": 2, "num-partitions": 50})
+    assert not _ask(context, "privatize").has_error()
+    assert _ask(context, "privatize").error.code == ERROR_BUDGET
+    # Flower carries Context.state over to the next run of a run series.
+    context.run_id = 4
+    assert not _ask(context, "privatize").has_error()
+
+
+def test_ledger_dir_survives_a_restart(run_config, tmp_path):
+    node = {"partition-id": 2, "num-partitions": 50, "ledger-dir": str(tmp_path / "l")}
+    config = run_config(SMALL)
+    assert not _ask(_context(config, node), "privatize").has_error()
+    # A restarted SuperNode has a fresh Context but the same ledger directory.
+    again = _ask(_context(config, node), "privatize")
+    assert again.error.code == ERROR_BUDGET
+    assert (tmp_path / "l" / "run-3" / "client-2.json").exists()
+    # Another run starts with a fresh budget.
+    assert not _ask(_context(config, node, run_id=4), "privatize").has_error()
+
+
+def test_data_file_node_uses_private_noise(run_config, tmp_path):
+    config = run_config(SMALL, {"data.dataset": "vector"})
+    path = save_node_data(tmp_path / "c.npz", [[0.5, -0.5, 0.25, 0.0]], [1])
+    releases = []
+    for _ in range(2):
+        context = _context(config, {"client-id": 0, "data-path": str(path)})
+        payload = _ask(context, "privatize").content.array_records["payload"]
+        releases.append(payload["features"].numpy())
+    # Fresh entropy per node: the server cannot recompute (and remove) the noise.
+    assert not np.array_equal(releases[0], releases[1])
+    seeded = [
+        _ask(
+            _context(
+                config, {"client-id": 0, "data-path": str(path), "noise-seed": 11}
+            ),
+            "privatize",
+        )
+        .content.array_records["payload"]["features"]
+        .numpy()
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(seeded[0], seeded[1])
+
+
+def test_data_file_must_hold_one_client(run_config, tmp_path):
+    path = save_node_data(tmp_path / "two.npz", np.zeros((2, 4)), [0, 1])
+    context = _context(run_config(SMALL), {"client-id": 0, "data-path": str(path)})
+    reply = _ask(context, "privatize")
+    assert reply.error.code == ERROR_REQUEST and "2 rows" in reply.error.reason
+
+
+def test_node_without_identity_or_data_is_refused(run_config):
+    assert _ask(_context(run_config(SMALL), {}), "identify").error.code == ERROR_REQUEST
+    context = _context(run_config(SMALL), {"partition-id": 60, "num-partitions": 61})
+    assert "has no data" in _ask(context, "privatize").error.reason
+
+
+@pytest.mark.parametrize(
+    ("flag", "check"),
+    [
+        ("nan", lambda p: np.isnan(p["features"].numpy()).any()),
+        ("shape", lambda p: p["features"].numpy().shape == (1, 3)),
+        ("label", lambda p: p["labels"].numpy()[0] == 2),
+    ],
+)
+def test_misbehaving_test_node_corrupts_its_payload(run_config, flag, check):
+    context = _context(
+        run_config(SMALL),
+        {"partition-id": 0, "num-partitions": 50, "test-misbehave": flag},
+    )
+    assert check(_ask(context, "privatize").content.array_records["payload"])
+
+
+def test_misbehaving_test_node_sends_a_non_bit(run_config):
+    context = _context(
+        run_config(SMALL),
+        {"partition-id": 40, "num-partitions": 50, "test-misbehave": "bit"},
+    )
+    reply = _ask(context, "evaluate", _model(np.ones(4), 0.0))
+    assert reply.content.array_records["feedback"]["bit"].numpy()[0] == 3
