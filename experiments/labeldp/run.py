@@ -1,0 +1,445 @@
+"""Driver of the label-DP study: normalized accuracy vs epsilon, and a cluster ablation.
+
+Run from the repository root::
+
+    python -m ldpfda.experiments.labeldp.run --quick     # about 2 minutes
+    python -m ldpfda.experiments.labeldp.run             # the full study (under an hour)
+    python -m ldpfda.experiments.labeldp.plot            # figures and tables from the results
+
+Every finished point is appended to ``<results-dir>/points.jsonl`` as soon as it ends;
+a rerun skips the points already there, so an interrupted run resumes. Clusterings are
+cached in ``<results-dir>/cache``. Nothing is downloaded: Fashion-MNIST comes from
+Debian's ``dataset-fashion-mnist`` files or ``--fashion-dir``.
+
+Methods (all trained as multinomial logistic regression):
+
+* ``nonprivate``: the clean labels (the normalizer);
+* ``uniform_rr`` with the ``plain``, ``forward`` and ``backward`` learners;
+* ``cluster_rr``: :class:`~ldpfda.labeldp.AutoClusterRR` (every parameter chosen by the
+  rule) with the learner it recommends;
+* ``cluster_rr_fixed``: the reference plain reconstruction (``[fixed-cluster-rr]``);
+* ``dp_sgd``: DP-SGD at the same epsilon, delta = 1/n.
+
+The learners choose ``C`` from ``learner-cs`` by the held-out noisy-label likelihood
+(released data only); test labels are used only to report accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import tomllib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+# One BLAS thread per worker: the study runs points in parallel processes instead.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DEFAULT_CONFIG = HERE / "config.toml"
+
+Task = dict[str, Any]
+
+
+def load_config(path: Path, quick: bool) -> dict[str, Any]:
+    """Read the TOML file and resolve the quick overrides into one settings dict."""
+    with open(path, "rb") as handle:
+        raw = tomllib.load(handle)
+    study = dict(raw["study"])
+    settings: dict[str, Any] = {
+        "seed": int(study["seed"]),
+        "results_dir": ROOT / study["results-dir"],
+        "datasets": list(study["datasets"]),
+        "epsilons": [float(e) for e in study["epsilons"]],
+        "trials": int(study["trials"]),
+        "ablation_epsilon": float(study["ablation-epsilon"]),
+        "ablation_clusters": [int(c) for c in study["ablation-clusters"]],
+        "learner_cs": [float(c) for c in study["learner-cs"]],
+        "workers": int(study.get("workers", 1)),
+        "fixed": {
+            k.replace("-", "_"): float(v) for k, v in raw["fixed-cluster-rr"].items()
+        },
+        "dpsgd": {k.replace("-", "_"): float(v) for k, v in raw["dpsgd"].items()},
+        "data": {
+            name: {k.replace("-", "_"): v for k, v in table.items()}
+            for name, table in raw["data"].items()
+        },
+        "quick": quick,
+    }
+    if quick:
+        q = raw["quick"]
+        settings["datasets"] = list(q["datasets"])
+        settings["epsilons"] = [float(e) for e in q["epsilons"]]
+        settings["trials"] = int(q["trials"])
+        settings["ablation_clusters"] = [int(c) for c in q["ablation-clusters"]]
+        settings["results_dir"] = settings["results_dir"] / q["results-subdir"]
+        fashion = settings["data"].setdefault("fashion_mnist", {})
+        fashion["train_size"] = int(q["fashion-train-size"])
+        fashion["test_size"] = int(q["fashion-test-size"])
+    return settings
+
+
+# --------------------------------------------------------------------------- workers
+_DATA: dict[str, Any] = {}
+
+
+def _dataset(name: str, settings: dict[str, Any]) -> Any:
+    from experiments.labeldp.data import load_dataset
+
+    if name not in _DATA:
+        cfg = settings["data"].get(name, {})
+        _DATA[name] = load_dataset(
+            name,
+            n_components=int(cfg.get("n_components", 50)),
+            fashion_dir=cfg.get("fashion_dir"),
+            train_size=cfg.get("train_size"),
+            test_size=cfg.get("test_size"),
+            seed=settings["seed"],
+        )
+    return _DATA[name]
+
+
+def _clusters(name: str, n_clusters: int, trial: int, settings: dict[str, Any]) -> Any:
+    """k-means clusters of the training features (public), cached on disk."""
+    from ldpfda.labeldp import assign_clusters
+    from ldpfda.privacy import derive_seed
+
+    cache = settings["results_dir"] / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"clusters_{name}_{n_clusters}_{trial}.npy"
+    if path.exists():
+        return np.load(path)
+    data = _dataset(name, settings)
+    seed = derive_seed(settings["seed"], "kmeans", name, n_clusters, trial)
+    labels = assign_clusters(data.cluster_train, n_clusters=n_clusters, rng=seed)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, labels)
+    os.replace(tmp, path)
+    return labels
+
+
+def _cluster_job(job: tuple[str, int, int, dict[str, Any]]) -> None:
+    _clusters(*job)
+
+
+def _accuracy(model: Any, data: Any) -> float:
+    return float(np.mean(model.predict(data.x_test) == data.y_test))
+
+
+def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one point (one release, possibly several learners); return result rows."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from ldpfda.labeldp import (
+        AutoClusterRR,
+        BackwardCorrectedLogisticRegression,
+        ClusterRR,
+        DPSGDLogisticRegression,
+        ForwardCorrectedLogisticRegression,
+        NoisyLabelLogisticRegression,
+        UniformRR,
+        histogram_sigma,
+    )
+    from ldpfda.privacy import derive_seed
+
+    start = time.perf_counter()
+    name, method = task["dataset"], task["method"]
+    eps, trial = task["epsilon"], task["trial"]
+    data = _dataset(name, settings)
+    k, p = data.n_classes, data.x_train.shape[1]
+    seed = derive_seed(settings["seed"], task["key"])
+    rng = np.random.default_rng(seed)
+    cs = settings["learner_cs"]
+    common = {"Cs": cs, "random_state": seed % (2**31)}
+    rows: list[dict[str, Any]] = []
+    base = {
+        key: task[key]
+        for key in ("dataset", "study", "method", "epsilon", "n_clusters", "trial")
+    }
+
+    def add(learner: str, model: Any, spent: float, **extra: Any) -> None:
+        rows.append(
+            {
+                **base,
+                "learner": learner,
+                "accuracy": _accuracy(model, data),
+                "epsilon_spent": spent,
+                "C": getattr(model, "C_", None),
+                **extra,
+            }
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        if method == "nonprivate":
+            model = NoisyLabelLogisticRegression(n_classes=k, **common)
+            add("plain", model.fit(data.x_train, data.y_train), float("inf"))
+        elif method == "uniform_rr":
+            release = UniformRR(epsilon=eps, n_classes=k).release(data.y_train, rng=rng)
+            lam = release.resample_probability
+            add(
+                "plain",
+                NoisyLabelLogisticRegression(n_classes=k, **common).fit_release(
+                    data.x_train, release
+                ),
+                release.epsilon,
+            )
+            add(
+                "forward",
+                ForwardCorrectedLogisticRegression(**common).fit_release(
+                    data.x_train, release, beta=lam
+                ),
+                release.epsilon,
+            )
+            add(
+                "backward",
+                BackwardCorrectedLogisticRegression(**common).fit_release(
+                    data.x_train, release, beta=lam
+                ),
+                release.epsilon,
+            )
+        elif method == "cluster_rr":
+            clusters = _clusters(name, task["n_clusters"], trial, settings)
+            mech = AutoClusterRR(epsilon=eps, n_classes=k, n_parameters=(p + 1) * k)
+            release = mech.release(data.y_train, clusters=clusters, rng=rng)
+            model = ForwardCorrectedLogisticRegression(**common).fit_release(
+                data.x_train, release
+            )
+            params = dict(release.parameters)
+            learner = "plain" if release.beta == 0.0 else "forward"
+            add(
+                learner,
+                model,
+                release.epsilon,
+                beta=release.beta,
+                resample_probability=release.resample_probability,
+                histogram_share=params.get("histogram_share"),
+                majority_share=params.get("majority_share"),
+                choice=params.get("choice"),
+            )
+        elif method == "cluster_rr_fixed":
+            clusters = _clusters(name, task["n_clusters"], trial, settings)
+            fixed = settings["fixed"]
+            share = fixed["histogram_share"]
+            mech = ClusterRR(
+                n_classes=k,
+                sigma=histogram_sigma(epsilon=share * eps),
+                tau=fixed["tau"],
+                floor=fixed["floor"],
+                epsilon_resample=(1.0 - share) * eps,
+            )
+            release = mech.release(data.y_train, clusters=clusters, rng=rng)
+            add(
+                "plain",
+                NoisyLabelLogisticRegression(n_classes=k, **common).fit_release(
+                    data.x_train, release
+                ),
+                release.epsilon,
+                resample_probability=release.resample_probability,
+            )
+        elif method == "dp_sgd":
+            cfg = settings["dpsgd"]
+            batch = int(settings["data"].get(name, {}).get("dpsgd_batch_size", 256))
+            model = DPSGDLogisticRegression(
+                epsilon=eps,
+                clip_norm=cfg["clip_norm"],
+                batch_size=batch,
+                epochs=cfg["epochs"],
+                learning_rate=cfg["learning_rate"],
+                n_classes=k,
+                random_state=seed % (2**31),
+            ).fit(data.x_train, data.y_train)
+            add(
+                "dp_sgd",
+                model,
+                model.epsilon_,
+                delta=model.delta_,
+                noise_multiplier=model.noise_multiplier_,
+            )
+        else:
+            raise ValueError(f"unknown method {method!r}")
+    elapsed = time.perf_counter() - start
+    n_warn = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    for row in rows:
+        row["seconds"] = elapsed
+        row["convergence_warnings"] = n_warn
+    return rows
+
+
+# --------------------------------------------------------------------------- planning
+def make_tasks(settings: dict[str, Any]) -> list[Task]:
+    """Every point of the study, Fashion-MNIST's main curves first."""
+    tasks: list[Task] = []
+
+    def add(
+        dataset: str,
+        study: str,
+        method: str,
+        eps: float,
+        n_clusters: int | None,
+        trial: int,
+    ) -> None:
+        key = f"{dataset}|{study}|{method}|{eps:g}|{n_clusters}|{trial}"
+        tasks.append(
+            {
+                "key": key,
+                "dataset": dataset,
+                "study": study,
+                "method": method,
+                "epsilon": eps,
+                "n_clusters": n_clusters,
+                "trial": trial,
+            }
+        )
+
+    for dataset in settings["datasets"]:
+        n_clusters = int(settings["data"].get(dataset, {}).get("n_clusters", 100))
+        add(dataset, "main", "nonprivate", float("inf"), None, 0)
+        for trial in range(settings["trials"]):
+            for eps in settings["epsilons"]:
+                add(dataset, "main", "uniform_rr", eps, None, trial)
+                add(dataset, "main", "cluster_rr", eps, n_clusters, trial)
+                add(dataset, "main", "cluster_rr_fixed", eps, n_clusters, trial)
+                add(dataset, "main", "dp_sgd", eps, None, trial)
+        for trial in range(settings["trials"]):
+            for n_c in settings["ablation_clusters"]:
+                for method in ("cluster_rr", "cluster_rr_fixed"):
+                    add(
+                        dataset,
+                        "ablation",
+                        method,
+                        settings["ablation_epsilon"],
+                        n_c,
+                        trial,
+                    )
+    return tasks
+
+
+def _done_keys(points: Path) -> set[str]:
+    if not points.exists():
+        return set()
+    keys = set()
+    with open(points) as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                keys.add(json.loads(line)["key"])
+    return keys
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small run (~2 min)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument(
+        "--fashion-dir",
+        type=Path,
+        default=None,
+        help="folder with the Fashion-MNIST IDX(.gz) files",
+    )
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--results-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    settings = load_config(args.config, args.quick)
+    if args.fashion_dir is not None:
+        settings["data"].setdefault("fashion_mnist", {})["fashion_dir"] = (
+            args.fashion_dir
+        )
+    if args.results_dir is not None:
+        settings["results_dir"] = args.results_dir
+    workers = args.workers or settings["workers"]
+    out: Path = settings["results_dir"]
+    out.mkdir(parents=True, exist_ok=True)
+    points = out / "points.jsonl"
+    done = _done_keys(points)
+    tasks = [t for t in make_tasks(settings) if t["key"] not in done]
+    print(
+        f"{len(done)} points cached in {points}, {len(tasks)} to run "
+        f"with {workers} worker(s)",
+        flush=True,
+    )
+    started = time.perf_counter()
+    needed = sorted(
+        {
+            (t["dataset"], t["n_clusters"], t["trial"])
+            for t in tasks
+            if t["n_clusters"] is not None
+        }
+    )
+    if needed:
+        print(
+            f"clustering: {len(needed)} k-means fits (cached after the first run)",
+            flush=True,
+        )
+        jobs = [(name, n_c, trial, settings) for name, n_c, trial in needed]
+        if workers <= 1:
+            for job in jobs:
+                _clusters(*job)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                list(
+                    tqdm(
+                        pool.map(_cluster_job, jobs),
+                        total=len(jobs),
+                        unit="fit",
+                        file=sys.stdout,
+                    )
+                )
+    with (
+        open(points, "a") as sink,
+        tqdm(total=len(tasks), unit="pt", file=sys.stdout) as bar,
+    ):
+
+        def record(task: Task, rows: list[dict[str, Any]]) -> None:
+            for row in rows:
+                sink.write(
+                    json.dumps({"key": task["key"], **row}, default=_json_default)
+                    + "\n"
+                )
+            sink.flush()
+            bar.set_postfix_str(task["key"][:48])
+            bar.update(1)
+
+        if workers <= 1:
+            for task in tasks:
+                record(task, run_task(task, settings))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                pending = {}
+                queue = list(tasks)
+                while queue or pending:
+                    while queue and len(pending) < 2 * workers:
+                        task = queue.pop(0)
+                        pending[pool.submit(run_task, task, settings)] = task
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        record(pending.pop(future), future.result())
+    print(f"done in {time.perf_counter() - started:.0f} s; results in {points}")
+    from experiments.labeldp.plot import summarise
+
+    summarise(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

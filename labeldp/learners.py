@@ -1,0 +1,493 @@
+r"""Multinomial logistic regression on noisy labels: backward, forward and plain.
+
+All three minimise an average loss plus the ridge penalty
+:math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included,
+with :math:`\alpha = 1/(C n)` (scikit-learn's scaling of ``C``). With logits
+:math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, and softmax
+:math:`s_i = \mathrm{softmax}(z_i)`:
+
+* **backward** (:class:`BackwardCorrectedLogisticRegression`):
+  :math:`\tilde\ell_i = \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}\,(-\log s_{iy})
+  = \operatorname{logsumexp}(z_i) - a_i^\top z_i`, with :math:`a_i` the row of the
+  inverse channel (it sums to 1). The objective is convex, but :math:`a_i` has negative
+  entries, so without the penalty it may be unbounded below; penalising the intercepts
+  as well makes it strongly convex and coercive, so a unique minimiser exists. Gradient
+  :math:`\partial\tilde\ell_i/\partial z_i = s_i - a_i`.
+* **forward** (:class:`ForwardCorrectedLogisticRegression`): maximum likelihood of the
+  noisy labels under :math:`P(\tilde y \mid x) = [T_c(\beta)^\top s]_{\tilde y}`,
+  :math:`\ell_i = -\log \sum_y s_{iy} T_{c_i}(\beta)[y, \tilde y_i]`. In log space
+  :math:`\ell_i = \mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` (lse: log-sum-exp)
+  with :math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`, and
+  :math:`\partial\ell_i/\partial z_i = s_i - \mathrm{softmax}(z_i + \log t_i)`.
+* **plain** (:class:`NoisyLabelLogisticRegression`): the cross-entropy on the noisy
+  labels (either correction with :math:`\beta = 0`).
+
+The objective is minimised by L-BFGS (:func:`scipy.optimize.minimize`) with the
+analytic gradient.
+
+**Choosing C from the release.** With ``Cs`` given, a random ``validation_fraction`` of
+the noisy examples is held out and every ``C`` is scored by the held-out noisy-label
+log-likelihood through the model's channel,
+:math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}`. It is a
+proper scoring rule for the noisy labels, so for an invertible channel its expectation
+is largest at the true clean conditional; it uses only released data (post-processing,
+no privacy cost) and never clean labels. The best ``C`` is refitted on all examples.
+
+References
+----------
+G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural networks robust
+to label noise: a loss correction approach", CVPR 2017. N. Natarajan et al., "Learning
+with noisy labels", NeurIPS 2013. H. Esfandiari et al., "Label differential privacy via
+clustering", AISTATS 2022.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import minimize
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from ldpfda._validation import check_int, check_real
+from ldpfda.labeldp.mechanisms import LabelRelease, check_labels
+from ldpfda.labeldp.transition import (
+    check_distributions,
+    corrected_targets,
+    transition_matrices,
+)
+
+__all__ = [
+    "DEFAULT_CS",
+    "BackwardCorrectedLogisticRegression",
+    "ForwardCorrectedLogisticRegression",
+    "NoisyLabelLogisticRegression",
+]
+
+LossGrad = Callable[
+    [NDArray[np.float64]], tuple[NDArray[np.float64], NDArray[np.float64]]
+]
+
+
+def _logsumexp(z: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Row-wise log-sum-exp (entries may be -inf, as long as one per row is finite)."""
+    m = z.max(axis=1)
+    return m + np.log(np.exp(z - m[:, None]).sum(axis=1))
+
+
+def _softmax(z: NDArray[np.float64]) -> NDArray[np.float64]:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _log_columns(t: NDArray[np.float64], clusters: NDArray, labels: NDArray) -> NDArray:
+    r""":math:`\log T_{c_i}[\cdot, \tilde y_i]` for every example, shape (n, K)."""
+    with np.errstate(divide="ignore"):
+        return np.log(t[clusters, :, labels])
+
+
+class _LogisticBase(ClassifierMixin, BaseEstimator):
+    """Shared fitting machinery; subclasses build the per-example loss."""
+
+    def __init__(
+        self,
+        *,
+        C: float = 1.0,
+        Cs: Sequence[float] | None = None,
+        validation_fraction: float = 0.2,
+        max_iter: int = 1000,
+        tol: float = 1e-6,
+        random_state: int | None = None,
+    ) -> None:
+        self.C = C
+        self.Cs = Cs
+        self.validation_fraction = validation_fraction
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        check_real(self.C, "C", low=0.0, low_open=True)
+        if self.Cs is not None:
+            if len(self.Cs) == 0:
+                raise ValueError(
+                    "Cs must hold at least one value, got an empty sequence"
+                )
+            for value in self.Cs:
+                check_real(value, "Cs", low=0.0, low_open=True)
+        check_real(
+            self.validation_fraction,
+            "validation_fraction",
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
+        check_int(self.max_iter, "max_iter", minimum=1)
+        check_real(self.tol, "tol", low=0.0, low_open=True)
+
+    @staticmethod
+    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        """Per-example losses (m,) and logit gradients (m, K) on ``index``."""
+        raise NotImplementedError
+
+    def _solve(
+        self, xt: NDArray, loss_grad: LossGrad, n_classes: int, C: float, w0: NDArray
+    ) -> tuple[NDArray[np.float64], int]:
+        n = xt.shape[0]
+        alpha = 1.0 / (C * n)
+
+        def objective(w_flat: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+            w = w_flat.reshape(n_classes, xt.shape[1])
+            losses, grad_z = loss_grad(xt @ w.T)
+            value = losses.mean() + 0.5 * alpha * np.sum(w * w)
+            grad = grad_z.T @ xt / n + alpha * w
+            return float(value), grad.ravel()
+
+        result = minimize(
+            objective,
+            w0.ravel(),
+            jac=True,
+            method="L-BFGS-B",
+            options={
+                "maxiter": int(self.max_iter),
+                "gtol": float(self.tol),
+                "ftol": 1e-12,
+                "maxcor": 20,
+            },
+        )
+        if result.nit >= self.max_iter:
+            warnings.warn(
+                f"{type(self).__name__} did not converge in max_iter={self.max_iter} "
+                f"iterations (C={C:g}, gradient max {np.abs(result.jac).max():.2e})",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        return result.x.reshape(n_classes, xt.shape[1]), int(result.nit)
+
+    def _fit_arrays(
+        self, x: NDArray, arrays: dict[str, NDArray], n_classes: int
+    ) -> None:
+        """Fit on per-example arrays; ``arrays['log_t']`` scores held-out examples."""
+        n, p = x.shape
+        xt = np.hstack([x, np.ones((n, 1))])
+        everyone = np.arange(n)
+        zero = np.zeros((n_classes, p + 1))
+        if self.Cs is None:
+            best_c = float(self.C)
+            self.validation_scores_ = None
+        else:
+            gen = np.random.default_rng(self.random_state)
+            order = gen.permutation(n)
+            n_val = min(max(1, int(round(self.validation_fraction * n))), n - 1)
+            val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
+            scores = {}
+            w = zero
+            # Increasing C with warm starts: each fit starts near its solution.
+            for c_value in sorted(float(v) for v in self.Cs):
+                w, _ = self._solve(
+                    xt[train], self._loss_grad(arrays, train), n_classes, c_value, w
+                )
+                z = xt[val] @ w.T
+                log_p = _logsumexp(z + arrays["log_t"][val]) - _logsumexp(z)
+                scores[c_value] = float(np.mean(log_p))
+            best_score = max(scores.values())
+            best_c = min(c for c, s in scores.items() if s == best_score)
+            self.validation_scores_ = scores
+        w, nit = self._solve(
+            xt, self._loss_grad(arrays, everyone), n_classes, best_c, zero
+        )
+        self.C_ = best_c
+        self.coef_ = w[:, :p].copy()
+        self.intercept_ = w[:, p].copy()
+        self.classes_ = np.arange(n_classes)
+        self.n_features_in_ = p
+        self.n_iter_ = nit
+
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Logits :math:`W x + b`, shape (n, K)."""
+        check_is_fitted(self)
+        x = check_array(X, dtype=np.float64)
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {x.shape[1]} features, but the model was fitted with "
+                f"{self.n_features_in_}"
+            )
+        return x @ self.coef_.T + self.intercept_
+
+    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Clean-label probabilities :math:`\\mathrm{softmax}(W x + b)`."""
+        return _softmax(self.decision_function(X))
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
+        scores = self.decision_function(X)  # checks that the model is fitted
+        return self.classes_[np.argmax(scores, axis=1)]
+
+
+def _validate_fit(
+    X: ArrayLike, y: ArrayLike, clusters: ArrayLike | None, distributions: ArrayLike
+) -> tuple[NDArray, NDArray, NDArray, NDArray]:
+    q = check_distributions(distributions)
+    x = check_array(X, dtype=np.float64)
+    labels = check_labels(y, q.shape[1], "y")
+    if labels.size != x.shape[0]:
+        raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+    if clusters is None:
+        if q.shape[0] != 1:
+            raise ValueError(
+                "clusters are required when there is more than one cluster"
+            )
+        c = np.zeros(labels.size, dtype=np.int64)
+    else:
+        c = check_labels(clusters, q.shape[0], "clusters")
+        if c.size != labels.size:
+            raise ValueError(
+                f"clusters and y differ in length: {c.size} != {labels.size}"
+            )
+    return x, labels, c, q
+
+
+_DOC_PARAMETERS = """
+    Parameters
+    ----------
+    C : float
+        Inverse penalty strength, as in scikit-learn (:math:`\\alpha = 1/(Cn)`); used
+        when ``Cs`` is None.
+    Cs : sequence of float, optional
+        Candidate values of ``C``, chosen by the held-out noisy-label likelihood (see
+        the module docstring).
+    validation_fraction : float
+        Share of examples held out to choose ``C``.
+    max_iter : int
+        L-BFGS iteration limit.
+    tol : float
+        Gradient tolerance of L-BFGS.
+    random_state : int, optional
+        Seed of the held-out split.
+
+    Attributes
+    ----------
+    coef_ : ndarray, shape (K, p)
+    intercept_ : ndarray, shape (K,)
+    classes_ : ndarray, shape (K,)
+    C_ : float
+        The ``C`` used for the final fit.
+    validation_scores_ : dict or None
+        Held-out mean log-likelihood of the noisy labels for every candidate ``C``.
+    n_features_in_ : int
+    n_iter_ : int
+"""
+
+
+class BackwardCorrectedLogisticRegression(_LogisticBase):
+    __doc__ = (
+        r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
+
+    .. math:: \min_W \frac1n \sum_i \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}
+              \bigl(-\log \mathrm{softmax}(W\tilde x_i)_y\bigr)
+              + \frac{1}{2Cn}\lVert W\rVert_F^2
+
+    With :math:`\beta = \lambda` the data term is an unbiased estimate of the clean
+    cross-entropy. Its variance grows like :math:`1/(1-\beta)^2`, so at small epsilon
+    the fit is dominated by the penalty.
+    """
+        + _DOC_PARAMETERS
+        + r"""
+    References
+    ----------
+    N. Natarajan et al., NeurIPS 2013; G. Patrini et al., CVPR 2017; H. Esfandiari et
+    al., AISTATS 2022.
+    """
+    )
+
+    def fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        *,
+        distributions: ArrayLike,
+        beta: float,
+        clusters: ArrayLike | None = None,
+    ) -> BackwardCorrectedLogisticRegression:
+        """Fit on noisy labels ``y`` released with cluster distributions :math:`q_c`.
+
+        ``beta`` is the correction in [0, 1) (:math:`\\beta = \\lambda` for unbiased).
+        """
+        self._check_params()
+        x, labels, c, q = _validate_fit(X, y, clusters, distributions)
+        arrays = {
+            "targets": corrected_targets(labels, c, q, beta),
+            "log_t": _log_columns(transition_matrices(q, beta), c, labels),
+        }
+        self._fit_arrays(x, arrays, q.shape[1])
+        return self
+
+    def fit_release(
+        self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
+    ) -> BackwardCorrectedLogisticRegression:
+        """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
+        b = release.beta if beta is None else release.check_beta(beta)
+        return self.fit(
+            X,
+            release.labels,
+            clusters=release.clusters,
+            distributions=release.distributions,
+            beta=b,
+        )
+
+    @staticmethod
+    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        targets = arrays["targets"][index]
+
+        def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+            lse = _logsumexp(z)
+            losses = lse - np.einsum("ik,ik->i", targets, z)
+            return losses, np.exp(z - lse[:, None]) - targets
+
+        return loss_grad
+
+
+class ForwardCorrectedLogisticRegression(_LogisticBase):
+    __doc__ = (
+        r"""Maximum likelihood of the noisy labels through the known channel.
+
+    .. math:: \min_W -\frac1n \sum_i \log\bigl[T_{c_i}(\beta)^\top
+              \mathrm{softmax}(W\tilde x_i)\bigr]_{\tilde y_i}
+              + \frac{1}{2Cn}\lVert W\rVert_F^2
+
+    :meth:`predict_proba` returns the clean-label model :math:`\mathrm{softmax}(W x)`.
+    The objective is not convex in general; L-BFGS starts from :math:`W = 0`.
+    """
+        + _DOC_PARAMETERS
+        + r"""
+    References
+    ----------
+    G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, CVPR 2017.
+    """
+    )
+
+    def fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        *,
+        distributions: ArrayLike,
+        beta: float,
+        clusters: ArrayLike | None = None,
+    ) -> ForwardCorrectedLogisticRegression:
+        """Fit on noisy labels ``y``; ``beta`` in [0, 1] is the channel's lambda."""
+        self._check_params()
+        x, labels, c, q = _validate_fit(X, y, clusters, distributions)
+        log_t = _log_columns(transition_matrices(q, beta), c, labels)
+        self._fit_arrays(x, {"log_t": log_t}, q.shape[1])
+        return self
+
+    def fit_release(
+        self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
+    ) -> ForwardCorrectedLogisticRegression:
+        """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
+        b = release.beta if beta is None else release.check_beta(beta)
+        return self.fit(
+            X,
+            release.labels,
+            clusters=release.clusters,
+            distributions=release.distributions,
+            beta=b,
+        )
+
+    @staticmethod
+    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        log_t = arrays["log_t"][index]
+
+        def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+            lse = _logsumexp(z)
+            shifted = z + log_t
+            lse_noisy = _logsumexp(shifted)
+            grad = np.exp(z - lse[:, None]) - np.exp(shifted - lse_noisy[:, None])
+            return lse - lse_noisy, grad
+
+        return loss_grad
+
+
+class NoisyLabelLogisticRegression(_LogisticBase):
+    __doc__ = (
+        r"""Plain multinomial logistic regression on the (noisy) labels as given.
+
+    .. math:: \min_W -\frac1n \sum_i \log \mathrm{softmax}(W\tilde x_i)_{y_i}
+              + \frac{1}{2Cn}\lVert W\rVert_F^2
+
+    Also the non-private reference when fitted on clean labels. ``n_classes`` (K)
+    defaults to ``max(y) + 1``; give it when a class may be absent from ``y``.
+    """
+        + _DOC_PARAMETERS
+    )
+
+    def __init__(
+        self,
+        *,
+        n_classes: int | None = None,
+        C: float = 1.0,
+        Cs: Sequence[float] | None = None,
+        validation_fraction: float = 0.2,
+        max_iter: int = 1000,
+        tol: float = 1e-6,
+        random_state: int | None = None,
+    ) -> None:
+        super().__init__(
+            C=C,
+            Cs=Cs,
+            validation_fraction=validation_fraction,
+            max_iter=max_iter,
+            tol=tol,
+            random_state=random_state,
+        )
+        self.n_classes = n_classes
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> NoisyLabelLogisticRegression:
+        self._check_params()
+        raw = np.asarray(y)
+        if self.n_classes is None:
+            k = max(int(raw.max()) + 1 if raw.size else 2, 2)
+        else:
+            k = check_int(self.n_classes, "n_classes", minimum=2)
+        return self._fit_labels(X, raw, k)
+
+    def fit_release(
+        self, X: ArrayLike, release: LabelRelease
+    ) -> NoisyLabelLogisticRegression:
+        """Fit on the noisy labels of a :class:`LabelRelease`, ignoring the channel."""
+        self._check_params()
+        k = release.n_classes if self.n_classes is None else self.n_classes
+        return self._fit_labels(X, release.labels, check_int(k, "n_classes", minimum=2))
+
+    def _fit_labels(
+        self, X: ArrayLike, y: ArrayLike, k: int
+    ) -> NoisyLabelLogisticRegression:
+        x = check_array(X, dtype=np.float64)
+        labels = check_labels(y, k, "y")
+        if labels.size != x.shape[0]:
+            raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+        onehot = np.eye(k)[labels]
+        with np.errstate(divide="ignore"):
+            log_t = np.log(onehot)
+        self._fit_arrays(x, {"onehot": onehot, "log_t": log_t}, k)
+        return self
+
+    @staticmethod
+    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        onehot = arrays["onehot"][index]
+
+        def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+            lse = _logsumexp(z)
+            losses = lse - np.einsum("ik,ik->i", onehot, z)
+            return losses, np.exp(z - lse[:, None]) - onehot
+
+        return loss_grad
+
+
+#: A log-spaced grid of ``C`` for the held-out selection.
+DEFAULT_CS: tuple[float, ...] = (0.001, 0.01, 0.1, 1.0)

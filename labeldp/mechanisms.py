@@ -1,0 +1,591 @@
+r"""Label-DP release of a training set: cluster-based and uniform randomized response.
+
+Both mechanisms take the true labels of a whole training set (a trusted curator holds
+them) and return a :class:`LabelRelease`: the noisy labels, the released cluster label
+distributions :math:`q_c` and the resampling probability :math:`\lambda`, from which the
+corrected losses of :mod:`ldpfda.labeldp.transition` are built, plus one immutable
+:class:`~ldpfda.privacy.ReleaseEvent` per part of the release.
+
+Neither is a :class:`~ldpfda.privacy.Mechanism`: those are local randomizers applied row
+by row, while ClusterRR is a central mechanism whose second step depends on a statistic
+of everybody's labels. Both record their spending in the same events.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from sklearn.cluster import KMeans
+
+from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
+from ldpfda.labeldp.accounting import (
+    histogram_epsilon,
+    resampling_epsilon,
+    resampling_probability,
+    uniform_rr_probability,
+)
+from ldpfda.labeldp.transition import (
+    check_distributions,
+    corrected_loss,
+    corrected_targets,
+    inverse_transition_matrices,
+    transition_matrices,
+)
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.random import as_generator
+from ldpfda.privacy.randomized_response import KaryRandomizedResponse
+
+__all__ = [
+    "ClusterRR",
+    "LabelRelease",
+    "Truncation",
+    "UniformRR",
+    "assign_clusters",
+    "check_labels",
+    "cluster_distributions",
+    "cluster_label_counts",
+    "noisy_cluster_histograms",
+    "resample_labels",
+]
+
+Truncation = Literal["clip", "zero"]
+Rng = np.random.Generator | int | None
+
+
+def check_labels(labels: ArrayLike, n_classes: int, name: str = "labels") -> NDArray:
+    """Return ``labels`` as int64 values in ``{0, ..., n_classes - 1}``."""
+    y = np.asarray(labels)
+    if y.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {y.shape}")
+    if y.dtype.kind not in "iu":
+        if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            y = y.astype(np.int64)
+        else:
+            raise TypeError(
+                f"{name} must be integer class indices, got dtype {y.dtype}"
+            )
+    bad = (y < 0) | (y >= n_classes)
+    if np.any(bad):
+        raise ValueError(
+            f"{name} must be in {{0, ..., {n_classes - 1}}}, got {y[bad][0]!r}"
+        )
+    return y.astype(np.int64)
+
+
+def _seed_from(gen: np.random.Generator) -> int:
+    """An int ``random_state`` for scikit-learn, drawn from ``gen``."""
+    return int(gen.integers(0, 2**31 - 1))
+
+
+def assign_clusters(
+    features: ArrayLike, *, n_clusters: int = 100, rng: Rng = None
+) -> NDArray[np.int64]:
+    """Cluster examples on their (public) features with scikit-learn's k-means.
+
+    Label DP protects only the labels, so clustering the features costs no epsilon.
+    KMeans runs with scikit-learn's defaults and a ``random_state`` drawn from ``rng``.
+
+    Returns
+    -------
+    ndarray of int, shape (n,)
+        Cluster index in ``{0, ..., n_clusters - 1}`` of every example.
+
+    References
+    ----------
+    H. Esfandiari et al., AISTATS 2022, Section 7 (100 k-means clusters).
+    """
+    x = check_finite_array(features, "features", ndim=2)
+    k = check_int(n_clusters, "n_clusters", minimum=1)
+    if k > x.shape[0]:
+        raise ValueError(
+            f"n_clusters must be <= the number of examples {x.shape[0]}, got {k}"
+        )
+    model = KMeans(n_clusters=k, random_state=_seed_from(as_generator(rng)))
+    return model.fit_predict(x).astype(np.int64)
+
+
+def cluster_label_counts(
+    labels: ArrayLike, clusters: ArrayLike, *, n_clusters: int, n_classes: int
+) -> NDArray[np.int64]:
+    """Counts :math:`n_c(y)` of every label in every cluster, shape (C, K)."""
+    k = check_int(n_classes, "n_classes", minimum=2)
+    c_total = check_int(n_clusters, "n_clusters", minimum=1)
+    y = check_labels(labels, k)
+    c = check_labels(clusters, c_total, "clusters")
+    if c.shape != y.shape:
+        raise ValueError(f"labels and clusters differ in length: {y.size} != {c.size}")
+    return np.bincount(c * k + y, minlength=c_total * k).reshape(c_total, k)
+
+
+def noisy_cluster_histograms(
+    counts: ArrayLike, *, sigma: float, rng: Rng = None
+) -> NDArray[np.float64]:
+    r"""Laplace release of every cluster's label distribution (Algorithm 1, step 2).
+
+    .. math:: \tilde p_c(y) = \frac{n_c(y)}{n_c} + \frac{\sigma}{n_c}\,\xi_{cy},
+              \qquad \xi_{cy} \sim \mathrm{Laplace}(1)\ \text{i.i.d.}
+
+    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`).
+    An empty cluster holds no label and releases the uniform distribution.
+    """
+    n = np.asarray(counts)
+    if n.ndim != 2 or n.dtype.kind not in "iu" or np.any(n < 0):
+        raise ValueError("counts must be a 2-D array of non-negative integer counts")
+    sigma = check_real(
+        sigma, "sigma", low=0.0, high=math.inf, low_open=True, high_open=True
+    )
+    size = n.sum(axis=1, keepdims=True).astype(float)
+    safe = np.maximum(size, 1.0)
+    noise = as_generator(rng).laplace(0.0, 1.0, size=n.shape) * (sigma / safe)
+    noisy = n / safe + noise
+    return np.where(size > 0, noisy, 1.0 / n.shape[1])
+
+
+def cluster_distributions(
+    noisy_histograms: ArrayLike,
+    *,
+    tau: float = 0.0,
+    truncation: Truncation = "clip",
+    floor: float = 0.0,
+) -> NDArray[np.float64]:
+    r"""Turn noisy histograms into sampling distributions :math:`q_c` (steps 3-4).
+
+    ``truncation="clip"`` clips every entry to :math:`[\tau, 1]`; ``"zero"`` sets the
+    entries below :math:`\tau` to 0 and clips the rest at 1. Rows are then renormalised
+    (a row with no mass left becomes uniform) and mixed with the uniform distribution:
+
+    .. math:: q_c = (1 - \omega)\, \frac{\bar p_c}{\mathbf 1^\top \bar p_c}
+                    + \frac{\omega}{K}
+
+    with floor :math:`\omega \in [0, 1]`, so :math:`q_c(y) \ge \omega/K`. Pure
+    post-processing of the release.
+    """
+    p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
+    tau = check_real(tau, "tau", low=0.0, high=1.0)
+    floor = check_real(floor, "floor", low=0.0, high=1.0)
+    if truncation == "clip":
+        trunc = np.clip(p, tau, 1.0)
+    elif truncation == "zero":
+        trunc = np.where(p < tau, 0.0, np.minimum(p, 1.0))
+        trunc = np.maximum(trunc, 0.0)
+    else:
+        raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
+    k = p.shape[1]
+    total = trunc.sum(axis=1, keepdims=True)
+    q = np.where(total > 0, trunc / np.where(total > 0, total, 1.0), 1.0 / k)
+    return (1.0 - floor) * q + floor / k
+
+
+def _frozen(array: ArrayLike, dtype: type) -> NDArray:
+    out = np.array(array, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class LabelRelease:
+    r"""What a label-DP mechanism publishes about a training set.
+
+    Attributes
+    ----------
+    labels : ndarray of int, shape (n,)
+        Noisy labels :math:`\tilde y_i`.
+    clusters : ndarray of int, shape (n,)
+        Cluster of every example (public: a function of the features).
+    distributions : ndarray, shape (C, K)
+        Released sampling distributions :math:`q_c`.
+    resample_probability : float
+        :math:`\lambda`.
+    cluster_sizes : ndarray of int, shape (C,)
+        :math:`n_c` (public).
+    events : tuple of ReleaseEvent
+        One per part of the release that spends epsilon (resampling with
+        :math:`\lambda = 1` spends none and records none); their epsilons add up to
+        :attr:`epsilon`.
+    noisy_histograms : ndarray, shape (C, K), or None
+        The Laplace release, when there is one.
+    beta : float
+        The correction recommended with the release (in :math:`[0, \lambda]`).
+    parameters : tuple of (name, value)
+        The mechanism's settings, for reports.
+    """
+
+    labels: NDArray[np.int64]
+    clusters: NDArray[np.int64]
+    distributions: NDArray[np.float64]
+    resample_probability: float
+    cluster_sizes: NDArray[np.int64]
+    events: tuple[ReleaseEvent, ...]
+    noisy_histograms: NDArray[np.float64] | None = None
+    beta: float = 0.0
+    parameters: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", _frozen(self.labels, np.int64))
+        object.__setattr__(self, "clusters", _frozen(self.clusters, np.int64))
+        object.__setattr__(
+            self,
+            "distributions",
+            _frozen(check_distributions(self.distributions), np.float64),
+        )
+        object.__setattr__(self, "cluster_sizes", _frozen(self.cluster_sizes, np.int64))
+        if self.noisy_histograms is not None:
+            object.__setattr__(
+                self, "noisy_histograms", _frozen(self.noisy_histograms, np.float64)
+            )
+        object.__setattr__(self, "beta", self.check_beta(self.beta))
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.distributions.shape[1])
+
+    @property
+    def epsilon(self) -> float:
+        """Label-DP epsilon of the whole release (sequential composition)."""
+        return float(sum(event.epsilon for event in self.events))
+
+    @property
+    def q_min(self) -> float:
+        """Smallest released probability over the non-empty clusters."""
+        used = self.cluster_sizes > 0
+        return float(self.distributions[used].min()) if np.any(used) else 1.0
+
+    def check_beta(self, beta: float | None) -> float:
+        """Validate a correction parameter: ``None`` means :math:`\\lambda`."""
+        lam = self.resample_probability
+        if beta is None:
+            return lam
+        return check_real(beta, "beta", low=0.0, high=lam)
+
+    def transition_matrices(self, beta: float | None = None) -> NDArray[np.float64]:
+        r""":math:`T_c(\beta)` of every cluster, (C, K, K); default :math:`\lambda`."""
+        return transition_matrices(self.distributions, self.check_beta(beta))
+
+    def inverse_transition_matrices(self, beta: float | None = None) -> NDArray:
+        r""":math:`T_c(\beta)^{-1}` for every cluster (needs :math:`\beta < 1`)."""
+        return inverse_transition_matrices(self.distributions, self.check_beta(beta))
+
+    def corrected_targets(self, beta: float | None = None) -> NDArray[np.float64]:
+        r"""Rows :math:`[T_{c_i}(\beta)^{-1}]_{\tilde y_i,\cdot}`, shape (n, K)."""
+        return corrected_targets(
+            self.labels, self.clusters, self.distributions, self.check_beta(beta)
+        )
+
+    def corrected_loss(self, losses: ArrayLike, beta: float | None = None) -> NDArray:
+        r"""Backward-corrected loss of every example from its losses for all labels."""
+        return corrected_loss(
+            losses,
+            self.labels,
+            self.clusters,
+            self.distributions,
+            self.check_beta(beta),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-dict description (for result files)."""
+        return {
+            "epsilon": self.epsilon,
+            "resample_probability": self.resample_probability,
+            "q_min": self.q_min,
+            "beta": self.beta,
+            "events": [event.as_dict() for event in self.events],
+            **dict(self.parameters),
+        }
+
+
+def resample_labels(
+    labels: NDArray[np.int64],
+    clusters: NDArray[np.int64],
+    q: NDArray[np.float64],
+    lam: float,
+    gen: np.random.Generator,
+) -> NDArray[np.int64]:
+    r"""Keep each label w.p. :math:`1-\lambda`, else draw it from :math:`q_c`.
+
+    Algorithm 1, step 5, vectorised: one uniform decides the redraw, another draws the
+    new label by inverting the cumulative distribution of the example's cluster.
+    """
+    n = labels.size
+    redraw = gen.random(n) < lam
+    cdf = np.cumsum(q, axis=1)
+    cdf[:, -1] = 1.0
+    u = gen.random(n)
+    # Inverse-CDF draw from each example's cluster row, vectorised.
+    drawn = (u[:, None] >= cdf[clusters]).sum(axis=1)
+    return np.where(redraw, np.minimum(drawn, q.shape[1] - 1), labels)
+
+
+class ClusterRR:
+    r"""Cluster-based randomized response with a trusted curator (Algorithm 1).
+
+    1. Cluster the examples on their features (k-means, ``n_clusters``) or take given
+       clusters.
+    2. Release every cluster's label distribution with Laplace noise of scale
+       :math:`\sigma/n_c` per entry (:func:`noisy_cluster_histograms`).
+    3. Truncate, renormalise and mix with a uniform floor into :math:`q_c`
+       (:func:`cluster_distributions`).
+    4. With probability :math:`\lambda`, replace each label by a draw from
+       :math:`q_{c}` of its cluster.
+
+    The release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
+    :math:`\varepsilon_1 = 2/\sigma` and
+    :math:`\varepsilon_2 = \ln(1 + (1-\lambda)/(\lambda q_{\min}))`, :math:`q_{\min}`
+    the smallest released probability (derivation in :mod:`ldpfda.labeldp.accounting`).
+
+    Parameters
+    ----------
+    n_classes : int
+        K; the label set is public.
+    sigma : float
+        Histogram noise factor in (0, inf]. ``inf`` releases no histogram and is only
+        allowed with ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
+    tau : float
+        Truncation threshold in [0, 1].
+    truncation : {"clip", "zero"}
+        Clip entries to :math:`[\tau, 1]`, or zero those below :math:`\tau`.
+    floor : float
+        Weight :math:`\omega \in [0, 1]` of the uniform distribution mixed into
+        :math:`q_c`.
+    resample_probability : float, optional
+        A fixed :math:`\lambda \in (0, 1]`; :math:`\varepsilon_2` then follows from the
+        realised :math:`q_{\min}`.
+    epsilon_resample : float, optional
+        A fixed :math:`\varepsilon_2 \ge 0`; :math:`\lambda` then follows from the
+        realised :math:`q_{\min}` (post-processing of the histograms). Give exactly one
+        of the two.
+    n_clusters : int
+        Number of k-means clusters when features are given.
+    beta : float, optional
+        Correction recommended with the release; default :math:`\lambda` (unbiased).
+
+    References
+    ----------
+    H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy
+    via clustering", AISTATS 2022.
+    """
+
+    name = "cluster_rr"
+
+    def __init__(
+        self,
+        *,
+        n_classes: int,
+        sigma: float,
+        tau: float = 0.0,
+        truncation: Truncation = "clip",
+        floor: float = 0.0,
+        resample_probability: float | None = None,
+        epsilon_resample: float | None = None,
+        n_clusters: int = 100,
+        beta: float | None = None,
+    ) -> None:
+        self.n_classes = n_classes
+        self.sigma = sigma
+        self.tau = tau
+        self.truncation = truncation
+        self.floor = floor
+        self.resample_probability = resample_probability
+        self.epsilon_resample = epsilon_resample
+        self.n_clusters = n_clusters
+        self.beta = beta
+        self._validate()
+
+    def _validate(self) -> None:
+        check_int(self.n_classes, "n_classes", minimum=2)
+        check_real(self.sigma, "sigma", low=0.0, low_open=True)
+        check_real(self.tau, "tau", low=0.0, high=1.0)
+        check_real(self.floor, "floor", low=0.0, high=1.0)
+        check_int(self.n_clusters, "n_clusters", minimum=1)
+        if self.truncation not in ("clip", "zero"):
+            raise ValueError(
+                f"truncation must be 'clip' or 'zero', got {self.truncation!r}"
+            )
+        if math.isinf(self.sigma) and self.floor != 1.0:
+            raise ValueError(
+                f"sigma=inf releases no histogram, so floor must be 1 (uniform q), "
+                f"got floor={self.floor!r}"
+            )
+        if (self.resample_probability is None) == (self.epsilon_resample is None):
+            raise ValueError(
+                "give exactly one of resample_probability (lambda) and epsilon_resample"
+            )
+        if self.resample_probability is not None:
+            check_real(
+                self.resample_probability,
+                "resample_probability (lambda)",
+                low=0.0,
+                high=1.0,
+                low_open=True,
+            )
+        if self.epsilon_resample is not None:
+            check_real(
+                self.epsilon_resample,
+                "epsilon_resample",
+                low=0.0,
+                high=math.inf,
+                high_open=True,
+            )
+        if self.beta is not None:
+            check_real(self.beta, "beta", low=0.0, high=1.0)
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.name,
+            "sigma": self.sigma,
+            "tau": self.tau,
+            "truncation": self.truncation,
+            "floor": self.floor,
+            "n_clusters": self.n_clusters,
+        }
+
+    def release(
+        self,
+        labels: ArrayLike,
+        *,
+        clusters: ArrayLike | None = None,
+        features: ArrayLike | None = None,
+        rng: Rng = None,
+    ) -> LabelRelease:
+        """Release noisy labels of a training set; give ``clusters`` or ``features``."""
+        self._validate()
+        k = int(self.n_classes)
+        y = check_labels(labels, k)
+        gen = as_generator(rng)
+        if (clusters is None) == (features is None):
+            raise ValueError("give exactly one of clusters and features")
+        if clusters is None:
+            c = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
+            n_clusters = int(self.n_clusters)
+        else:
+            c0 = np.asarray(clusters)
+            n_clusters = int(c0.max()) + 1 if c0.size else 1
+            c = check_labels(c0, n_clusters, "clusters")
+        if c.shape != y.shape:
+            raise ValueError(
+                f"labels and clusters differ in length: {y.size} != {c.size}"
+            )
+        counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
+        sizes = counts.sum(axis=1)
+
+        events: list[ReleaseEvent] = []
+        noisy: NDArray[np.float64] | None = None
+        if math.isinf(self.sigma):
+            q = np.full((n_clusters, k), 1.0 / k)
+        else:
+            noisy = noisy_cluster_histograms(counts, sigma=self.sigma, rng=gen)
+            q = cluster_distributions(
+                noisy, tau=self.tau, truncation=self.truncation, floor=self.floor
+            )
+            events.append(
+                ReleaseEvent.of(
+                    "cluster_histogram_laplace",
+                    histogram_epsilon(sigma=self.sigma),
+                    sigma=float(self.sigma),
+                    n_clusters=n_clusters,
+                )
+            )
+        used = sizes > 0
+        q_min = float(q[used].min()) if np.any(used) else 1.0
+
+        if self.resample_probability is not None:
+            lam = float(self.resample_probability)
+            if lam < 1.0 and q_min == 0.0:
+                raise ValueError(
+                    "a released probability is 0 and resample_probability (lambda) "
+                    "< 1: "
+                    "the resampling step would not be differentially private; use "
+                    "floor > 0, truncation='clip' with tau > 0, or lambda = 1"
+                )
+        elif q_min == 0.0:
+            lam = 1.0  # spends 0 <= epsilon_resample
+        else:
+            lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
+        eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
+        if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing
+            events.append(
+                ReleaseEvent.of(
+                    "cluster_resampling", eps_2, resample_probability=lam, q_min=q_min
+                )
+            )
+
+        noisy_labels = resample_labels(y, c, q, lam, gen)
+        beta = lam if self.beta is None else min(float(self.beta), lam)
+        return LabelRelease(
+            labels=noisy_labels,
+            clusters=c,
+            distributions=q,
+            resample_probability=lam,
+            cluster_sizes=sizes,
+            events=tuple(events),
+            noisy_histograms=noisy,
+            beta=beta,
+            parameters=tuple(sorted(self.parameters().items())),
+        )
+
+
+class UniformRR:
+    r"""K-ary randomized response on every label, with its correction (Corollary 1).
+
+    Each label is kept with probability :math:`e^\varepsilon/(e^\varepsilon + K - 1)`,
+    that is resampled uniformly with probability
+    :math:`\lambda = K/(e^\varepsilon + K - 1)`; the randomisation is
+    :class:`~ldpfda.privacy.KaryRandomizedResponse`. The release is the special case of
+    :class:`ClusterRR` with one cluster, no histogram and :math:`q = \mathbf 1/K`, so
+    the same corrected losses apply with :math:`T = (1-\lambda) I + (\lambda/K)\mathbf 1
+    \mathbf 1^\top`.
+
+    Parameters
+    ----------
+    epsilon : float
+        Label-DP epsilon in (0, inf).
+    n_classes : int
+        K.
+    beta : float, optional
+        Recommended correction; default :math:`\lambda`.
+
+    References
+    ----------
+    S. L. Warner, JASA 1965; H. Esfandiari et al., AISTATS 2022, Corollary 1.
+    """
+
+    name = "uniform_rr"
+
+    def __init__(
+        self, *, epsilon: float, n_classes: int, beta: float | None = None
+    ) -> None:
+        self.epsilon = check_epsilon(epsilon, allow_inf=False)
+        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
+        self.beta = (
+            None if beta is None else check_real(beta, "beta", low=0.0, high=1.0)
+        )
+
+    @property
+    def resample_probability(self) -> float:
+        return uniform_rr_probability(epsilon=self.epsilon, n_classes=self.n_classes)
+
+    def release(self, labels: ArrayLike, *, rng: Rng = None) -> LabelRelease:
+        """Release noisy labels; all examples form the single cluster 0."""
+        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
+        k = self.n_classes
+        y = check_labels(labels, k)
+        rr = KaryRandomizedResponse(epsilon=self.epsilon, n_categories=k)
+        noisy = rr.randomise(y, as_generator(rng))
+        lam = self.resample_probability
+        beta = lam if self.beta is None else min(self.beta, lam)
+        event = ReleaseEvent.of(
+            self.name, self.epsilon, n_classes=k, keep_probability=rr.keep_probability
+        )
+        return LabelRelease(
+            labels=noisy,
+            clusters=np.zeros(y.size, dtype=np.int64),
+            distributions=np.full((1, k), 1.0 / k),
+            resample_probability=lam,
+            cluster_sizes=np.array([y.size]),
+            events=(event,),
+            beta=beta,
+            parameters=(("mechanism", self.name),),
+        )

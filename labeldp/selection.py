@@ -1,0 +1,680 @@
+r"""Choosing ClusterRR's parameters for a target epsilon from released statistics only.
+
+The rule never looks at the true labels except through differentially private releases
+whose epsilon is charged to the same budget, and never at test data.
+
+**Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
+probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
+training examples whose true label a learner recovers, with a signal-to-noise model of
+the learner. For an example of cluster :math:`c` and label :math:`y`, the expected
+corrected label vector and its per-example variance are
+
+.. math:: v = [T_c(\lambda) R_c]_{y\cdot}, \qquad
+          \sigma_j^2 = [T_c(\lambda) (R_c \circ R_c)]_{yj} - v_j^2,
+
+with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
+:math:`\beta = 0`). A learner with :math:`d` parameters fitted on :math:`n` examples
+estimates its target at a typical point with the precision of an average over
+:math:`n_{\mathrm{eff}} = n/d` examples (the average leverage of a linear model is
+:math:`d/n`), so the predicted probability of recovering :math:`y` is
+
+.. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
+          + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
+          \qquad Z_j \sim N(0, 1)\ \text{i.i.d.},
+
+computed by Gauss-Hermite quadrature, and the criterion is
+:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. The within-cluster label is treated
+as a deterministic function of the example (the most heterogeneous case a histogram
+allows), so the criterion charges cluster resampling its full bias: it is the "expected
+share of noisy labels equal to the true label" refined by how a learner reads them, and
+it is a function of the noisy histograms (:math:`p_c` is estimated by them), of public
+sizes and of the budget only: post-processing.
+
+**Budget split.** The histogram's epsilon must be fixed before the histogram is
+released, so it cannot be chosen from that histogram. :class:`AutoClusterRR` therefore
+
+1. releases a *pilot* statistic, the share of examples that carry their cluster's
+   majority label, :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with Laplace noise
+   (sensitivity :math:`1/n`: one label change moves one cluster's maximum count by at
+   most 1) at a small epsilon :math:`\varepsilon_0` fixed from public quantities;
+2. plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest by simulating the
+   whole release on a model of the clusters fitted to :math:`\hat\pi` (every cluster has
+   its majority label with probability :math:`\hat\pi`), using the criterion above;
+   share 0 is UniformRR (no histogram, :math:`\varepsilon_1 = 0`);
+3. releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
+   floor, :math:`\lambda` (largest allowed by :math:`\varepsilon_2` and the realised
+   :math:`q_{\min}`) and :math:`\beta` by the criterion on the released histograms. A
+   full uniform floor is one of the candidates.
+
+The total epsilon is
+:math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
+UniformRR at :math:`\varepsilon - \varepsilon_0` is a candidate of the plan (share 0,
+scored exactly: its criterion does not depend on the labels), so a histogram is released
+only when the plan predicts a higher criterion than UniformRR; after the release a full
+uniform floor (UniformRR at :math:`\varepsilon_2`) stays among the candidates. The
+guarantee is relative to UniformRR at :math:`\varepsilon - \varepsilon_0`, not at
+:math:`\varepsilon`: whether to pay for a histogram cannot be decided from that
+histogram. :math:`\varepsilon_0` is small: about :math:`\sqrt2/(0.02\,n)`, at most 10%
+of the budget.
+
+References
+----------
+H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy via
+clustering", AISTATS 2022. C. Dwork, A. Roth, "The algorithmic foundations of
+differential privacy" (2014): Laplace mechanism, composition, post-processing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.polynomial.hermite_e import hermegauss
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import ndtr
+
+from ldpfda._validation import check_epsilon, check_int, check_real
+from ldpfda.labeldp.accounting import (
+    histogram_epsilon,
+    histogram_sigma,
+    resampling_epsilon,
+    resampling_probability,
+    uniform_rr_probability,
+)
+from ldpfda.labeldp.mechanisms import (
+    LabelRelease,
+    Truncation,
+    UniformRR,
+    check_labels,
+    cluster_distributions,
+    cluster_label_counts,
+    noisy_cluster_histograms,
+    resample_labels,
+)
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.random import as_generator
+
+__all__ = [
+    "AutoClusterRR",
+    "Choice",
+    "Plan",
+    "choose_resampling",
+    "pilot_epsilon",
+    "plan_histogram_share",
+    "predicted_accuracy",
+    "release_majority_share",
+]
+
+Rng = np.random.Generator | int | None
+
+#: Default search grid of the post-processing step.
+DEFAULT_TAUS: tuple[float, ...] = (0.0, 0.05, 0.1)
+DEFAULT_FLOORS: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)
+DEFAULT_TRUNCATIONS: tuple[Truncation, ...] = ("clip", "zero")
+DEFAULT_SHARES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+_NODES, _WEIGHTS = hermegauss(16)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
+#: Relative tolerance under which two predicted accuracies count as equal.
+_TIE = 1e-9
+
+
+def predicted_accuracy(
+    label_distributions: ArrayLike,
+    distributions: ArrayLike,
+    *,
+    resample_probability: float,
+    beta: float,
+    n_effective: float,
+    weights: ArrayLike | None = None,
+) -> float:
+    r"""Predicted share of true labels a learner recovers (the selection criterion).
+
+    Parameters
+    ----------
+    label_distributions : array-like, shape (C, K)
+        :math:`p_c`: the (estimated) label distribution of every cluster.
+    distributions : array-like, shape (C, K)
+        :math:`q_c`: the sampling distributions of the configuration.
+    resample_probability : float
+        :math:`\lambda \in [0, 1]`.
+    beta : float
+        Correction :math:`\beta \in [0, \lambda]`, :math:`\beta < 1`.
+    n_effective : float
+        :math:`n/d`, examples per model parameter.
+    weights : array-like, shape (C,), optional
+        Cluster shares :math:`n_c/n` (default equal).
+
+    Returns
+    -------
+    float
+        :math:`\sum_c w_c \sum_y p_c(y) P_c(y)` (formula in the module docstring).
+    """
+    p = np.asarray(label_distributions, dtype=float)
+    q = np.asarray(distributions, dtype=float)
+    lam = check_real(
+        resample_probability, "resample_probability (lambda)", low=0.0, high=1.0
+    )
+    b = check_real(beta, "beta", low=0.0, high=lam)
+    if b >= 1.0:
+        raise ValueError(f"beta must be < 1 for the criterion, got {b!r}")
+    n_eff = check_real(n_effective, "n_effective", low=0.0, low_open=True)
+    n_clusters, k = q.shape
+    w = (
+        np.full(n_clusters, 1.0 / n_clusters)
+        if weights is None
+        else np.asarray(weights, dtype=float)
+    )
+    eye = np.eye(k)
+    t = (1.0 - lam) * eye[None] + lam * q[:, None, :]
+    r = (eye[None] - b * q[:, None, :]) / (1.0 - b)
+    v = t @ r
+    var = np.maximum(t @ (r * r) - v * v, 0.0)
+    sd = np.sqrt(var / n_eff)
+    diag_v = np.einsum("cyy->cy", v)
+    diag_sd = np.einsum("cyy->cy", sd)
+    # Competitor j of true label y, at quadrature node z: v_y - v_j + sd_y z.
+    num = (
+        diag_v[:, :, None, None]
+        - v[:, :, :, None]
+        + diag_sd[:, :, None, None] * _NODES[None, None, None, :]
+    )
+    den = sd[:, :, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.where(
+            den > 0,
+            ndtr(num / np.where(den > 0, den, 1.0)),
+            np.where(num > 0, 1.0, np.where(num < 0, 0.0, 0.5)),
+        )
+    phi[:, np.arange(k), np.arange(k), :] = 1.0
+    wins = np.prod(phi, axis=2) @ _WEIGHTS  # (C, K)
+    return float(np.sum(w[:, None] * p * wins))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A resampling configuration picked by :func:`choose_resampling`."""
+
+    tau: float
+    truncation: Truncation
+    floor: float
+    resample_probability: float
+    beta: float
+    q_min: float
+    score: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _estimate_distributions(noisy: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Plug-in label distributions: noisy histograms clipped at 0 and renormalised."""
+    clipped = np.maximum(noisy, 0.0)
+    total = clipped.sum(axis=1, keepdims=True)
+    return np.where(
+        total > 0, clipped / np.where(total > 0, total, 1.0), 1.0 / noisy.shape[1]
+    )
+
+
+def _score_candidates(
+    estimate: NDArray,
+    truth: NDArray,
+    noisy: NDArray,
+    sizes: NDArray,
+    epsilon_resample: float,
+    n_effective: float,
+    taus: Sequence[float],
+    floors: Sequence[float],
+    truncations: Sequence[Truncation],
+) -> tuple[Choice, float]:
+    """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
+    weights = sizes / max(sizes.sum(), 1)
+    used = sizes > 0
+    best: tuple[float, float, float] | None = None
+    best_choice: Choice | None = None
+    best_q: NDArray | None = None
+    seen: set[bytes] = set()
+    for truncation, tau, floor in itertools.product(truncations, taus, floors):
+        q = cluster_distributions(noisy, tau=tau, truncation=truncation, floor=floor)
+        key = q.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        q_min = float(q[used].min()) if np.any(used) else 1.0
+        if epsilon_resample == 0.0 or q_min == 0.0:
+            lam = 1.0
+        else:
+            lam = resampling_probability(epsilon=epsilon_resample, q_min=q_min)
+        for beta in (0.0, lam) if lam < 1.0 else (0.0,):
+            score = predicted_accuracy(
+                estimate,
+                q,
+                resample_probability=lam,
+                beta=beta,
+                n_effective=n_effective,
+                weights=weights,
+            )
+            # Ties: prefer the unbiased correction, then the larger floor.
+            rank = (score, beta, floor)
+            if (
+                best is None
+                or rank[0] > best[0] * (1 + _TIE)
+                or (
+                    abs(rank[0] - best[0]) <= _TIE * max(abs(best[0]), 1e-300)
+                    and rank[1:] > best[1:]
+                )
+            ):
+                best = rank
+                best_choice = Choice(
+                    tau=float(tau),
+                    truncation=truncation,
+                    floor=float(floor),
+                    resample_probability=lam,
+                    beta=beta,
+                    q_min=q_min,
+                    score=score,
+                )
+                best_q = q
+    assert best_choice is not None and best_q is not None
+    true_score = predicted_accuracy(
+        truth,
+        best_q,
+        resample_probability=best_choice.resample_probability,
+        beta=best_choice.beta,
+        n_effective=n_effective,
+        weights=weights,
+    )
+    return best_choice, true_score
+
+
+def choose_resampling(
+    noisy_histograms: ArrayLike,
+    cluster_sizes: ArrayLike,
+    *,
+    epsilon_resample: float,
+    n_effective: float,
+    taus: Sequence[float] = DEFAULT_TAUS,
+    floors: Sequence[float] = DEFAULT_FLOORS,
+    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
+) -> Choice:
+    r"""Pick :math:`\tau`, truncation, floor, :math:`\lambda`, :math:`\beta` (step 3).
+
+    Every combination of the grids is turned into :math:`q_c`
+    (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
+    largest value that ``epsilon_resample`` allows with the realised :math:`q_{\min}`
+    (:math:`\lambda = 1` when it is 0), :math:`\beta \in \{0, \lambda\}`. The winner
+    maximises :func:`predicted_accuracy` with the noisy histograms (clipped at 0 and
+    renormalised) standing in for the true label distributions. Uses the release and
+    public quantities only.
+    """
+    noisy = np.asarray(noisy_histograms, dtype=float)
+    sizes = np.asarray(cluster_sizes, dtype=float)
+    eps2 = check_real(
+        epsilon_resample, "epsilon_resample", low=0.0, high=math.inf, high_open=True
+    )
+    estimate = _estimate_distributions(noisy)
+    choice, _ = _score_candidates(
+        estimate, estimate, noisy, sizes, eps2, n_effective, taus, floors, truncations
+    )
+    return choice
+
+
+def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choice:
+    """UniformRR at ``epsilon`` with the better correction by the criterion."""
+    lam = uniform_rr_probability(epsilon=epsilon, n_classes=n_classes)
+    q = np.full((1, n_classes), 1.0 / n_classes)
+    p = q  # the criterion of UniformRR does not depend on the label distribution
+    scores = {
+        b: predicted_accuracy(
+            p, q, resample_probability=lam, beta=b, n_effective=n_effective
+        )
+        for b in (0.0, lam)
+    }
+    # The criterion is invariant to the linear correction here (both give the same
+    # z-scores); the tie goes to the unbiased one.
+    beta = lam if scores[lam] >= scores[0.0] * (1 - 1e-6) else 0.0
+    return Choice(
+        tau=0.0,
+        truncation="clip",
+        floor=1.0,
+        resample_probability=lam,
+        beta=beta,
+        q_min=1.0 / n_classes,
+        score=scores[beta],
+    )
+
+
+def pilot_epsilon(
+    epsilon: float, n_samples: int, *, target_std: float = 0.02, max_share: float = 0.1
+) -> float:
+    r"""Epsilon of the pilot majority-share release, from public quantities only.
+
+    The pilot is :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))`, with
+    standard deviation :math:`\sqrt2/(n\varepsilon_0)`; this returns
+    :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` for target standard
+    deviation :math:`s` and largest share :math:`\rho`.
+    """
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    n = check_int(n_samples, "n_samples", minimum=1)
+    s = check_real(target_std, "target_std", low=0.0, low_open=True)
+    rho = check_real(
+        max_share, "max_share", low=0.0, high=1.0, low_open=True, high_open=True
+    )
+    return min(math.sqrt(2.0) / (n * s), rho * epsilon)
+
+
+def release_majority_share(
+    labels: ArrayLike,
+    clusters: ArrayLike,
+    *,
+    epsilon: float,
+    n_clusters: int,
+    n_classes: int,
+    rng: Rng = None,
+) -> tuple[float, ReleaseEvent]:
+    r"""Laplace release of the share of examples with their cluster's majority label.
+
+    .. math:: \hat\pi = \frac1n\Bigl(\sum_c \max_y n_c(y)
+              + \mathrm{Laplace}(1/\varepsilon)\Bigr)
+
+    Changing one label changes one cluster's counts by one in two entries, so its
+    maximum count, and the sum, by at most 1: sensitivity 1, epsilon-label-DP.
+
+    References
+    ----------
+    C. Dwork, F. McSherry, K. Nissim, A. Smith, TCC 2006.
+    """
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    counts = cluster_label_counts(
+        labels, clusters, n_clusters=n_clusters, n_classes=n_classes
+    )
+    n = max(int(counts.sum()), 1)
+    noisy = (
+        counts.max(axis=1).sum() + as_generator(rng).laplace(0.0, 1.0 / epsilon)
+    ) / n
+    event = ReleaseEvent.of("majority_share_laplace", epsilon, scale=1.0 / epsilon)
+    return float(noisy), event
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The split chosen by :func:`plan_histogram_share` and every candidate's score."""
+
+    share: float
+    scores: tuple[tuple[float, float], ...]
+
+
+def plan_histogram_share(
+    epsilon: float,
+    *,
+    majority_share: float,
+    cluster_sizes: ArrayLike,
+    n_classes: int,
+    n_effective: float,
+    shares: Sequence[float] = DEFAULT_SHARES,
+    n_simulations: int = 1,
+    taus: Sequence[float] = DEFAULT_TAUS,
+    floors: Sequence[float] = DEFAULT_FLOORS,
+    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
+    rng: Rng = None,
+) -> Plan:
+    r"""Choose the histogram's share of ``epsilon`` before the histogram is released.
+
+    Every cluster is modelled with label distribution
+    :math:`(\hat\pi, (1-\hat\pi)/(K-1), \dots)` (``majority_share`` clipped to
+    :math:`[1/K, 1]`). For each share
+    :math:`s > 0` the release (Laplace noise at :math:`\varepsilon_1 = s\varepsilon`,
+    then :func:`choose_resampling` with :math:`\varepsilon_2 = (1-s)\varepsilon`) is
+    simulated ``n_simulations`` times with randomness independent of the data, and the
+    chosen configuration is scored by :func:`predicted_accuracy` against the model.
+    Share 0 is UniformRR at ``epsilon``. Only the pilot release and public sizes enter.
+    """
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    k = check_int(n_classes, "n_classes", minimum=2)
+    sizes = np.asarray(cluster_sizes, dtype=float)
+    pi = min(max(float(majority_share), 1.0 / k), 1.0)
+    model = np.full((sizes.size, k), (1.0 - pi) / (k - 1))
+    model[:, 0] = pi
+    gen = as_generator(rng)
+    scores: list[tuple[float, float]] = []
+    for share in shares:
+        share = check_real(share, "shares", low=0.0, high=1.0)
+        if share == 0.0:
+            scores.append((0.0, _uniform_choice(epsilon, k, n_effective).score))
+            continue
+        sigma = histogram_sigma(epsilon=share * epsilon)
+        eps2 = (1.0 - share) * epsilon
+        total = 0.0
+        for _ in range(check_int(n_simulations, "n_simulations", minimum=1)):
+            scale = sigma / np.maximum(sizes, 1.0)
+            noisy = model + gen.laplace(0.0, 1.0, size=model.shape) * scale[:, None]
+            estimate = _estimate_distributions(noisy)
+            _, true_score = _score_candidates(
+                estimate,
+                model,
+                noisy,
+                sizes,
+                eps2,
+                n_effective,
+                taus,
+                floors,
+                truncations,
+            )
+            total += true_score
+        scores.append((share, total / n_simulations))
+    best = max(score for _, score in scores)
+    chosen = min(share for share, score in scores if score >= best * (1 - _TIE))
+    return Plan(share=chosen, scores=tuple(scores))
+
+
+class AutoClusterRR:
+    r"""ClusterRR with every parameter chosen for a target epsilon (see module docs).
+
+    ``release`` spends exactly ``epsilon``: the pilot majority share
+    (:func:`release_majority_share`, :math:`\varepsilon_0` from :func:`pilot_epsilon`),
+    then either UniformRR with the rest or the histograms at :math:`\varepsilon_1` and
+    resampling at :math:`\varepsilon_2`, with the configuration picked by
+    :func:`choose_resampling`. The returned release recommends :math:`\beta`: 0 means
+    the plain learner, :math:`\lambda` the unbiased correction.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total label-DP epsilon, in (0, inf).
+    n_classes : int
+        K.
+    n_parameters : int
+        Parameters of the learner to be trained (for logistic regression on p features,
+        :math:`(p+1)K`), public.
+    pilot_std, pilot_max_share : float
+        Passed to :func:`pilot_epsilon`.
+    shares : sequence of float
+        Candidate histogram shares of the budget after the pilot.
+    n_simulations : int
+        Simulations per share in :func:`plan_histogram_share`.
+    taus, floors, truncations : sequences
+        The post-processing grid of :func:`choose_resampling`.
+
+    References
+    ----------
+    H. Esfandiari et al., "Label differential privacy via clustering", AISTATS 2022.
+    """
+
+    name = "auto_cluster_rr"
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        n_classes: int,
+        n_parameters: int,
+        pilot_std: float = 0.02,
+        pilot_max_share: float = 0.1,
+        shares: Sequence[float] = DEFAULT_SHARES,
+        n_simulations: int = 1,
+        taus: Sequence[float] = DEFAULT_TAUS,
+        floors: Sequence[float] = DEFAULT_FLOORS,
+        truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
+    ) -> None:
+        self.epsilon = check_epsilon(epsilon, allow_inf=False)
+        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
+        self.n_parameters = check_int(n_parameters, "n_parameters", minimum=1)
+        self.pilot_std = check_real(pilot_std, "pilot_std", low=0.0, low_open=True)
+        self.pilot_max_share = check_real(
+            pilot_max_share,
+            "pilot_max_share",
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
+        self.shares = tuple(check_real(s, "shares", low=0.0, high=1.0) for s in shares)
+        self.n_simulations = check_int(n_simulations, "n_simulations", minimum=1)
+        self.taus = tuple(taus)
+        self.floors = tuple(floors)
+        self.truncations = tuple(truncations)
+
+    def release(
+        self, labels: ArrayLike, *, clusters: ArrayLike, rng: Rng = None
+    ) -> LabelRelease:
+        """Spend ``epsilon`` on the labels of a clustered training set."""
+        k = self.n_classes
+        y = check_labels(labels, k)
+        c0 = np.asarray(clusters)
+        n_clusters = int(c0.max()) + 1 if c0.size else 1
+        c = check_labels(c0, n_clusters, "clusters")
+        if c.size != y.size:
+            raise ValueError(
+                f"labels and clusters differ in length: {y.size} != {c.size}"
+            )
+        gen = as_generator(rng)
+        n = y.size
+        n_eff = n / self.n_parameters
+        sizes = np.bincount(c, minlength=n_clusters)
+
+        eps0 = pilot_epsilon(
+            self.epsilon, n, target_std=self.pilot_std, max_share=self.pilot_max_share
+        )
+        pi_hat, pilot_event = release_majority_share(
+            y, c, epsilon=eps0, n_clusters=n_clusters, n_classes=k, rng=gen
+        )
+        rest = self.epsilon - eps0
+        plan = plan_histogram_share(
+            rest,
+            majority_share=pi_hat,
+            cluster_sizes=sizes,
+            n_classes=k,
+            n_effective=n_eff,
+            shares=self.shares,
+            n_simulations=self.n_simulations,
+            taus=self.taus,
+            floors=self.floors,
+            truncations=self.truncations,
+            rng=np.random.default_rng(gen.integers(2**63)),
+        )
+        info: dict[str, Any] = {
+            "mechanism": self.name,
+            "pilot_epsilon": eps0,
+            "majority_share": pi_hat,
+            "histogram_share": plan.share,
+            "plan_scores": plan.scores,
+        }
+        if plan.share == 0.0:
+            choice = _uniform_choice(rest, k, n_eff)
+            inner = UniformRR(epsilon=rest, n_classes=k, beta=choice.beta).release(
+                y, rng=gen
+            )
+            info["choice"] = choice.as_dict()
+            return _with_pilot(inner, pilot_event, info)
+
+        eps1 = plan.share * rest
+        eps2 = rest - eps1
+        sigma = histogram_sigma(epsilon=eps1)
+        # Step 2 alone: lambda is chosen after seeing the noisy histograms.
+        counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
+        noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
+        choice = choose_resampling(
+            noisy,
+            sizes,
+            epsilon_resample=eps2,
+            n_effective=n_eff,
+            taus=self.taus,
+            floors=self.floors,
+            truncations=self.truncations,
+        )
+        info["choice"] = choice.as_dict()
+        final = _resample_from_release(y, c, noisy, sizes, choice, eps2, gen, sigma)
+        return _with_pilot(final, pilot_event, info)
+
+
+def _resample_from_release(
+    labels: NDArray[np.int64],
+    clusters: NDArray[np.int64],
+    noisy: NDArray[np.float64],
+    sizes: NDArray,
+    choice: Choice,
+    epsilon_resample: float,
+    gen: np.random.Generator,
+    sigma: float,
+) -> LabelRelease:
+    """Steps 3-5 on already released histograms (no new histogram noise)."""
+    q = cluster_distributions(
+        noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
+    )
+    lam = choice.resample_probability
+    eps2 = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
+    if eps2 > epsilon_resample * (1 + 1e-9) + 1e-12:
+        raise RuntimeError(
+            "internal error: the chosen lambda overspends epsilon_resample"
+        )
+    events = [
+        ReleaseEvent.of(
+            "cluster_histogram_laplace",
+            histogram_epsilon(sigma=sigma),
+            sigma=sigma,
+            n_clusters=int(noisy.shape[0]),
+        )
+    ]
+    if eps2 > 0:  # lambda = 1 spends nothing
+        events.append(
+            ReleaseEvent.of(
+                "cluster_resampling", eps2, resample_probability=lam, q_min=choice.q_min
+            )
+        )
+    return LabelRelease(
+        labels=resample_labels(labels, clusters, q, lam, gen),
+        clusters=clusters,
+        distributions=q,
+        resample_probability=lam,
+        cluster_sizes=sizes,
+        events=tuple(events),
+        noisy_histograms=noisy,
+        beta=choice.beta,
+        parameters=(
+            ("sigma", sigma),
+            ("tau", choice.tau),
+            ("truncation", choice.truncation),
+            ("floor", choice.floor),
+        ),
+    )
+
+
+def _with_pilot(
+    release: LabelRelease, pilot: ReleaseEvent, info: dict[str, Any]
+) -> LabelRelease:
+    params = dict(release.parameters)
+    params.update(info)
+    return LabelRelease(
+        labels=release.labels,
+        clusters=release.clusters,
+        distributions=release.distributions,
+        resample_probability=release.resample_probability,
+        cluster_sizes=release.cluster_sizes,
+        events=(pilot, *release.events),
+        noisy_histograms=release.noisy_histograms,
+        beta=release.beta,
+        parameters=tuple(sorted(params.items())),
+    )

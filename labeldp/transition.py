@@ -1,0 +1,185 @@
+r"""Transition matrices of cluster resampling and the losses that correct for them.
+
+Resampling a label with probability :math:`\lambda` from the cluster distribution
+:math:`q_c` is the label channel
+
+.. math:: T_c(\lambda) = (1-\lambda) I + \lambda\, \mathbf 1 q_c^\top, \qquad
+          T_c[y, \tilde y] = P(\tilde y \mid y, c).
+
+Because :math:`q_c^\top \mathbf 1 = 1`, the Sherman-Morrison formula gives the inverse
+in closed form for :math:`\lambda < 1`:
+
+.. math:: T_c(\lambda)^{-1} = \frac{I - \lambda\, \mathbf 1 q_c^\top}{1-\lambda}.
+
+Two corrections follow (Natarajan et al. 2013 for two classes; Patrini et al. 2017):
+
+* **backward**: the corrected loss
+  :math:`\tilde\ell(h,x,\tilde y) = \sum_y [T_c(\beta)^{-1}]_{\tilde y y}\,\ell(h,x,y)
+  = (\ell(h,x,\tilde y) - \beta\, q_c^\top \ell(h,x,\cdot))/(1-\beta)`;
+* **forward**: model the noisy label by
+  :math:`P(\tilde y \mid x) = [T_c(\beta)^\top p_h(x)]_{\tilde y}
+  = (1-\beta)\,p_h(\tilde y \mid x) + \beta\, q_c(\tilde y)`.
+
+:math:`\beta \in [0, \lambda]` stands for :math:`\lambda` in the correction:
+:math:`\beta = \lambda` removes the effect of resampling in expectation,
+:math:`E_{\tilde y \sim T_c(\lambda)[y,\cdot]}[\tilde\ell(h,x,\tilde y)] = \ell(h,x,y)`,
+and :math:`\beta = 0` is the plain loss on the noisy labels.
+
+References
+----------
+N. Natarajan, I. Dhillon, P. Ravikumar, A. Tewari, "Learning with noisy labels",
+NeurIPS 2013. G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural
+networks robust to label noise: a loss correction approach", CVPR 2017.
+H. Esfandiari et al., "Label differential privacy via clustering", AISTATS 2022.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_finite_array, check_real
+
+__all__ = [
+    "check_distributions",
+    "corrected_loss",
+    "corrected_targets",
+    "forward_probabilities",
+    "inverse_transition_matrices",
+    "transition_matrices",
+]
+
+#: Tolerance on a distribution's row sum.
+_SUM_TOL = 1e-8
+
+
+def check_distributions(
+    distributions: ArrayLike, name: str = "distributions"
+) -> NDArray:
+    """Return ``distributions`` as a (C, K) float array of probability rows."""
+    q = check_finite_array(distributions, name, ndim=2)
+    if q.shape[1] < 2:
+        raise ValueError(
+            f"{name} must have at least 2 columns (classes), got {q.shape}"
+        )
+    if np.any(q < 0):
+        raise ValueError(f"{name} must be non-negative, got minimum {q.min()!r}")
+    sums = q.sum(axis=1)
+    if np.any(np.abs(sums - 1.0) > _SUM_TOL):
+        bad = int(np.argmax(np.abs(sums - 1.0)))
+        raise ValueError(f"{name} rows must sum to 1, got {sums[bad]!r} in row {bad}")
+    return q
+
+
+def _check_beta(beta: float, *, inverse: bool) -> float:
+    return check_real(beta, "beta", low=0.0, high=1.0, high_open=inverse)
+
+
+def transition_matrices(distributions: ArrayLike, beta: float) -> NDArray[np.float64]:
+    r"""Channels :math:`T_c(\beta) = (1-\beta) I + \beta \mathbf 1 q_c^\top`, (C, K, K).
+
+    Row :math:`y` of :math:`T_c` is the distribution of the reported label when the true
+    label is :math:`y`.
+    """
+    q = check_distributions(distributions)
+    b = _check_beta(beta, inverse=False)
+    k = q.shape[1]
+    return (1.0 - b) * np.eye(k)[None, :, :] + b * q[:, None, :]
+
+
+def inverse_transition_matrices(
+    distributions: ArrayLike, beta: float
+) -> NDArray[np.float64]:
+    r"""Inverses :math:`T_c(\beta)^{-1} = (I - \beta \mathbf 1 q_c^\top)/(1-\beta)`.
+
+    Defined for :math:`\beta < 1`; shape (C, K, K).
+    """
+    q = check_distributions(distributions)
+    b = _check_beta(beta, inverse=True)
+    k = q.shape[1]
+    return (np.eye(k)[None, :, :] - b * q[:, None, :]) / (1.0 - b)
+
+
+def _check_index(values: ArrayLike, name: str, size: int) -> NDArray[np.int64]:
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= size):
+        bad = a[(a < 0) | (a >= size)][0]
+        raise ValueError(f"{name} must be in {{0, ..., {size - 1}}}, got {bad!r}")
+    return a.astype(np.int64)
+
+
+def corrected_targets(
+    noisy_labels: ArrayLike, clusters: ArrayLike, distributions: ArrayLike, beta: float
+) -> NDArray[np.float64]:
+    r"""Rows :math:`[T_{c_i}(\beta)^{-1}]_{\tilde y_i, \cdot}` (backward correction).
+
+    .. math:: a_i = \frac{e_{\tilde y_i} - \beta\, q_{c_i}}{1-\beta}
+
+    Each row sums to 1, so with the cross-entropy the corrected loss is
+    :math:`\operatorname{logsumexp}(z_i) - a_i^\top z_i`, convex in the logits
+    :math:`z_i`. Shape (n, K).
+    """
+    q = check_distributions(distributions)
+    b = _check_beta(beta, inverse=True)
+    c = _check_index(clusters, "clusters", q.shape[0])
+    y = _check_index(noisy_labels, "noisy_labels", q.shape[1])
+    if y.shape != c.shape:
+        raise ValueError(
+            f"noisy_labels and clusters differ in length: {y.size} != {c.size}"
+        )
+    return (np.eye(q.shape[1])[y] - b * q[c]) / (1.0 - b)
+
+
+def corrected_loss(
+    losses: ArrayLike,
+    noisy_labels: ArrayLike,
+    clusters: ArrayLike,
+    distributions: ArrayLike,
+    beta: float,
+) -> NDArray[np.float64]:
+    r"""Backward-corrected loss of every example.
+
+    .. math:: \tilde\ell_i = \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}\,\ell_{iy}
+
+    Parameters
+    ----------
+    losses : array-like, shape (n, K)
+        :math:`\ell(h, x_i, y)` for every example and every label.
+    noisy_labels, clusters : array-like of int, shape (n,)
+    distributions : array-like, shape (C, K)
+        The released :math:`q_c`.
+    beta : float
+        Correction parameter in [0, 1); :math:`\beta = \lambda` is unbiased.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    ell = check_finite_array(losses, "losses", ndim=2)
+    a = corrected_targets(noisy_labels, clusters, distributions, beta)
+    if ell.shape != a.shape:
+        raise ValueError(f"losses must have shape {a.shape}, got {ell.shape}")
+    return np.einsum("ik,ik->i", a, ell)
+
+
+def forward_probabilities(
+    probabilities: ArrayLike, clusters: ArrayLike, distributions: ArrayLike, beta: float
+) -> NDArray[np.float64]:
+    r"""Noisy-label probabilities :math:`(1-\beta) p_i + \beta q_{c_i}` (forward model).
+
+    ``probabilities`` holds the clean-label probabilities :math:`p_h(\cdot \mid x_i)`,
+    shape (n, K).
+    """
+    p = check_finite_array(probabilities, "probabilities", ndim=2)
+    q = check_distributions(distributions)
+    b = _check_beta(beta, inverse=False)
+    c = _check_index(clusters, "clusters", q.shape[0])
+    if p.shape != (c.size, q.shape[1]):
+        raise ValueError(
+            f"probabilities must have shape {(c.size, q.shape[1])}, got {p.shape}"
+        )
+    return (1.0 - b) * p + b * q[c]
