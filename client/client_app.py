@@ -1,4 +1,4 @@
-"""The Flower ClientApp: one SuperNode is one client of the MRMA protocol.
+r"""The Flower ClientApp: one SuperNode is one client of the protocol.
 
 A thin shell over :mod:`ldpfda.client.protocol`. The node answers three queries:
 
@@ -6,9 +6,14 @@ A thin shell over :mod:`ldpfda.client.protocol`. The node answers three queries:
     Reply ``ConfigRecord "identity"``: ``client-id``, ``budget``, ``spent``. Releases
     nothing about the data and costs no epsilon.
 ``query.privatize``
-    Reply ``ArrayRecord "payload"`` with ``features`` (float64, shape ``(1, p)``, the
-    perturbed scaled coefficients) and ``labels`` (int8, shape ``(1,)``, the randomized
-    label), and ``ConfigRecord "ledger"`` (``client-id``, ``budget``, ``spent``).
+    The node's release, as ``privacy.mechanism`` of the run says, and
+    ``ConfigRecord "ledger"`` (``client-id``, ``budget``, ``spent``). A joint release
+    (the default, :func:`~ldpfda.client.protocol.privatize_joint`) replies
+    ``ArrayRecord "payload"`` with ``releases`` (float64, shape ``(1, p + 1)``, the
+    perturbed :math:`\tilde y\,(1, x)`). The reference release
+    (``privacy.mechanism = "reference"``) replies ``ArrayRecord "payload"`` with
+    ``features`` (float64, shape ``(1, p)``, the perturbed scaled coefficients) and
+    ``labels`` (int8, shape ``(1,)``, the randomized label).
 ``query.evaluate``
     Request ``ArrayRecord "model"`` with ``coef`` (shape ``(p,)``) and ``intercept``
     (shape ``(1,)``). Reply ``ArrayRecord "feedback"`` with ``bit`` (int8, shape
@@ -39,7 +44,8 @@ Node config (``flower-supernode --node-config``)
     SuperNode restart.
 ``test-misbehave`` (str)
     Testing aid only: corrupt the reply after the honest release (``nan``, ``shape``,
-    ``label`` or ``bit``) to exercise the server's reply validation.
+    ``range`` (a value no mechanism releases), ``label`` (reference release only) or
+    ``bit``) to exercise the server's reply validation.
 """
 
 from __future__ import annotations
@@ -72,10 +78,11 @@ from ldpfda.client.data import (
     run_settings,
     simulated_partition,
 )
-from ldpfda.client.protocol import answer_evaluation, privatize
+from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
 from ldpfda.config import Settings
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
@@ -101,7 +108,9 @@ PRIVATIZE = "privatize"
 EVALUATE = "evaluate"
 
 _STATE_PREFIX = "ldpfda-ledger-run-"
-_MISBEHAVIOURS = ("", "nan", "shape", "label", "bit")
+_MISBEHAVIOURS = ("", "nan", "shape", "range", "label", "bit")
+#: What ``test-misbehave = "range"`` writes: beyond every mechanism's output range.
+_OUT_OF_RANGE = 1e300
 
 
 class _Refusal(Exception):
@@ -287,6 +296,8 @@ def _identify(message: Message, context: Context) -> RecordDict:
 
 def _privatize(message: Message, context: Context) -> RecordDict:
     setup = client_setup(context)
+    if setup.settings.joint_release:
+        return _privatize_joint(context, setup)
     features, labels = _client_data(context, setup)
     ledger = load_ledger(context, setup.client_id, setup.budget)
     settings = setup.settings
@@ -309,6 +320,8 @@ def _privatize(message: Message, context: Context) -> RecordDict:
         released_x[0, 0] = math.nan
     elif setup.misbehave == "shape":
         released_x = released_x[:, :-1]
+    elif setup.misbehave == "range":
+        released_x[0, 0] = _OUT_OF_RANGE
     elif setup.misbehave == "label":
         released_y[:] = 2
     return RecordDict(
@@ -316,6 +329,39 @@ def _privatize(message: Message, context: Context) -> RecordDict:
             "payload": ArrayRecord(
                 {"features": Array(released_x), "labels": Array(released_y)}
             ),
+            "ledger": _ledger_record(ledger),
+        }
+    )
+
+
+def _privatize_joint(context: Context, setup: ClientSetup) -> RecordDict:
+    """The joint release: one perturbed y~(1, x) at the whole run epsilon."""
+    features, labels = _client_data(context, setup)
+    ledger = load_ledger(context, setup.client_id, setup.budget)
+    settings = setup.settings
+    try:
+        payload = privatize_joint(
+            features,
+            labels,
+            client_ids=[setup.client_id],
+            seed=setup.noise_seed,
+            epsilon=settings.epsilon,
+            mechanism=settings.vector_mechanism,
+            ledger=ledger,
+            release=_releases(ledger, SignedFeatureMechanism.name),
+        )
+    finally:
+        save_ledger(context, ledger)
+    released = payload.releases.astype(np.float64)
+    if setup.misbehave == "nan":
+        released[0, 0] = math.nan
+    elif setup.misbehave == "shape":
+        released = released[:, :-1]
+    elif setup.misbehave == "range":
+        released[0, 0] = _OUT_OF_RANGE
+    return RecordDict(
+        {
+            "payload": ArrayRecord({"releases": Array(released)}),
             "ledger": _ledger_record(ledger),
         }
     )
@@ -392,7 +438,7 @@ def identify(message: Message, context: Context) -> Message:
 
 @app.query(PRIVATIZE)
 def privatize_query(message: Message, context: Context) -> Message:
-    """Release the perturbed coefficients and randomized label of the node's curve."""
+    """Release the node's data once: jointly, or perturbed coefficients and label."""
     return _answer(_privatize, message, context)
 
 

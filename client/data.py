@@ -23,7 +23,9 @@ The featurizer that turns raw rows into scaled coefficients is public and the sa
 every client and the server: it is fixed by the run settings (the embedded design named
 by ``data.dataset``, its grid, and public calibration curves drawn from the run seed),
 exactly as the in-process engine builds it. A data file must therefore be sampled on
-that design's grid.
+that design's grid. The server's public, unlabeled features (the feature second moment
+of the moment classifier, :func:`ldpfda.server.engine.public_features`) come from the
+same public information; no node is asked for them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_
 from ldpfda.fda.features import Featurizer
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
+from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
@@ -26,19 +27,25 @@ from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, Feedbac
 __all__ = [
     "FEATURE_STREAM",
     "FEEDBACK_STREAM",
+    "JOINT_STREAM",
     "LABEL_STREAM",
+    "JointPayload",
     "TrainingPayload",
     "answer_evaluation",
     "evaluation_events",
+    "joint_events",
+    "joint_output_range",
     "privatize",
     "privatize_curves",
     "privatize_events",
+    "privatize_joint",
     "training_output_range",
 ]
 
 FEATURE_STREAM = "privatize/features"
 LABEL_STREAM = "privatize/label"
 FEEDBACK_STREAM = "evaluate/feedback"
+JOINT_STREAM = "privatize/joint"
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,73 @@ class TrainingPayload:
             parts[0].feature_epsilon,
             parts[0].label_epsilon,
         )
+
+
+@dataclass(frozen=True)
+class JointPayload:
+    r"""What clients release jointly: one perturbed :math:`\tilde y\,(1, x)` each.
+
+    Attributes
+    ----------
+    client_ids : ndarray of shape (n,)
+    releases : ndarray of shape (n, p + 1)
+        Released signed vectors, constant coordinate first (see
+        :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`).
+    epsilon : float
+        What each client spent: its whole budget, once.
+    mechanism : {"hybrid", "piecewise", "duchi", "laplace"}
+        The vector mechanism of the release.
+    """
+
+    client_ids: NDArray[np.int64]
+    releases: NDArray[np.float64]
+    epsilon: float
+    mechanism: str
+
+    def __len__(self) -> int:
+        return int(self.client_ids.size)
+
+    @property
+    def n_features(self) -> int:
+        """p (the releases carry p + 1 coordinates)."""
+        return int(self.releases.shape[1]) - 1
+
+    def release_mechanism(self) -> SignedFeatureMechanism:
+        """The mechanism that produced the releases (for the server's moment map)."""
+        return _joint_mechanism(self.epsilon, self.n_features, self.mechanism)
+
+    @classmethod
+    def concatenate(cls, parts: list[JointPayload]) -> JointPayload:
+        if not parts:
+            raise ValueError("no payloads to concatenate")
+        return cls(
+            np.concatenate([p.client_ids for p in parts]),
+            np.concatenate([p.releases for p in parts]),
+            parts[0].epsilon,
+            parts[0].mechanism,
+        )
+
+
+def _joint_mechanism(
+    epsilon: float, n_features: int, mechanism: str
+) -> SignedFeatureMechanism:
+    return SignedFeatureMechanism(
+        epsilon=epsilon, n_features=n_features, mechanism=mechanism
+    )
+
+
+def joint_events(
+    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
+) -> list[ReleaseEvent]:
+    """What :func:`privatize_joint` releases per client, for a server's accounting."""
+    return [_joint_mechanism(epsilon, n_features, mechanism).event()]
+
+
+def joint_output_range(
+    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
+) -> tuple[float, float]:
+    """The range every coordinate of a joint release lies in (to validate replies)."""
+    return _joint_mechanism(epsilon, n_features, mechanism).output_range()
 
 
 def _training_mechanisms(
@@ -140,13 +214,13 @@ def privatize(
     ledger: PrivacyLedger | None = None,
     release: int = 0,
 ) -> TrainingPayload:
-    r"""Perturb each client's scaled coefficients with Laplace noise and its label with RR.
+    r"""Perturb each client's scaled coefficients with Laplace noise, its label with RR.
 
     With the reference split each of the p coordinates and the label spend
-    :math:`\varepsilon/(p+1)`; the Laplace scale on [-1, 1] is :math:`2(p+1)/\varepsilon`.
-    If a ``ledger`` is given, both releases are charged before anything is released, and
-    a client that cannot afford them makes the call fail with
-    :class:`~ldpfda.BudgetExceededError` (no one releases anything).
+    :math:`\varepsilon/(p+1)`; the Laplace scale on [-1, 1] is
+    :math:`2(p+1)/\varepsilon`. If a ``ledger`` is given, both releases are charged
+    before anything is released, and a client that cannot afford them makes the call
+    fail with :class:`~ldpfda.BudgetExceededError` (no one releases anything).
 
     Parameters
     ----------
@@ -191,6 +265,61 @@ def privatize(
     )
 
 
+def privatize_joint(
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    epsilon: float,
+    mechanism: str = "hybrid",
+    ledger: PrivacyLedger | None = None,
+    release: int = 0,
+) -> JointPayload:
+    r"""Each client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once.
+
+    The whole ``epsilon`` goes into one release of
+    :class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with the vector ``mechanism``
+    (:func:`~ldpfda.privacy.vector_mechanisms.make_vector_mechanism`), which estimates
+    :math:`E[\tilde y\,(1, x)]` without bias. If a ``ledger`` is given the release is
+    charged before anything is released, and a client that cannot afford it makes the
+    call fail with :class:`~ldpfda.BudgetExceededError` (no one releases anything).
+    The noise comes from the client's keyed stream ``privatize/joint#<release>``.
+
+    Parameters
+    ----------
+    features : array of shape (n, p)
+        Coefficients already rescaled into [-1, 1].
+    labels : array of shape (n,)
+        True labels in {0, 1}.
+    client_ids : array of shape (n,)
+    seed : int
+        The run seed.
+    epsilon : float
+        Each client's budget, in (0, inf].
+    mechanism : {"hybrid", "piecewise", "duchi", "laplace"}
+    ledger : PrivacyLedger, optional
+    release : int
+        Index of this release for these clients in the run (see :func:`privatize`).
+
+    References
+    ----------
+    N. Wang et al., "Collecting and analyzing multidimensional data with local
+    differential privacy", ICDE 2019; J. C. Duchi, M. I. Jordan, M. J. Wainwright,
+    JASA 2018.
+    """
+    x = _scaled_features(features)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    ids = _client_ids(client_ids, x.shape[0])
+    mech = _joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
+    if ledger is not None:
+        ledger.charge(mech.event(), ids)
+    stream = ClientStreams(seed, ids).stream(f"{JOINT_STREAM}#{release}")
+    return JointPayload(ids, mech.release(x, y, stream), mech.epsilon, mechanism)
+
+
 def privatize_curves(
     curves: Any,
     labels: ArrayLike,
@@ -213,11 +342,12 @@ def answer_evaluation(
     ledger: PrivacyLedger | None = None,
     release: int = 0,
 ) -> NDArray[np.int8]:
-    r"""Each evaluation client says, by randomized response, whether a model got it wrong.
+    r"""Each evaluation client says, by randomized response, if a model erred on it.
 
-    Client ``i`` computes :math:`w_i = 1\{\mathrm{sign}(b_i + \beta_i^\top x_i) \ne y_i\}`
-    locally with its own model (row ``i`` of ``coef``/``intercept``, or one model for all)
-    and releases :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
+    Client ``i`` computes
+    :math:`w_i = 1\{\mathrm{sign}(b_i + \beta_i^\top x_i) \ne y_i\}` locally with its
+    own model (row ``i`` of ``coef``/``intercept``, or one model for all) and releases
+    :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
     ``epsilon``. ``release`` indexes the client's releases as in :func:`privatize`.
     """
     x = _scaled_features(features)

@@ -67,7 +67,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
+
 from ldpfda.client.protocol import answer_evaluation, privatize
+from ldpfda.config import Settings
 from ldpfda.datasets.synthetic import make_design
 from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
@@ -92,9 +95,6 @@ from ldpfda.server.mrma import (
     mrma_weights,
     reverse_models,
 )
-from numpy.typing import NDArray
-
-from ldpfda.config import Settings
 
 __all__ = [
     "CONFIGS",
@@ -325,9 +325,11 @@ def run_study(
     """Test errors ``[dataset][config][epsilon] -> list over repeats``."""
     errors: dict[str, Any] = {}
     for dataset in datasets:
-        settings = Settings(dataset=dataset, n_train=N_TRAIN_REFERENCE,
-                            n_eval=N_CLIENTS - N_TRAIN_REFERENCE, n_test=n_test,
-                            repeats=repeats, seed=seed)
+        # The reference MRMA's settings: the "reference" configuration runs them, the
+        # others share their data, sizes and seeds.
+        settings = Settings.reference(dataset=dataset, n_train=N_TRAIN_REFERENCE,
+                                      n_eval=N_CLIENTS - N_TRAIN_REFERENCE,
+                                      n_test=n_test, repeats=repeats, seed=seed)
         table: dict[str, dict[str, list[float]]] = {
             c.name: {str(e): [] for e in epsilons} for c in configs
         }

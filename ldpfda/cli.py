@@ -13,7 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ldpfda.config import DATASETS, Settings
+from ldpfda.config import (
+    DATASETS,
+    MECHANISMS,
+    SERVER_METHODS,
+    WEAK_LEARNERS,
+    Settings,
+)
 
 __all__ = ["main", "simulate"]
 
@@ -29,10 +35,12 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
     d = Settings()
     p = sub.add_parser(
         "simulate",
-        help="run MRMA in-process on an embedded dataset and compare with baselines",
-        description="Run the whole MRMA protocol in-process on an embedded dataset, "
-        "for one or more privacy budgets, and print the test error of MRMA, its "
-        "ablations and the baselines (mean +- std over repeats).",
+        help="run the protocol in-process on an embedded dataset",
+        description="Run the whole protocol in-process on an embedded dataset, for "
+        "one or more privacy budgets, and print the test error of every method that "
+        "ran (mean +- std over repeats). By default every client releases y~(1, x) "
+        "once with the hybrid mechanism and the server fits the moment classifier; "
+        "--reference runs the reference MRMA protocol, its ablations and baselines.",
     )
     p.add_argument("--dataset", choices=DATASETS, default=d.dataset)
     p.add_argument(
@@ -49,7 +57,36 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--subsample-size", type=int, default=d.subsample_size)
     p.add_argument("--cutoff", type=float, default=d.cutoff)
     p.add_argument(
-        "--weak-learner", choices=("logistic", "svm"), default=d.weak_learner
+        "--mechanism",
+        choices=MECHANISMS,
+        default=d.mechanism,
+        help="what clients release (default: one joint release of y~(1, x) with the "
+        "hybrid mechanism; 'reference': Laplace + randomized response, as MRMA)",
+    )
+    p.add_argument(
+        "--method",
+        choices=SERVER_METHODS,
+        default=d.method,
+        help="server method: the moment classifier on every client's release, or "
+        "MRMA ('auto': moment for joint releases, MRMA for the reference release)",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="the reference MRMA protocol (same as --mechanism reference)",
+    )
+    p.add_argument(
+        "--no-public-features",
+        action="store_true",
+        help="estimate the feature second moment from the releases, not from public "
+        "unlabeled features",
+    )
+    p.add_argument(
+        "--weak-learner",
+        choices=WEAK_LEARNERS,
+        default=d.weak_learner,
+        help="MRMA's weak learner ('auto': moment for joint releases, logistic for "
+        "the reference release)",
     )
     p.add_argument(
         "--raw-average",
@@ -60,8 +97,8 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         "--label-share",
         type=float,
         default=None,
-        help="share of a training client's epsilon on its label "
-        "(default: the reference 1/(p+1))",
+        help="share of a training client's epsilon on its label, reference release "
+        "only (default: the reference 1/(p+1))",
     )
     p.add_argument("--n-basis", type=int, default=d.n_basis)
     p.add_argument("--order", type=int, default=d.order)
@@ -81,6 +118,13 @@ def _settings(args: argparse.Namespace, epsilon: float) -> Settings:
     values = {k: v for k, v in vars(args).items() if k in names}
     values["epsilon"] = epsilon
     values["normalize_models"] = not args.raw_average
+    values["public_features"] = not args.no_public_features
+    if args.reference:
+        if args.mechanism not in (Settings().mechanism, "reference"):
+            raise ValueError(
+                f"--reference contradicts --mechanism {args.mechanism}; give one"
+            )
+        values["mechanism"] = "reference"
     return Settings(**values)
 
 
@@ -108,7 +152,11 @@ def simulate(
                 report["wall_s"] = time.perf_counter() - t0
                 runs.append(report)
                 bar.update()
-            errors = {m: np.array([r["test_errors"][m] for r in runs]) for m in METHODS}
+            errors = {
+                m: np.array([r["test_errors"][m] for r in runs])
+                for m in METHODS
+                if all(m in r["test_errors"] for r in runs)
+            }
             summaries.append(
                 {
                     "settings": settings.to_mapping(),
@@ -133,10 +181,14 @@ def simulate(
 
 
 def format_table(summaries: list[dict[str, Any]]) -> str:
-    """Test error (mean +- std) per method (rows) and epsilon (columns)."""
+    """Test error (mean +- std) per method (rows) and epsilon (columns).
+
+    Only methods that every summary reports are shown.
+    """
     from ldpfda.server.engine import METHODS
 
     labels = {
+        "moment": "joint moment",
         "mrma": "MRMA",
         "mr": "MR only",
         "ma": "MA only",
@@ -149,7 +201,7 @@ def format_table(summaries: list[dict[str, Any]]) -> str:
     heads = [f"eps={s['settings']['privacy.epsilon']:g}" for s in summaries]
     width = 17
     lines = ["method".ljust(20) + "".join(h.rjust(width) for h in heads)]
-    for m in METHODS:
+    for m in (m for m in METHODS if all(m in s["test_error"] for s in summaries)):
         cells = [
             f"{s['test_error'][m]['mean']:.3f} +- {s['test_error'][m]['std']:.3f}"
             for s in summaries
@@ -167,12 +219,28 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print(f"ldpfda simulate: error: {exc}", file=sys.stderr)
         return 2
     first = settings_list[0]
-    print(
-        f"MRMA on the {first.dataset} design: {first.n_train} training + "
-        f"{first.n_eval} evaluation clients, M={first.num_weak_models} weak models on "
-        f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} test "
-        f"points, {first.repeats} repeats, seed {first.seed}"
-    )
+    if first.protocol == "moment":
+        release = (
+            f"y~(1, x) with the {first.vector_mechanism} mechanism"
+            if first.joint_release
+            else "the reference release"
+        )
+        gram = "public" if first.public_features else "released"
+        print(
+            f"Moment classifier on the {first.dataset} design: "
+            f"{first.n_train + first.n_eval} clients, each releasing {release} once; "
+            f"feature second moment from {gram} features; {first.n_test} test "
+            f"points, {first.repeats} repeats, seed {first.seed} "
+            "(--reference: the reference MRMA)"
+        )
+    else:
+        print(
+            f"MRMA on the {first.dataset} design ({first.mechanism} release): "
+            f"{first.n_train} training + {first.n_eval} evaluation clients, "
+            f"M={first.num_weak_models} {first.learner} weak models on "
+            f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} "
+            f"test points, {first.repeats} repeats, seed {first.seed}"
+        )
     t0 = time.perf_counter()
     summaries = simulate(settings_list, progress=not args.no_progress)
     print(format_table(summaries))
@@ -237,7 +305,8 @@ def _run_multiserver(args: argparse.Namespace) -> int:
                     float(parts[4]),
                 )
             )
-        base = Settings(
+        # Cross-evaluation of weak models is an MRMA concept: the reference protocol.
+        base = Settings.reference(
             dataset=args.dataset,
             num_weak_models=args.num_weak_models,
             subsample_size=min(args.subsample_size, min(s.n_train for s in specs)),

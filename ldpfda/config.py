@@ -1,4 +1,4 @@
-"""One validated settings object for the in-process CLI and the Flower apps.
+r"""One validated settings object for the in-process CLI and the Flower apps.
 
 Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``::
 
@@ -6,6 +6,12 @@ Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``::
     data.dataset = "vector"      seed = 0
 
 The group prefix may be left out (``epsilon``, ``n-basis``, ...).
+
+The default protocol is the joint release (``privacy.mechanism = "joint-hybrid"``):
+every client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once with
+the hybrid mechanism at its whole epsilon, and the server fits the moment classifier
+(:class:`~ldpfda.server.learners.MomentLinearClassifier`). The reference MRMA protocol
+is one option away: ``privacy.mechanism = "reference"``, or :meth:`Settings.reference`.
 """
 
 from __future__ import annotations
@@ -17,12 +23,31 @@ from typing import Any
 
 from ldpfda._validation import check_epsilon, check_int, check_real
 
-__all__ = ["DATASETS", "Settings"]
+__all__ = ["DATASETS", "MECHANISMS", "SERVER_METHODS", "Settings", "WEAK_LEARNERS"]
 
 DATASETS = ("vector", "functional")
+#: What clients release: ``joint-<vector mechanism>`` (one release of
+#: :math:`\tilde y (1, x)` at the whole epsilon, see
+#: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`) or ``reference`` (Laplace on
+#: the coefficients and randomized response on the label, epsilon split between them).
+MECHANISMS = (
+    "joint-hybrid",
+    "joint-piecewise",
+    "joint-duchi",
+    "joint-laplace",
+    "reference",
+)
+#: Server methods; ``auto`` is ``moment`` for joint releases and ``mrma`` for the
+#: reference release.
+SERVER_METHODS = ("auto", "moment", "mrma")
+#: Weak learners of MRMA; ``auto`` is ``moment`` for joint releases and ``logistic``
+#: for the reference release.
+WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 _GROUPS = {
     "epsilon": "privacy",
+    "mechanism": "privacy",
     "label_share": "privacy",
+    "method": "server",
     "n_basis": "fda",
     "order": "fda",
     "calibration_size": "fda",
@@ -32,6 +57,7 @@ _GROUPS = {
     "weak_learner": "mrma",
     "normalize_models": "mrma",
     "dataset": "data",
+    "public_features": "data",
     "n_train": "data",
     "n_eval": "data",
     "n_test": "data",
@@ -42,15 +68,27 @@ _GROUPS = {
 
 @dataclass(frozen=True)
 class Settings:
-    """Settings of an MRMA run, validated on construction.
+    """Settings of a run, validated on construction.
 
     Attributes
     ----------
     epsilon : float
-        Each client's total budget (training clients split it over coefficients and
-        label; evaluation clients spend it on one feedback bit). ``inf`` = non-private.
+        Each client's total budget, spent once: on its joint release, or (reference
+        MRMA) split over coefficients and label by a training client and spent on one
+        feedback bit by an evaluation client. ``inf`` = non-private.
+    mechanism : str
+        What clients release, one of :data:`MECHANISMS`; ``"reference"`` is the
+        reference release of MRMA.
+    method : {"auto", "moment", "mrma"}
+        ``"moment"``: every client (``n_train + n_eval`` of them) releases once and the
+        server fits :class:`~ldpfda.server.learners.MomentLinearClassifier`;
+        ``"mrma"``: training clients release, the server fits weak models, evaluation
+        clients answer one feedback bit each, then reversal, selection and averaging.
+        ``"auto"`` (default): ``"moment"`` for joint releases, ``"mrma"`` for the
+        reference release (see :attr:`protocol`).
     label_share : float or None
-        Share of a training client's epsilon on its label; None = reference 1/(p+1).
+        Share of a training client's epsilon on its label (reference release only);
+        None = reference 1/(p+1).
     n_basis, order : int
         B-spline basis size p and order (4 = cubic), functional data only.
     calibration_size : int
@@ -59,17 +97,27 @@ class Settings:
         M weak classifiers, each trained on this many payloads.
     cutoff : float
         c of the selection rule ``|1/2 - e| > 1/2 - c``.
-    weak_learner : {"logistic", "svm"}
+    weak_learner : {"auto", "logistic", "svm", "moment", "natarajan"}
+        MRMA's weak learner (see :attr:`learner`); ``"auto"`` is ``"moment"`` for
+        joint releases and ``"logistic"`` (the reference) otherwise. Joint releases
+        carry no separate label, so they need ``"moment"``.
     normalize_models : bool
         Scale every weak model to unit norm before averaging (see
         :func:`ldpfda.server.mrma.average_models`); False averages raw coefficients.
     dataset : {"vector", "functional"}
         Embedded design.
+    public_features : bool
+        Give the moment classifier the second moment of public, unlabeled features
+        (the design's ``calibration_size`` public calibration sample, see
+        :func:`ldpfda.server.engine.public_features`); False estimates it from the
+        releases alone.
     n_train, n_eval, n_test, repeats : int
     seed : int
     """
 
     epsilon: float = 5.0
+    mechanism: str = "joint-hybrid"
+    method: str = "auto"
     label_share: float | None = None
     n_basis: int = 10
     order: int = 4
@@ -77,9 +125,10 @@ class Settings:
     num_weak_models: int = 50
     subsample_size: int = 50
     cutoff: float = 0.2
-    weak_learner: str = "logistic"
+    weak_learner: str = "auto"
     normalize_models: bool = True
     dataset: str = "vector"
+    public_features: bool = True
     n_train: int = 500
     n_eval: int = 2500
     n_test: int = 100_000
@@ -121,21 +170,41 @@ class Settings:
             check_int(self.subsample_size, "subsample_size", minimum=2),
         )
         set_(self, "cutoff", check_real(self.cutoff, "cutoff", low=0.0, high=0.5))
-        if self.weak_learner not in ("logistic", "svm"):
+        if self.mechanism not in MECHANISMS:
             raise ValueError(
-                f"weak_learner must be 'logistic' or 'svm', got {self.weak_learner!r}"
+                f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}"
             )
-        if not isinstance(self.normalize_models, bool):
-            raise TypeError(
-                f"normalize_models must be a bool, got {type(self.normalize_models).__name__}"
+        if self.method not in SERVER_METHODS:
+            raise ValueError(
+                f"method must be one of {SERVER_METHODS}, got {self.method!r}"
             )
+        if self.weak_learner not in WEAK_LEARNERS:
+            raise ValueError(
+                f"weak_learner must be one of {WEAK_LEARNERS}, "
+                f"got {self.weak_learner!r}"
+            )
+        if self.joint_release and self.protocol == "mrma" and self.learner != "moment":
+            raise ValueError(
+                f"weak_learner {self.weak_learner!r} needs released labels; with "
+                f"mechanism {self.mechanism!r} use weak_learner 'moment' (or 'auto')"
+            )
+        if self.joint_release and self.label_share is not None:
+            raise ValueError(
+                f"label_share applies to the reference release only, got "
+                f"label_share={self.label_share!r} with mechanism {self.mechanism!r}"
+            )
+        for name in ("normalize_models", "public_features"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
         n_train = check_int(self.n_train, "n_train", minimum=2)
         set_(self, "n_train", n_train)
         if self.subsample_size > n_train:
             raise ValueError(
-                f"subsample_size must be <= n_train ({n_train}), got {self.subsample_size}"
+                f"subsample_size must be <= n_train ({n_train}), "
+                f"got {self.subsample_size}"
             )
         set_(self, "n_eval", check_int(self.n_eval, "n_eval", minimum=m))
         set_(self, "n_test", check_int(self.n_test, "n_test", minimum=1))
@@ -145,6 +214,41 @@ class Settings:
     @property
     def is_private(self) -> bool:
         return not math.isinf(self.epsilon)
+
+    @property
+    def joint_release(self) -> bool:
+        """True unless the reference release (Laplace + randomized response)."""
+        return self.mechanism != "reference"
+
+    @property
+    def vector_mechanism(self) -> str:
+        """The vector mechanism of a joint release (``"hybrid"``, ...)."""
+        if not self.joint_release:
+            raise ValueError("the reference release has no vector mechanism")
+        return self.mechanism.removeprefix("joint-")
+
+    @property
+    def protocol(self) -> str:
+        """:attr:`method` with ``"auto"`` resolved: ``"moment"`` or ``"mrma"``."""
+        if self.method != "auto":
+            return self.method
+        return "moment" if self.joint_release else "mrma"
+
+    @property
+    def learner(self) -> str:
+        """:attr:`weak_learner` with ``"auto"`` resolved."""
+        if self.weak_learner != "auto":
+            return self.weak_learner
+        return "moment" if self.joint_release else "logistic"
+
+    @classmethod
+    def reference(cls, **changes: Any) -> Settings:
+        """The reference MRMA protocol: Laplace + RR release, logistic weak models.
+
+        ``Settings.reference(epsilon=2.0)`` is ``Settings(mechanism="reference",
+        epsilon=2.0)``; other fields keep their defaults unless given.
+        """
+        return cls(**{"mechanism": "reference", **changes})
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

@@ -191,6 +191,10 @@ class SignedFeatureMechanism(Mechanism):
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         return self.inner.variance(self._encode(values))
 
+    def output_range(self) -> tuple[float, float]:
+        """Every coordinate of a release lies in this range (the inner mechanism's)."""
+        return self.inner.output_range()  # type: ignore[attr-defined]
+
     def product_moments(self) -> ProductMoments:
         """Second-moment map of the inner mechanism (on u)."""
         return product_moments(self.inner)

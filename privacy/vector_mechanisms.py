@@ -53,6 +53,7 @@ from ldpfda.privacy.random import RandomLike, uniform
 
 __all__ = [
     "EPSILON_STAR",
+    "ROUNDING_SLACK",
     "VECTOR_MECHANISMS",
     "DuchiMechanism",
     "HybridMechanism",
@@ -70,6 +71,10 @@ __all__ = [
 
 #: Names accepted by :func:`make_vector_mechanism`.
 VECTOR_MECHANISMS = ("laplace", "duchi", "piecewise", "hybrid")
+
+#: Relative widening of :meth:`output_range` over the exact bound: the piecewise
+#: sampler's affine maps may round a few ulps past it.
+ROUNDING_SLACK = 1e-9
 
 #: Threshold of the hybrid mechanism (Wang et al. 2019, Lemma 4): below it the piecewise
 #: part does not help, and the hybrid mechanism is Duchi's one-dimensional mechanism.
@@ -326,6 +331,21 @@ class _VectorMechanism(Mechanism):
         x = self._check_values(values)
         return np.clip(x, -1.0, 1.0) - x
 
+    def output_range(self) -> tuple[float, float]:
+        """Every release lies in this range (per coordinate), for validating replies.
+
+        The exact bound :meth:`output_bound` of the mechanism, widened by a relative
+        :data:`ROUNDING_SLACK` for floating-point rounding; ``[-1, 1]`` without noise.
+        """
+        if not self.is_private:
+            return -1.0, 1.0
+        bound = self.output_bound() * (1.0 + ROUNDING_SLACK)
+        return -bound, bound
+
+    def output_bound(self) -> float:  # pragma: no cover - abstract
+        """The largest magnitude of a released coordinate (exact arithmetic)."""
+        raise NotImplementedError
+
     def product_moments(self) -> ProductMoments:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -381,6 +401,10 @@ class DuchiMechanism(_VectorMechanism):
 
     def parameters(self) -> dict[str, Any]:
         return {"dimension": self.dimension, "bound": self.bound}
+
+    def output_bound(self) -> float:
+        """B: every coordinate of a release is :math:`\\pm B`."""
+        return self.bound
 
     def flip_count_probabilities(self) -> NDArray[np.float64]:
         r""":math:`\pi_k`, the probability of k minus signs in r, k = 0..p."""
@@ -581,6 +605,10 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
             "bound": piecewise_bound(epsilon=self.coordinate_epsilon),
         }
 
+    def output_bound(self) -> float:
+        """:math:`(p/k)\\,C`: a reported coordinate lies in :math:`[-C, C]`."""
+        return self.scale * piecewise_bound(epsilon=self.coordinate_epsilon)
+
     def _one_dimensional(
         self, t: NDArray[np.float64], u: NDArray[np.float64]
     ) -> NDArray[np.float64]:
@@ -648,6 +676,17 @@ class HybridMechanism(_SampledCoordinateMechanism):
             **super().parameters(),
             "piecewise_probability": self.piecewise_probability,
         }
+
+    def output_bound(self) -> float:
+        """:math:`(p/k)\\max(C, B_1)` (:math:`(p/k)B_1` when the piecewise part is off).
+
+        :math:`C > B_1` at every budget, so the piecewise part sets the bound whenever
+        it is used.
+        """
+        b1 = self.duchi_bound_1d
+        if self.piecewise_probability == 0.0:
+            return self.scale * b1
+        return self.scale * max(piecewise_bound(epsilon=self.coordinate_epsilon), b1)
 
     def _one_dimensional(
         self, t: NDArray[np.float64], u: NDArray[np.float64]

@@ -29,8 +29,16 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
     release one randomized "was the model wrong on me" bit. No client's raw data reach
     the learned model other than through those releases, and each client spends at most
     ``epsilon``. The fitted model classifies new, non-private curves:
-    :math:`\hat y = 1\{\bar b + \bar\beta^\top z(x) > 0\}`, with :math:`z` the client-side
-    featurizer (projection and rescaling).
+    :math:`\hat y = 1\{\bar b + \bar\beta^\top z(x) > 0\}`, with :math:`z` the
+    client-side featurizer (projection and rescaling).
+
+    This estimator always runs the reference MRMA protocol
+    (:meth:`ldpfda.config.Settings.reference`): it exists to reproduce and study MRMA.
+    The default protocol of ``ldpfda simulate`` and of the Flower app -- every client
+    releases :math:`\tilde y\,(1, x)` once with the hybrid mechanism and the server
+    fits the moment classifier -- is :func:`ldpfda.server.engine.run_protocol` with
+    ``Settings()``, or :class:`~ldpfda.server.learners.MomentLinearClassifier` on the
+    releases of :func:`~ldpfda.client.protocol.privatize_joint`.
 
     Parameters
     ----------
@@ -46,9 +54,9 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
     label_share : float or None
         Share of a training client's budget on its label (None = 1/(p+1)).
     featurizer : Featurizer or None
-        Client-side map to [-1, 1]^p, fixed in advance. If None: B-spline projection with
-        ``n_basis``/``order`` for curves (``grid_points`` given), with rescaling bounds
-        from ``public_curves``; or the identity on [-1, 1]^p for vectors.
+        Client-side map to [-1, 1]^p, fixed in advance. If None: B-spline projection
+        with ``n_basis``/``order`` for curves (``grid_points`` given), with rescaling
+        bounds from ``public_curves``; or the identity on [-1, 1]^p for vectors.
     n_basis, order : int
     random_state : int or None
 
@@ -143,7 +151,11 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
             minimum=0,
         )
         n_eval = int(round(n * float(self.eval_fraction)))
-        settings = Settings(
+        # The reference MRMA, pinned (see the class docstring); the estimator has no
+        # public features, so a moment weak learner would estimate its second moment
+        # from the releases.
+        settings = Settings.reference(
+            public_features=False,
             epsilon=self.epsilon,
             label_share=self.label_share,
             n_basis=self.n_basis,

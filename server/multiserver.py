@@ -1,10 +1,10 @@
 """Multi-server MRMA: servers with different populations evaluate each other's models.
 
 Each server s has its own training and evaluation clients, drawn from its own
-(possibly shifted) distribution, with its own size and epsilon. Every server trains M weak
-models; the S*M models are then evaluated by subgroups of *every* server's evaluation
-clients, each evaluation client still answering exactly one query. Server r's bits give
-an unbiased estimate of every model's error on population r.
+(possibly shifted) distribution, with its own size and epsilon. Every server trains M
+weak models; the S*M models are then evaluated by subgroups of *every* server's
+evaluation clients, each evaluation client still answering exactly one query. Server
+r's bits give an unbiased estimate of every model's error on population r.
 
 Server s combines the estimates towards its own population: its own estimate has weight
 :math:`1/v_{s}` and another server's :math:`1/(v_{r} + \\tau^2)`, where :math:`v` is the
@@ -12,6 +12,11 @@ worst-case (error 1/2) variance of the debiased estimate from that subgroup and
 :math:`\\tau` the assumed spread of a model's error across populations. The global model
 pools all estimates with weights :math:`1/v_r` (the error on the pooled population).
 Reversal, selection and averaging then run over all S*M models, per server and globally.
+
+Cross-evaluation of weak models is an MRMA concept, so this module runs the reference
+MRMA protocol only: its settings must be :meth:`ldpfda.config.Settings.reference` (the
+reference release, ``server.method`` ``"mrma"`` or ``"auto"``), not the default joint
+release with the moment classifier, which has no weak models to evaluate.
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ def combine_estimates(
 ) -> NDArray[np.float64]:
     """Inverse-variance combination of per-server estimates (rows) of each model (cols).
 
-    With ``own = s``, rows other than s get the extra variance ``heterogeneity**2``; with
-    ``own = None`` all rows are pooled as they are. Models no server evaluated get 1/2.
+    With ``own = s``, rows other than s get the extra variance ``heterogeneity**2``;
+    with ``own = None`` all rows are pooled as they are. Models no server evaluated get
+    1/2.
     """
     extra = np.full(estimates.shape[0], heterogeneity**2)
     if own is not None:
@@ -137,18 +143,26 @@ def run_multiserver_repeat(
     """One repeat of the multi-server protocol, with single-server MRMA for comparison.
 
     ``settings`` gives the shared protocol settings (dataset, M, subsample size, cutoff,
-    test size, seed); each :class:`ServerSpec` its population. Client ids are unique
-    across servers. The single-server baseline of server s is the MRMA run it would do
-    alone on the same clients (a counterfactual: in either world each client releases
-    once).
+    test size, seed) and must be the reference MRMA
+    (:meth:`~ldpfda.config.Settings.reference`); each :class:`ServerSpec` its
+    population. Client ids are unique across servers. The single-server baseline of
+    server s is the MRMA run it would do alone on the same clients (a counterfactual:
+    in either world each client releases once).
     """
+    if settings.joint_release or settings.protocol != "mrma":
+        raise ValueError(
+            "multi-server cross-evaluation is part of MRMA and runs the reference "
+            "protocol: pass Settings.reference(...), got mechanism="
+            f"{settings.mechanism!r}, method={settings.method!r}"
+        )
     s_count = len(servers)
     if s_count < 1:
         raise ValueError("servers must name at least one server")
     heterogeneity = check_real(heterogeneity, "heterogeneity", low=0.0)
     m = settings.num_weak_models
     seed = settings.seed
-    # One featurizer for everyone, fixed from public calibration data of the base design.
+    # One featurizer for everyone, fixed from public calibration data of the base
+    # design.
     featurizer: Featurizer = make_featurizer(
         make_design(settings.dataset),
         settings,
@@ -160,8 +174,8 @@ def run_multiserver_repeat(
     for s, spec in enumerate(servers):
         if spec.n_eval < s_count * m:
             raise ValueError(
-                f"server {s} has n_eval={spec.n_eval}: at least one evaluation client per "
-                f"model of every server ({s_count * m}) is needed"
+                f"server {s} has n_eval={spec.n_eval}: at least one evaluation client "
+                f"per model of every server ({s_count * m}) is needed"
             )
         (xtr, ytr), (xev, yev), test = _server_data(spec, settings, seed, s, repeat)
         train = ArrayClients(offset + np.arange(spec.n_train), xtr, ytr, featurizer)

@@ -1,10 +1,22 @@
-"""The Flower ServerApp: the MRMA server over Flower's message API.
+"""The Flower ServerApp: the server of the protocol over Flower's message API.
 
-A thin shell over :mod:`ldpfda.server.engine`. One run is one repeat of the protocol:
+A thin shell over :mod:`ldpfda.server.engine`. One run is one repeat of the protocol.
+With the default settings (a joint release and ``server.method = "auto"``, i.e. the
+``moment`` method of :attr:`~ldpfda.config.Settings.protocol`):
 
 1. wait until the expected nodes are connected (``data.n-train + data.n-eval``);
-2. ask every node who it is (``query.identify``); clients ``0 .. n_train-1`` train,
-   the next ``n_eval`` evaluate, as in :func:`~ldpfda.server.engine.run_repeat`;
+2. ask every node who it is (``query.identify``);
+3. ask every client for its one release (``query.privatize``), order the releases by
+   client id and fit the moment classifier with
+   :func:`~ldpfda.server.engine.moment_result`, using the run's public features
+   (:func:`~ldpfda.server.engine.public_features`). There is no evaluation round;
+4. score on a test set if one is configured, and write ``report.json``, ``model.npz``
+   and ``payload.npz``.
+
+With ``privacy.mechanism = "reference"`` (or ``server.method = "mrma"``) it is MRMA:
+
+1. and 2. as above; clients ``0 .. n_train-1`` train, the next ``n_eval`` evaluate, as
+   in :func:`~ldpfda.server.engine.run_repeat`;
 3. collect the training payloads (``query.privatize``), ordered by client id, and fit
    the weak models with :func:`~ldpfda.server.engine.train_weak`;
 4. split the evaluators with :func:`~ldpfda.server.mrma.assign_groups` and send each
@@ -13,7 +25,9 @@ A thin shell over :mod:`ldpfda.server.engine`. One run is one repeat of the prot
    is configured, and write ``report.json``, ``model.npz`` and ``payload.npz``.
 
 Every reply is validated before use (:func:`parse_identity`, :func:`parse_payload`,
-:func:`parse_feedback`); a reply that fails is logged and recorded, never used. Nodes
+:func:`parse_joint_payload`, :func:`parse_feedback`), against the output range of the
+mechanism the run's settings name; a reply that fails is logged and recorded, never
+used. Nodes
 that do not answer within ``flower.reply-timeout`` are recorded as missing and the run
 goes on if at least ``flower.min-reply-fraction`` of each group answered. A client is
 asked each query at most once, and never for more than its budget: the server keeps its
@@ -51,8 +65,11 @@ from ldpfda.client.data import (
     run_settings,
 )
 from ldpfda.client.protocol import (
+    JointPayload,
     TrainingPayload,
     evaluation_events,
+    joint_events,
+    joint_output_range,
     privatize_events,
     training_output_range,
 )
@@ -62,7 +79,15 @@ from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import ProtocolResult, aggregate, score, train_weak
+from ldpfda.server.engine import (
+    Payload,
+    ProtocolResult,
+    aggregate,
+    moment_result,
+    public_features,
+    score,
+    train_weak,
+)
 from ldpfda.server.mrma import assign_groups
 
 __all__ = [
@@ -71,6 +96,7 @@ __all__ = [
     "app",
     "parse_feedback",
     "parse_identity",
+    "parse_joint_payload",
     "parse_payload",
     "parse_run_config",
     "run_server",
@@ -291,6 +317,42 @@ def parse_payload(
     return x[0], int(label), _ledger_info(content, "ledger", client_id)
 
 
+def parse_joint_payload(
+    message: Message,
+    *,
+    client_id: int,
+    n_features: int,
+    output_range: tuple[float, float],
+) -> tuple[NDArray[np.float64], dict[str, float]]:
+    """The release ``(p + 1,)`` and ledger figures of a joint privatize reply.
+
+    A valid reply has ``releases`` of shape ``(1, p + 1)``, finite and within the joint
+    mechanism's declared ``output_range``
+    (:func:`~ldpfda.client.protocol.joint_output_range`).
+
+    Raises
+    ------
+    ReplyError
+        For anything else, with the reason.
+    """
+    content = _content(message)
+    releases = _array(content, "payload", "releases")
+    if releases.shape != (1, n_features + 1):
+        raise ReplyError(
+            f"releases must have shape (1, {n_features + 1}), got {releases.shape}"
+        )
+    z = releases.astype(np.float64)
+    if not np.all(np.isfinite(z)):
+        raise ReplyError("releases contain NaN or infinite values")
+    low, high = output_range
+    if np.any(z < low) or np.any(z > high):
+        raise ReplyError(
+            f"releases outside the mechanism's range [{low:.6g}, {high:.6g}]: "
+            f"got [{z.min():.6g}, {z.max():.6g}]"
+        )
+    return z[0], _ledger_info(content, "ledger", client_id)
+
+
 def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, float]]:
     """The randomized-response bit and ledger figures of an evaluate reply.
 
@@ -422,14 +484,85 @@ def _ask(
 def _release_events(
     settings: Settings, n_features: int
 ) -> dict[str, list[ReleaseEvent]]:
-    """What each query makes a client release, for the server's own accounting."""
-    return {
-        PRIVATIZE: privatize_events(
+    """What each query makes a client release, for the server's own accounting.
+
+    The very events the client's ledger records for the release the settings name.
+    """
+    if settings.joint_release:
+        privatize = joint_events(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            mechanism=settings.vector_mechanism,
+        )
+    else:
+        privatize = privatize_events(
             epsilon=settings.epsilon,
             n_features=n_features,
             label_share=settings.label_share,
+        )
+    return {PRIVATIZE: privatize, EVALUATE: evaluation_events(epsilon=settings.epsilon)}
+
+
+def _release_parser(
+    settings: Settings, n_features: int
+) -> Callable[[Message, int], tuple[Any, ...]]:
+    """Validation of a privatize reply: rows of the release and the ledger figures."""
+    if settings.joint_release:
+        output_range = joint_output_range(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            mechanism=settings.vector_mechanism,
+        )
+        return lambda reply, c: parse_joint_payload(
+            reply, client_id=c, n_features=n_features, output_range=output_range
+        )
+    feature_range = training_output_range(
+        epsilon=settings.epsilon,
+        n_features=n_features,
+        label_share=settings.label_share,
+    )
+    return lambda reply, c: parse_payload(
+        reply, client_id=c, n_features=n_features, feature_range=feature_range
+    )
+
+
+def _payload(
+    settings: Settings, n_features: int, rows: Mapping[int, tuple[Any, ...]]
+) -> Payload:
+    """The valid releases as the engine's payload, ordered by client id."""
+    ids = np.array(sorted(rows), dtype=np.int64)
+    if settings.joint_release:
+        return JointPayload(
+            client_ids=ids,
+            releases=np.array([rows[c][0] for c in ids], dtype=np.float64).reshape(
+                -1, n_features + 1
+            ),
+            epsilon=settings.epsilon,
+            mechanism=settings.vector_mechanism,
+        )
+    split = split_budget(
+        epsilon=settings.epsilon,
+        n_coefficients=n_features,
+        label_share=settings.label_share,
+    )
+    return TrainingPayload(
+        client_ids=ids,
+        features=np.array([rows[c][0] for c in ids], dtype=np.float64).reshape(
+            -1, n_features
         ),
-        EVALUATE: evaluation_events(epsilon=settings.epsilon),
+        labels=np.array([rows[c][1] for c in ids], dtype=np.int8),
+        feature_epsilon=split.coefficients,
+        label_epsilon=split.label,
+    )
+
+
+def _payload_arrays(payload: Payload) -> dict[str, NDArray]:
+    if isinstance(payload, JointPayload):
+        return {"client_ids": payload.client_ids, "releases": payload.releases}
+    return {
+        "client_ids": payload.client_ids,
+        "features": payload.features,
+        "labels": payload.labels,
     }
 
 
@@ -513,7 +646,7 @@ def _test_set(
 def run_server(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> tuple[ProtocolResult, dict[str, Any]]:
-    """Run one repeat of MRMA over ``grid`` and write its report.
+    """Run one repeat of the protocol over ``grid`` and write its report.
 
     Returns the :class:`~ldpfda.server.engine.ProtocolResult` (with the collected
     payload) and the report written to ``<report_dir>/run-<run_id>/report.json``.
@@ -531,15 +664,12 @@ def run_server(
     featurizer, _ = public_featurizer(settings, options.repeat)
     n_features = featurizer.n_features_out
     events = _release_events(settings, n_features)
-    split = split_budget(
-        epsilon=settings.epsilon,
-        n_coefficients=n_features,
-        label_share=settings.label_share,
-    )
-    feature_range = training_output_range(
-        epsilon=settings.epsilon,
-        n_features=n_features,
-        label_share=settings.label_share,
+    parse_release = _release_parser(settings, n_features)
+    moment = settings.protocol == "moment"
+    public = (
+        public_features(settings, options.repeat, featurizer=featurizer)
+        if settings.public_features
+        else None
     )
     server_rng = np.random.default_rng(
         derive_seed(settings.seed, "server", options.repeat)
@@ -593,103 +723,60 @@ def run_server(
                 "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
             )
 
-        # Training clients release their payloads (each asked once).
-        status("privatize", train_clients=len(train_ids))
+        # Releasing clients (every client of a moment run, the training clients of an
+        # MRMA run) release their payloads, each asked once.
+        releasing = train_ids + eval_ids if moment else train_ids
+        status("privatize", releasing_clients=len(releasing))
         t0 = time.perf_counter()
         privatize_round = Round(PRIVATIZE)
         asked = {}
-        for c in train_ids:
+        for c in releasing:
             if _charge(ledger, events[PRIVATIZE], c):
                 asked[node_of[c]] = RecordDict()
                 privatize_round.asked.append(c)
             else:
                 privatize_round.refused_by_server.append(c)
         replies = _ask(grid, asked, PRIVATIZE, options.reply_timeout)
-        rows = _collect(
-            privatize_round,
-            replies,
-            node_of,
-            reported,
-            lambda reply, c: parse_payload(
-                reply, client_id=c, n_features=n_features, feature_range=feature_range
-            ),
-        )
+        rows = _collect(privatize_round, replies, node_of, reported, parse_release)
         _require(
             privatize_round,
-            settings.subsample_size,
+            2 if moment else settings.subsample_size,
             options.min_reply_fraction,
-            "training",
+            "releasing" if moment else "training",
         )
-        ids = np.array(sorted(rows), dtype=np.int64)
-        payload = TrainingPayload(
-            client_ids=ids,
-            features=np.array([rows[c][0] for c in ids], dtype=np.float64),
-            labels=np.array([rows[c][1] for c in ids], dtype=np.int8),
-            feature_epsilon=split.coefficients,
-            label_epsilon=split.label,
-        )
+        payload = _payload(settings, n_features, rows)
         timings["clients_privatize_s"] = time.perf_counter() - t0
 
-        status("train", payloads=len(payload))
-        t0 = time.perf_counter()
-        weak = train_weak(payload, settings, server_rng)
-        timings["server_train_s"] = time.perf_counter() - t0
-
-        # Evaluation subgroups: each evaluator gets its model.
-        status("evaluate", eval_clients=len(eval_ids))
-        t0 = time.perf_counter()
-        groups = assign_groups(len(eval_ids), settings.num_weak_models, server_rng)
-        evaluate_round = Round(EVALUATE)
-        asked = {}
-        group_of: dict[int, int] = {}
-        for c, g in zip(eval_ids, groups, strict=True):
-            if not _charge(ledger, events[EVALUATE], c):
-                evaluate_round.refused_by_server.append(c)
-                continue
-            asked[node_of[c]] = RecordDict(
-                {
-                    "model": ArrayRecord(
-                        {
-                            "coef": Array(
-                                np.ascontiguousarray(weak.coef[g], dtype=np.float64)
-                            ),
-                            "intercept": Array(
-                                np.array([weak.intercept[g]], dtype=np.float64)
-                            ),
-                        }
-                    )
-                }
+        if moment:
+            status("fit", payloads=len(payload))
+            t0 = time.perf_counter()
+            result = moment_result(
+                payload, settings, public=public, privacy=ledger.summary()
             )
-            group_of[c] = int(g)
-            evaluate_round.asked.append(c)
-        replies = _ask(grid, asked, EVALUATE, options.reply_timeout)
-        feedback = _collect(
-            evaluate_round,
-            replies,
-            node_of,
-            reported,
-            lambda reply, c: parse_feedback(reply, client_id=c),
-        )
-        answered = sorted(feedback)
-        bits = [feedback[c][0] for c in answered]
-        answered_groups = [group_of[c] for c in answered]
-        _require(evaluate_round, 1, options.min_reply_fraction, "evaluation")
-        timings["clients_evaluate_s"] = time.perf_counter() - t0
-
-        status("aggregate", feedback_bits=len(bits))
+            timings["server_train_s"] = time.perf_counter() - t0
+            rounds = {"identify": identify, "privatize": privatize_round}
+        else:
+            result, rounds = _mrma_rounds(
+                grid,
+                settings,
+                options,
+                payload,
+                n_features=n_features,
+                eval_ids=eval_ids,
+                node_of=node_of,
+                ledger=ledger,
+                reported=reported,
+                public=public,
+                server_rng=server_rng,
+                status=status,
+                timings=timings,
+            )
+            rounds = {"identify": identify, "privatize": privatize_round, **rounds}
         t0 = time.perf_counter()
-        result = aggregate(
-            weak,
-            np.array(bits, dtype=np.int8),
-            np.array(answered_groups, dtype=np.int64),
-            payload,
-            settings,
-            privacy=ledger.summary(),
-        )
         test = _test_set(settings, options)
         if test is not None:
             score(result, *test)
-        timings["server_aggregate_s"] = time.perf_counter() - t0
+        timings["server_score_s"] = time.perf_counter() - t0
         result.timings = timings
 
         report = result.report()
@@ -706,9 +793,7 @@ def run_server(
                     "ignored_nodes": ignored,
                     "train_clients": train_ids,
                     "eval_clients": eval_ids,
-                    "identify": identify.summary(),
-                    "privatize": privatize_round.summary(),
-                    "evaluate": evaluate_round.summary(),
+                    **{name: r.summary() for name, r in rounds.items()},
                 },
             }
         )
@@ -734,18 +819,92 @@ def run_server(
             coef=result.final.coef[0],
             intercept=result.final.intercept,
         )
-        np.savez(
-            out / "payload.npz",
-            client_ids=payload.client_ids,
-            features=payload.features,
-            labels=payload.labels,
-        )
+        np.savez(out / "payload.npz", **_payload_arrays(payload))
         status("done", report=str((out / "report.json").resolve()))
         logger.info("ldpfda: report written to %s", (out / "report.json").resolve())
         return result, report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
         raise
+
+
+def _mrma_rounds(
+    grid: Grid,
+    settings: Settings,
+    options: FlowerOptions,
+    payload: Payload,
+    *,
+    n_features: int,
+    eval_ids: list[int],
+    node_of: Mapping[int, int],
+    ledger: PrivacyLedger,
+    reported: dict[int, dict[str, float]],
+    public: NDArray[np.float64] | None,
+    server_rng: np.random.Generator,
+    status: _Status,
+    timings: dict[str, float],
+) -> tuple[ProtocolResult, dict[str, Round]]:
+    """MRMA after the training payloads: weak models, evaluation round, aggregation."""
+    status("train", payloads=len(payload))
+    t0 = time.perf_counter()
+    weak = train_weak(payload, settings, server_rng, public=public)
+    timings["server_train_s"] = time.perf_counter() - t0
+    events = _release_events(settings, n_features)
+
+    # Evaluation subgroups: each evaluator gets its model.
+    status("evaluate", eval_clients=len(eval_ids))
+    t0 = time.perf_counter()
+    groups = assign_groups(len(eval_ids), settings.num_weak_models, server_rng)
+    evaluate_round = Round(EVALUATE)
+    asked = {}
+    group_of: dict[int, int] = {}
+    for c, g in zip(eval_ids, groups, strict=True):
+        if not _charge(ledger, events[EVALUATE], c):
+            evaluate_round.refused_by_server.append(c)
+            continue
+        asked[node_of[c]] = RecordDict(
+            {
+                "model": ArrayRecord(
+                    {
+                        "coef": Array(
+                            np.ascontiguousarray(weak.coef[g], dtype=np.float64)
+                        ),
+                        "intercept": Array(
+                            np.array([weak.intercept[g]], dtype=np.float64)
+                        ),
+                    }
+                )
+            }
+        )
+        group_of[c] = int(g)
+        evaluate_round.asked.append(c)
+    replies = _ask(grid, asked, EVALUATE, options.reply_timeout)
+    feedback = _collect(
+        evaluate_round,
+        replies,
+        node_of,
+        reported,
+        lambda reply, c: parse_feedback(reply, client_id=c),
+    )
+    answered = sorted(feedback)
+    bits = [feedback[c][0] for c in answered]
+    answered_groups = [group_of[c] for c in answered]
+    _require(evaluate_round, 1, options.min_reply_fraction, "evaluation")
+    timings["clients_evaluate_s"] = time.perf_counter() - t0
+
+    status("aggregate", feedback_bits=len(bits))
+    t0 = time.perf_counter()
+    result = aggregate(
+        weak,
+        np.array(bits, dtype=np.int8),
+        np.array(answered_groups, dtype=np.int64),
+        payload,
+        settings,
+        privacy=ledger.summary(),
+        public=public,
+    )
+    timings["server_aggregate_s"] = time.perf_counter() - t0
+    return result, {"evaluate": evaluate_round}
 
 
 app = ServerApp()

@@ -26,10 +26,13 @@ FAST = [
 ]
 
 
-def test_simulate_prints_every_method_and_writes_json(tmp_path, capsys):
+def test_simulate_reference_prints_every_method_and_writes_json(tmp_path, capsys):
     out = tmp_path / "sim.json"
-    assert main(["simulate", "--epsilon", "2", "10", "--out", str(out), *FAST]) == 0
+    args = ["simulate", "--reference", "--epsilon", "2", "10", "--out", str(out)]
+    assert main([*args, *FAST]) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith("MRMA on the vector design (reference release)")
+    assert "joint moment" not in printed
     for label in (
         "MRMA",
         "MR only",
@@ -44,10 +47,43 @@ def test_simulate_prints_every_method_and_writes_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [s["settings"]["privacy.epsilon"] for s in data["summaries"]] == [2.0, 10.0]
     for summary in data["summaries"]:
-        assert set(summary["test_error"]) == set(METHODS)
+        assert set(summary["test_error"]) == set(METHODS) - {"moment"}
+        assert summary["settings"]["privacy.mechanism"] == "reference"
         assert len(summary["runs"]) == 2
         budget = summary["settings"]["privacy.epsilon"]
         assert summary["epsilon_spent_per_client"]["max"] == pytest.approx(budget)
+
+
+def test_simulate_default_is_the_joint_release_and_moment_classifier(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["simulate", "--epsilon", "1", "10", "--out", str(out), *FAST]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Moment classifier on the vector design: 600 clients")
+    assert "joint moment" in printed and "non-private" in printed
+    assert "MRMA " not in printed and "weak (mean)" not in printed
+    for summary in json.loads(out.read_text())["summaries"]:
+        assert set(summary["test_error"]) == {"moment", "non_private"}
+        assert summary["settings"]["privacy.mechanism"] == "joint-hybrid"
+        assert summary["settings"]["server.method"] == "auto"
+        budget = summary["settings"]["privacy.epsilon"]
+        assert summary["epsilon_spent_per_client"]["max"] == pytest.approx(budget)
+        assert summary["runs"][0]["method"] == "moment"
+
+
+@pytest.mark.parametrize(
+    ("args", "key", "value"),
+    [
+        (["--mechanism", "joint-duchi"], "privacy.mechanism", "joint-duchi"),
+        (["--mechanism", "reference"], "privacy.mechanism", "reference"),
+        (["--method", "mrma"], "server.method", "mrma"),
+        (["--no-public-features"], "data.public-features", False),
+        (["--reference", "--weak-learner", "svm"], "mrma.weak-learner", "svm"),
+    ],
+)
+def test_simulate_options_reach_the_settings(args, key, value, tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["simulate", "--epsilon", "5", *args, "--out", str(out), *FAST]) == 0
+    assert json.loads(out.read_text())["summaries"][0]["settings"][key] == value
 
 
 def test_simulate_functional_dataset(tmp_path):
@@ -76,6 +112,9 @@ def test_simulate_functional_dataset(tmp_path):
         (["--subsample-size", "500"], "subsample_size"),
         (["--n-basis", "3", "--dataset", "functional"], "n_basis"),
         (["--cutoff", "0.7"], "cutoff"),
+        (["--label-share", "0.5"], "label_share"),
+        (["--method", "mrma", "--weak-learner", "logistic"], "weak_learner"),
+        (["--reference", "--mechanism", "joint-duchi"], "--reference"),
     ],
 )
 def test_bad_settings_fail_with_the_parameter_named(args, name, tmp_path, capsys):

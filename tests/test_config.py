@@ -19,6 +19,30 @@ def test_defaults_are_valid_and_frozen():
     assert not Settings(epsilon=math.inf).is_private
 
 
+def test_the_default_is_one_joint_release_and_the_moment_classifier():
+    settings = Settings()
+    assert settings.mechanism == "joint-hybrid" and settings.joint_release
+    assert settings.vector_mechanism == "hybrid"
+    assert settings.protocol == "moment" and settings.learner == "moment"
+    assert settings.public_features
+    assert Settings(method="mrma").protocol == "mrma"
+    assert Settings(mechanism="joint-duchi").vector_mechanism == "duchi"
+
+
+def test_the_reference_is_one_option_away():
+    reference = Settings.reference(epsilon=2.0)
+    assert reference == Settings(mechanism="reference", epsilon=2.0)
+    assert not reference.joint_release
+    assert reference.protocol == "mrma" and reference.learner == "logistic"
+    assert Settings.from_mapping({"privacy.mechanism": "reference"}) == (
+        Settings.reference()
+    )
+    assert Settings.reference(weak_learner="svm").learner == "svm"
+    assert Settings.reference(method="moment").protocol == "moment"
+    with pytest.raises(ValueError, match="no vector mechanism"):
+        _ = reference.vector_mechanism
+
+
 @pytest.mark.parametrize(
     ("changes", "name"),
     [
@@ -36,6 +60,12 @@ def test_defaults_are_valid_and_frozen():
         ({"cutoff": 0.6}, "cutoff"),
         ({"cutoff": -0.1}, "cutoff"),
         ({"weak_learner": "tree"}, "weak_learner"),
+        ({"mechanism": "gauss"}, "mechanism"),
+        ({"mechanism": "hybrid"}, "mechanism"),
+        ({"method": "voting"}, "method"),
+        ({"method": "mrma", "weak_learner": "logistic"}, "weak_learner"),
+        ({"method": "mrma", "weak_learner": "natarajan"}, "weak_learner"),
+        ({"label_share": 0.5}, "label_share"),
         ({"dataset": "images"}, "dataset"),
         ({"n_train": 1}, "n_train"),
         ({"n_eval": 49, "num_weak_models": 50}, "n_eval"),
@@ -58,6 +88,14 @@ def test_error_messages_repeat_the_value():
         Settings(subsample_size=501, n_train=500)
     with pytest.raises(ValueError, match=r"n_basis must be >= order \(4\), got 3"):
         Settings(n_basis=3)
+    with pytest.raises(ValueError, match=r"mechanism must be one of .*, got 'gauss'"):
+        Settings(mechanism="gauss")
+    with pytest.raises(
+        ValueError,
+        match="weak_learner 'svm' needs released labels; with mechanism "
+        "'joint-hybrid' use weak_learner 'moment'",
+    ):
+        Settings(method="mrma", weak_learner="svm")
 
 
 @pytest.mark.parametrize(
@@ -68,6 +106,7 @@ def test_error_messages_repeat_the_value():
         ({"n_basis": 10.0}, "n_basis"),
         ({"seed": 1.5}, "seed"),
         ({"normalize_models": 1}, "normalize_models"),
+        ({"public_features": "yes"}, "public_features"),
         ({"cutoff": "0.2"}, "cutoff"),
     ],
 )
@@ -84,7 +123,9 @@ def test_from_mapping_with_grouped_kebab_keys():
     settings = Settings.from_mapping(
         {
             "privacy.epsilon": 2.0,
+            "privacy.mechanism": "reference",
             "privacy.label-share": 0.3,
+            "server.method": "mrma",
             "fda.n-basis": 8,
             "fda.order": 3,
             "mrma.num-weak-models": 20,
@@ -93,6 +134,7 @@ def test_from_mapping_with_grouped_kebab_keys():
             "mrma.weak-learner": "svm",
             "mrma.normalize-models": False,
             "data.dataset": "functional",
+            "data.public-features": False,
             "data.n-train": 300,
             "data.n-eval": 400,
             "seed": 3,
@@ -100,6 +142,9 @@ def test_from_mapping_with_grouped_kebab_keys():
     )
     assert settings == Settings(
         epsilon=2.0,
+        mechanism="reference",
+        method="mrma",
+        public_features=False,
         label_share=0.3,
         n_basis=8,
         order=3,
@@ -180,12 +225,15 @@ def test_from_mapping_validates_values():
     "settings",
     [
         Settings(),
-        Settings(
+        Settings.reference(
             epsilon=0.5, label_share=0.25, n_basis=6, order=2, dataset="functional"
         ),
-        Settings(epsilon=math.inf, weak_learner="svm", normalize_models=False, seed=42),
+        Settings.reference(
+            epsilon=math.inf, weak_learner="svm", normalize_models=False, seed=42
+        ),
+        Settings(mechanism="joint-duchi", method="mrma", public_features=False, seed=5),
     ],
-    ids=["defaults", "functional", "non-private"],
+    ids=["defaults", "functional", "non-private", "joint-mrma"],
 )
 def test_round_trip_to_mapping_from_mapping(settings):
     mapping = settings.to_mapping()
@@ -203,6 +251,9 @@ def test_keys_are_grouped_kebab_case():
     assert Settings.key("n_basis") == "fda.n-basis"
     assert Settings.key("num_weak_models") == "mrma.num-weak-models"
     assert Settings.key("n_train") == "data.n-train"
+    assert Settings.key("mechanism") == "privacy.mechanism"
+    assert Settings.key("method") == "server.method"
+    assert Settings.key("public_features") == "data.public-features"
     assert Settings.key("seed") == "seed"
     mapping = Settings().to_mapping()
     assert set(mapping) == {Settings.key(f.name) for f in dataclasses.fields(Settings)}

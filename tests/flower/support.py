@@ -31,6 +31,9 @@ SMALL: dict[str, Any] = {
     "data.n-test": 2000,
 }
 
+#: The reference MRMA protocol, one key away from the default joint release.
+REFERENCE: dict[str, Any] = {"privacy.mechanism": "reference"}
+
 
 def app_config() -> dict[str, Any]:
     """The flattened ``[tool.flwr.app.config]`` of the project, as Flower reads it."""

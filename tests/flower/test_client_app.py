@@ -9,10 +9,15 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST, app
 from ldpfda.client.data import run_settings, save_node_data, simulated_partition
-from ldpfda.client.protocol import answer_evaluation, privatize
+from ldpfda.client.protocol import (
+    answer_evaluation,
+    joint_output_range,
+    privatize,
+    privatize_joint,
+)
 from ldpfda.privacy.random import derive_seed
 
-from .support import SMALL
+from .support import REFERENCE, SMALL
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +38,13 @@ def _context(run_config, node_config, run_id=3):
 def _ask(context, kind, content=None):
     message = Message(content or RecordDict(), 99, f"query.{kind}")
     return app(message, context)
+
+
+def _released(reply):
+    """The released numbers of a privatize reply (joint or reference)."""
+    payload = reply.content.array_records["payload"]
+    key = "releases" if "releases" in payload else "features"
+    return payload[key].numpy()
 
 
 def _model(coef, intercept):
@@ -56,8 +68,35 @@ def test_identify_reports_identity_and_budget(run_config):
     assert record["budget"] == 5.0
 
 
-def test_privatize_matches_the_engine_and_refuses_a_second_ask(run_config):
+def test_default_privatize_is_one_joint_release_and_refuses_a_second_ask(run_config):
     config = run_config(SMALL)
+    settings, _ = run_settings(config)
+    context = _context(config, {"partition-id": 42, "num-partitions": 50})
+    reply = _ask(context, "privatize")
+    payload = reply.content.array_records["payload"]
+    assert set(payload) == {"releases"}  # no separate label
+    x, y = simulated_partition(settings, 0, 42)
+    expected = privatize_joint(
+        x,
+        y,
+        client_ids=[42],
+        seed=derive_seed(0, "clients", 0),
+        epsilon=settings.epsilon,
+        mechanism=settings.vector_mechanism,
+    )
+    np.testing.assert_array_equal(payload["releases"].numpy(), expected.releases)
+    low, high = joint_output_range(epsilon=settings.epsilon, n_features=4)
+    assert np.all((low <= expected.releases) & (expected.releases <= high))
+    assert reply.content.config_records["ledger"]["spent"] == pytest.approx(5.0)
+
+    again = _ask(context, "privatize")
+    assert again.has_error() and again.error.code == ERROR_BUDGET
+    spent = _ask(context, "identify").content.config_records["identity"]["spent"]
+    assert spent == pytest.approx(5.0)
+
+
+def test_reference_privatize_matches_the_engine_and_refuses_a_second_ask(run_config):
+    config = run_config(SMALL, REFERENCE)
     settings, _ = run_settings(config)
     context = _context(config, {"partition-id": 7, "num-partitions": 50})
     reply = _ask(context, "privatize")
@@ -128,10 +167,7 @@ def test_node_budget_caps_the_run_epsilon(run_config):
 def test_a_second_allowed_release_draws_fresh_noise(run_config):
     node = {"partition-id": 3, "num-partitions": 50, "privacy-budget": 10.0}
     context = _context(run_config(SMALL), node)
-    first, second = (
-        _ask(context, "privatize").content.array_records["payload"]["features"].numpy()
-        for _ in range(2)
-    )
+    first, second = (_released(_ask(context, "privatize")) for _ in range(2))
     assert not np.array_equal(first, second)
     assert _ask(context, "privatize").error.code == ERROR_BUDGET  # 15 > 10
 
@@ -163,19 +199,18 @@ def test_data_file_node_uses_private_noise(run_config, tmp_path):
     releases = []
     for _ in range(2):
         context = _context(config, {"client-id": 0, "data-path": str(path)})
-        payload = _ask(context, "privatize").content.array_records["payload"]
-        releases.append(payload["features"].numpy())
+        releases.append(_released(_ask(context, "privatize")))
     # Fresh entropy per node: the server cannot recompute (and remove) the noise.
     assert not np.array_equal(releases[0], releases[1])
     seeded = [
-        _ask(
-            _context(
-                config, {"client-id": 0, "data-path": str(path), "noise-seed": 11}
-            ),
-            "privatize",
+        _released(
+            _ask(
+                _context(
+                    config, {"client-id": 0, "data-path": str(path), "noise-seed": 11}
+                ),
+                "privatize",
+            )
         )
-        .content.array_records["payload"]["features"]
-        .numpy()
         for _ in range(2)
     ]
     np.testing.assert_array_equal(seeded[0], seeded[1])
@@ -195,16 +230,20 @@ def test_node_without_identity_or_data_is_refused(run_config):
 
 
 @pytest.mark.parametrize(
-    ("flag", "check"),
+    ("protocol", "flag", "check"),
     [
-        ("nan", lambda p: np.isnan(p["features"].numpy()).any()),
-        ("shape", lambda p: p["features"].numpy().shape == (1, 3)),
-        ("label", lambda p: p["labels"].numpy()[0] == 2),
+        (REFERENCE, "nan", lambda p: np.isnan(p["features"].numpy()).any()),
+        (REFERENCE, "shape", lambda p: p["features"].numpy().shape == (1, 3)),
+        (REFERENCE, "range", lambda p: p["features"].numpy()[0, 0] > 1e100),
+        (REFERENCE, "label", lambda p: p["labels"].numpy()[0] == 2),
+        ({}, "nan", lambda p: np.isnan(p["releases"].numpy()).any()),
+        ({}, "shape", lambda p: p["releases"].numpy().shape == (1, 4)),
+        ({}, "range", lambda p: p["releases"].numpy()[0, 0] > 1e100),
     ],
 )
-def test_misbehaving_test_node_corrupts_its_payload(run_config, flag, check):
+def test_misbehaving_test_node_corrupts_its_payload(run_config, protocol, flag, check):
     context = _context(
-        run_config(SMALL),
+        run_config(SMALL, protocol),
         {"partition-id": 0, "num-partitions": 50, "test-misbehave": flag},
     )
     assert check(_ask(context, "privatize").content.array_records["payload"])

@@ -14,7 +14,7 @@ from ldpfda.client.data import (
     save_node_data,
     simulated_partition,
 )
-from ldpfda.client.protocol import privatize
+from ldpfda.client.protocol import privatize, privatize_joint
 from ldpfda.config import Settings
 from ldpfda.privacy.random import derive_seed
 from ldpfda.server.engine import run_repeat
@@ -93,7 +93,7 @@ def test_features_refuse_a_foreign_grid():
 
 @pytest.mark.parametrize("dataset", ["vector", "functional"])
 def test_partitions_are_the_engine_clients(dataset):
-    settings = Settings(
+    settings = Settings.reference(
         dataset=dataset,
         n_train=6,
         n_eval=4,
@@ -113,6 +113,15 @@ def test_partitions_are_the_engine_clients(dataset):
         simulated_partition(settings, 1, 10)
     x_test, y_test = design_test_set(settings, 1)
     assert x_test.shape[0] == y_test.size == 50
+    # The default run: every partition, training or evaluation, releases jointly.
+    joint = settings.replace(mechanism="joint-hybrid")
+    releases = run_repeat(joint, 1).payload.releases
+    for i in (0, 5, 6, 9):
+        x, y = simulated_partition(joint, 1, i)
+        alone = privatize_joint(
+            x, y, client_ids=[i], seed=seed, epsilon=joint.epsilon
+        ).releases
+        np.testing.assert_array_equal(alone[0], releases[i])
 
 
 def test_run_settings_split_and_refuse_typos():

@@ -1,4 +1,9 @@
-"""The ServerApp logic: reply validation, options, whole runs on an in-memory Grid."""
+"""The ServerApp logic: reply validation, options, whole runs on an in-memory Grid.
+
+Whole runs are tested for the default protocol (every client releases once, the moment
+classifier) and for the reference MRMA (``REFERENCE``); MRMA-only behaviour (the
+evaluation round) on the reference.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,26 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDic
 from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import app as client_app
+from ldpfda.client.protocol import joint_output_range
 from ldpfda.server.engine import run_repeat
 from ldpfda.server.server_app import (
     FlowerOptions,
     ReplyError,
     parse_feedback,
     parse_identity,
+    parse_joint_payload,
     parse_payload,
     parse_run_config,
     run_server,
     wait_for_nodes,
 )
 
-from .support import SMALL, FakeGrid, partitions
+from .support import REFERENCE, SMALL, FakeGrid, partitions
+
+#: Run-config overrides of the two protocols: the default and the reference MRMA.
+PROTOCOLS = pytest.mark.parametrize(
+    "protocol", [{}, REFERENCE], ids=["default-moment", "reference-mrma"]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -137,6 +149,58 @@ def test_error_reply_and_missing_records_are_rejected():
         )
 
 
+def _joint(releases, **ledger):
+    return _reply(
+        {
+            "payload": ArrayRecord({"releases": Array(np.asarray(releases))}),
+            "ledger": _ledger(**ledger),
+        }
+    )
+
+
+JOINT_RANGE = joint_output_range(epsilon=5.0, n_features=2)
+
+
+def test_valid_joint_payload_is_parsed():
+    z, figures = parse_joint_payload(
+        _joint([[-2.0, 0.0, 2.5]]), client_id=3, n_features=2, output_range=JOINT_RANGE
+    )
+    np.testing.assert_array_equal(z, [-2.0, 0.0, 2.5])
+    assert figures == {"spent": 5.0, "budget": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("releases", "ledger", "match"),
+    [
+        ([[0.5, 0.1]], {}, "shape"),
+        ([0.5, 0.1, 0.2], {}, "shape"),
+        ([[0.5, 0.1, 0.2, 0.3]], {}, "shape"),
+        ([[np.nan, 0.1, 0.2]], {}, "NaN"),
+        ([[0.5, -np.inf, 0.2]], {}, "NaN"),
+        ([[0.5, 0.1, JOINT_RANGE[1] * 1.01]], {}, "range"),
+        ([[JOINT_RANGE[0] * 1.01, 0.1, 0.2]], {}, "range"),
+        ([[0.5, 0.1, 0.2]], {"client_id": 4}, "expected 3"),
+        ([[0.5, 0.1, 0.2]], {"budget": -1.0}, "ledger"),
+    ],
+)
+def test_bad_joint_payload_is_rejected(releases, ledger, match):
+    with pytest.raises(ReplyError, match=match):
+        parse_joint_payload(
+            _joint(releases, **ledger),
+            client_id=3,
+            n_features=2,
+            output_range=JOINT_RANGE,
+        )
+    # A reference payload is not a joint one.
+    with pytest.raises(ReplyError, match="payload.releases"):
+        parse_joint_payload(
+            _payload([[0.5, 0.1]], [1]),
+            client_id=3,
+            n_features=2,
+            output_range=JOINT_RANGE,
+        )
+
+
 @pytest.mark.parametrize("bit", [[2], [-1], [0.5], [np.nan], [0, 1]])
 def test_feedback_that_is_not_a_bit_is_rejected(bit):
     reply = _reply(
@@ -194,9 +258,10 @@ def _run(config, node_configs, **grid_kwargs):
 
 
 @pytest.mark.parametrize("dataset", ["vector", "functional"])
-def test_run_equals_the_in_process_engine(run_config, dataset):
-    config = run_config(SMALL, {"data.dataset": dataset})
+def test_reference_run_equals_the_in_process_engine(run_config, dataset):
+    config = run_config(SMALL, REFERENCE, {"data.dataset": dataset})
     grid, settings, result, report = _run(config, partitions(50))
+    assert settings.protocol == "mrma"
     reference = run_repeat(settings, 0)
     np.testing.assert_array_equal(result.payload.client_ids, np.arange(30))
     np.testing.assert_allclose(
@@ -212,6 +277,7 @@ def test_run_equals_the_in_process_engine(run_config, dataset):
         assert error == pytest.approx(reference.test_errors[method])
     # The report on disk has what the issue asks for.
     written = json.loads((grid_report_dir(config) / "report.json").read_text())
+    assert written["method"] == "mrma"
     assert written["final_model"]["coef"] == pytest.approx(reference.final.coef[0])
     assert len(written["models"]) == 5
     assert {"estimated_error", "weight", "kept", "reversed", "test_error"} <= set(
@@ -227,14 +293,65 @@ def test_run_equals_the_in_process_engine(run_config, dataset):
     np.testing.assert_allclose(model["coef"], reference.final.coef[0], atol=1e-10)
 
 
+@pytest.mark.parametrize("dataset", ["vector", "functional"])
+def test_default_run_equals_the_in_process_engine(run_config, dataset):
+    # Every client releases y~(1, x) once; no evaluation round; the same moment model.
+    config = run_config(SMALL, {"data.dataset": dataset})
+    grid, settings, result, report = _run(config, partitions(50))
+    assert settings.protocol == "moment"
+    reference = run_repeat(settings, 0)
+    assert result.method == reference.method == "moment"
+    np.testing.assert_array_equal(result.payload.client_ids, np.arange(50))
+    np.testing.assert_array_equal(result.payload.releases, reference.payload.releases)
+    np.testing.assert_allclose(result.final.coef, reference.final.coef, atol=1e-10)
+    np.testing.assert_allclose(
+        result.final.intercept, reference.final.intercept, atol=1e-10
+    )
+    assert set(report["test_errors"]) == {"moment"}  # no clean data on the server
+    assert report["test_errors"]["moment"] == pytest.approx(
+        reference.test_errors["moment"]
+    )
+    kinds = {m.metadata.message_type for m in grid.sent}
+    assert kinds == {"query.identify", "query.privatize"}
+    written = json.loads((grid_report_dir(config) / "report.json").read_text())
+    assert written["method"] == "moment" and written["models"] == []
+    assert "evaluate" not in written["participation"]
+    assert written["participation"]["privatize"]["answered"] == 50
+    clients = written["privacy"]["clients"]
+    assert len(clients) == 50
+    for figures in clients.values():
+        assert figures["reported_spent"] == pytest.approx(5.0)
+        assert figures["charged_by_server"] == pytest.approx(5.0)
+    accounting = written["privacy"]["server_accounting"]
+    assert set(accounting["releases"]) == {"signed_features"}
+    assert accounting["releases"]["signed_features"]["clients"] == 50
+    model = np.load(grid_report_dir(config) / "model.npz")
+    np.testing.assert_allclose(model["coef"], reference.final.coef[0], atol=1e-10)
+    payload = np.load(grid_report_dir(config) / "payload.npz")
+    np.testing.assert_array_equal(payload["releases"], reference.payload.releases)
+
+
+def test_mrma_on_joint_releases_equals_the_engine(run_config):
+    config = run_config(SMALL, {"server.method": "mrma"})
+    grid, settings, result, report = _run(config, partitions(50))
+    reference = run_repeat(settings, 0)
+    np.testing.assert_array_equal(result.payload.releases, reference.payload.releases)
+    np.testing.assert_allclose(result.final.coef, reference.final.coef, atol=1e-10)
+    np.testing.assert_allclose(result.estimated_errors, reference.estimated_errors)
+    kinds = Counter(m.metadata.message_type for m in grid.sent)
+    assert kinds == {"query.identify": 50, "query.privatize": 30, "query.evaluate": 20}
+    assert report["privacy"]["server_accounting"]["max_spent"] == pytest.approx(5.0)
+
+
 def grid_report_dir(config):
     from pathlib import Path
 
     return Path(config["flower.report-dir"]) / "run-7"
 
 
-def test_non_private_run_equals_the_engine_and_writes_strict_json(run_config):
-    config = run_config(SMALL, {"privacy.epsilon": float("inf")})
+@PROTOCOLS
+def test_non_private_run_equals_the_engine_and_writes_strict_json(run_config, protocol):
+    config = run_config(SMALL, protocol, {"privacy.epsilon": float("inf")})
     _, settings, result, _ = _run(config, partitions(50))
     reference = run_repeat(settings, 0)
     np.testing.assert_allclose(result.final.coef, reference.final.coef, atol=1e-10)
@@ -243,19 +360,29 @@ def test_non_private_run_equals_the_engine_and_writes_strict_json(run_config):
     assert report["settings"]["privacy.epsilon"] == "inf"
 
 
-def test_each_client_is_asked_each_query_once(run_config):
-    grid, *_ = _run(run_config(SMALL), partitions(50))
+@PROTOCOLS
+def test_each_client_is_asked_each_query_once(run_config, protocol):
+    grid, settings, *_ = _run(run_config(SMALL, protocol), partitions(50))
     asked = Counter(
         (m.metadata.dst_node_id, m.metadata.message_type) for m in grid.sent
     )
     assert set(asked.values()) == {1}
     kinds = Counter(m.metadata.message_type for m in grid.sent)
-    assert kinds == {"query.identify": 50, "query.privatize": 30, "query.evaluate": 20}
+    if settings.protocol == "moment":
+        assert kinds == {"query.identify": 50, "query.privatize": 50}
+    else:
+        assert kinds == {
+            "query.identify": 50,
+            "query.privatize": 30,
+            "query.evaluate": 20,
+        }
 
 
 def test_silent_nodes_are_recorded_and_the_run_goes_on(run_config):
     # Nodes 2 and 3 train, 35 evaluates; their replies never arrive.
-    grid, _, result, report = _run(run_config(SMALL), partitions(50), silent=[2, 3, 35])
+    grid, _, result, report = _run(
+        run_config(SMALL, REFERENCE), partitions(50), silent=[2, 3, 35]
+    )
     part = report["participation"]
     assert part["privatize"]["missing"] == [2, 3]
     assert part["evaluate"]["missing"] == [35]
@@ -268,52 +395,84 @@ def test_silent_nodes_are_recorded_and_the_run_goes_on(run_config):
     assert np.all(np.isfinite(result.final.coef))
 
 
-def test_too_many_missing_replies_stop_the_run_with_a_reason(run_config):
-    config = run_config(SMALL, {"flower.min-reply-fraction": 0.95})
-    with pytest.raises(RuntimeError, match=r"only 28 of 30 training clients.*\[2, 3\]"):
+def test_silent_nodes_of_a_default_run_are_recorded(run_config):
+    _, _, result, report = _run(run_config(SMALL), partitions(50), silent=[2, 35])
+    assert report["participation"]["privatize"]["missing"] == [2, 35]
+    assert len(result.payload) == 48
+    assert not {2, 35} & set(result.payload.client_ids.tolist())
+    assert report["privacy"]["clients"]["35"]["charged_by_server"] == pytest.approx(5.0)
+    assert report["privacy"]["clients"]["35"]["reported_spent"] is None
+    assert np.all(np.isfinite(result.final.coef))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "match"),
+    [
+        (REFERENCE, r"only 28 of 30 training clients.*\[2, 3\]"),
+        ({}, r"only 48 of 50 releasing clients.*\[2, 3\]"),
+    ],
+    ids=["reference-mrma", "default-moment"],
+)
+def test_too_many_missing_replies_stop_the_run_with_a_reason(
+    run_config, protocol, match
+):
+    config = run_config(SMALL, protocol, {"flower.min-reply-fraction": 0.97})
+    with pytest.raises(RuntimeError, match=match):
         _run(config, partitions(50), silent=[2, 3])
     status = json.loads((grid_report_dir(config) / "status.json").read_text())
     assert status["stage"] == "failed"
 
 
 @pytest.mark.parametrize(
-    ("flag", "node", "round_", "reason"),
+    ("protocol", "flag", "node", "round_", "reason"),
     [
-        ("nan", 4, "privatize", "NaN"),
-        ("shape", 4, "privatize", "shape"),
-        ("label", 4, "privatize", "0 or 1"),
-        ("bit", 33, "evaluate", "must be a bit"),
+        (REFERENCE, "nan", 4, "privatize", "NaN"),
+        (REFERENCE, "shape", 4, "privatize", "shape"),
+        (REFERENCE, "range", 4, "privatize", "range"),
+        (REFERENCE, "label", 4, "privatize", "0 or 1"),
+        (REFERENCE, "bit", 33, "evaluate", "must be a bit"),
+        ({}, "nan", 33, "privatize", "NaN"),
+        ({}, "shape", 4, "privatize", "shape"),
+        ({}, "range", 33, "privatize", "range"),
     ],
+    ids=lambda v: ("reference" if v else "default") if isinstance(v, dict) else None,
 )
 def test_misbehaving_clients_are_rejected_and_never_used(
-    run_config, flag, node, round_, reason
+    run_config, protocol, flag, node, round_, reason
 ):
     nodes = partitions(50)
     nodes[node]["test-misbehave"] = flag
-    _, _, result, report = _run(run_config(SMALL), nodes)
+    _, _, result, report = _run(run_config(SMALL, protocol), nodes)
     rejected = report["participation"][round_]["rejected"]
     assert list(rejected) == [str(node)] and reason in rejected[str(node)]
     assert node not in result.payload.client_ids
     assert np.all(np.isfinite(result.final.coef))
 
 
-def test_budget_refusals_and_duplicates_are_recorded(run_config):
+@PROTOCOLS
+def test_budget_refusals_and_duplicates_are_recorded(run_config, protocol):
     nodes = partitions(50)
     nodes[5]["privacy-budget"] = 1.0  # cannot afford the run's epsilon
     nodes.append({"partition-id": 6, "num-partitions": 50})  # a second client 6
     nodes.append({"partition-id": 77, "num-partitions": 50})  # not in this run
-    _, _, result, report = _run(run_config(SMALL), nodes)
+    _, settings, result, report = _run(run_config(SMALL, protocol), nodes)
     part = report["participation"]
     assert "refused" in part["privatize"]["rejected"]["5"]
     assert sorted(part["ignored_nodes"].values()) == [
         "client 6 is already node 1006",
         "client 77 is not in this run",
     ]
-    assert len(result.payload) == 29
+    releasing = 50 if settings.protocol == "moment" else 30
+    assert len(result.payload) == releasing - 1
 
 
-def test_absent_clients_with_min_nodes(run_config):
-    config = run_config(SMALL, {"flower.min-nodes": 45, "flower.wait-timeout": 0.0})
-    _, _, result, report = _run(config, partitions(50)[:47])
+@PROTOCOLS
+def test_absent_clients_with_min_nodes(run_config, protocol):
+    config = run_config(
+        SMALL, protocol, {"flower.min-nodes": 45, "flower.wait-timeout": 0.0}
+    )
+    _, settings, result, report = _run(config, partitions(50)[:47])
     assert report["participation"]["absent_clients"] == [47, 48, 49]
     assert report["participation"]["eval_clients"] == list(range(30, 47))
+    if settings.protocol == "moment":
+        np.testing.assert_array_equal(result.payload.client_ids, np.arange(47))

@@ -1,4 +1,8 @@
-"""``flwr run .`` on the simulation runtime (Ray) equals the in-process engine."""
+"""``flwr run .`` on the simulation runtime equals the in-process engine.
+
+Both protocols: the default (every client releases once, the moment classifier) and the
+reference MRMA.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,15 @@ import pytest
 from ldpfda.config import Settings
 from ldpfda.server.engine import run_repeat
 
-from .support import ROOT
+from .support import REFERENCE, ROOT
 
 pytestmark = pytest.mark.slow
 
 
-def test_flwr_run_simulation_equals_the_engine(tmp_path):
+@pytest.mark.parametrize(
+    "protocol", [{}, REFERENCE], ids=["default-moment", "reference-mrma"]
+)
+def test_flwr_run_simulation_equals_the_engine(tmp_path, protocol):
     from local_superlink import find_local_superlinks, stop_pid
     from loopback import (
         _executable,
@@ -42,6 +49,7 @@ def test_flwr_run_simulation_equals_the_engine(tmp_path):
         "flower.repeat": 2,
         "flower.report-dir": str(tmp_path / "reports"),
         "flower.reply-timeout": 120.0,
+        **protocol,
     }
     started = time.perf_counter()
     try:
@@ -72,14 +80,24 @@ def test_flwr_run_simulation_equals_the_engine(tmp_path):
     assert time.perf_counter() - started < 300
 
     settings = Settings.from_mapping(report["settings"])
+    assert settings.mechanism == ("reference" if protocol else "joint-hybrid")
     reference = run_repeat(settings, 2)
+    assert report["method"] == reference.method
     run_dir = next((tmp_path / "reports").glob("run-*"))
     payload = np.load(run_dir / "payload.npz")
-    np.testing.assert_array_equal(payload["client_ids"], np.arange(12))
-    np.testing.assert_allclose(
-        payload["features"], reference.payload.features, rtol=0, atol=1e-12
-    )
-    np.testing.assert_array_equal(payload["labels"], reference.payload.labels)
+    if settings.protocol == "moment":
+        # Every client released, training and evaluation alike.
+        np.testing.assert_array_equal(payload["client_ids"], np.arange(20))
+        np.testing.assert_allclose(
+            payload["releases"], reference.payload.releases, rtol=0, atol=1e-12
+        )
+        assert "evaluate" not in report["participation"]
+    else:
+        np.testing.assert_array_equal(payload["client_ids"], np.arange(12))
+        np.testing.assert_allclose(
+            payload["features"], reference.payload.features, rtol=0, atol=1e-12
+        )
+        np.testing.assert_array_equal(payload["labels"], reference.payload.labels)
     model = np.load(run_dir / "model.npz")
     np.testing.assert_allclose(model["coef"], reference.final.coef[0], atol=1e-10)
     np.testing.assert_allclose(

@@ -297,7 +297,13 @@ def test_identification_pattern():
 def test_output_range(cls, epsilon, p):
     mech = _mechanism(cls, epsilon, p)
     x = np.random.default_rng(5).uniform(-1, 1, size=(20_000, p))
+    x[:1000] = np.sign(x[:1000])  # corners, where releases reach furthest
     z = mech.randomise(x, 6)
+    # The declared range holds every release and is the exact bound up to rounding.
+    low, high = mech.output_range()
+    assert low == -high and low <= z.min() and z.max() <= high
+    assert high == pytest.approx(mech.output_bound(), rel=2e-9)
+    assert np.abs(z).max() >= 0.95 * mech.output_bound()
     if cls is DuchiMechanism:
         assert np.allclose(np.abs(z), mech.bound)
         return
@@ -308,6 +314,9 @@ def test_output_range(cls, epsilon, p):
     if cls is HybridMechanism and mech.piecewise_probability == 0.0:
         nonzero = z[z != 0]
         assert np.allclose(np.abs(nonzero), scale * mech.duchi_bound_1d)
+        assert mech.output_bound() == pytest.approx(scale * mech.duchi_bound_1d)
+    else:
+        assert mech.output_bound() == pytest.approx(scale * c)
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -315,6 +324,7 @@ def test_infinite_epsilon_releases_the_input_and_clips(cls):
     mech = cls(epsilon=math.inf, dimension=3)
     x = np.array([[0.2, -2.0, 1.5]])
     np.testing.assert_array_equal(mech.randomise(x, 0), [[0.2, -1.0, 1.0]])
+    assert mech.output_range() == (-1.0, 1.0)
     np.testing.assert_array_equal(mech.bias(x), [[0.0, 1.0, -0.5]])
     np.testing.assert_array_equal(mech.variance(x), np.zeros((1, 3)))
 
@@ -451,6 +461,9 @@ def test_signed_release_is_one_event_of_the_whole_epsilon():
     ledger = PrivacyLedger(budget=2.0, client_ids=np.arange(3))
     ledger.charge(event, np.arange(3))
     assert not ledger.can_spend(1e-6, np.arange(3)).any()
+    assert mech.output_range() == mech.inner.output_range()
+    laplace = SignedFeatureMechanism(epsilon=2.0, n_features=4, mechanism="laplace")
+    assert laplace.output_range() == laplace.inner.output_range()
     with pytest.raises(ValueError, match="mechanism must be one of"):
         SignedFeatureMechanism(epsilon=1.0, n_features=2, mechanism="x")
     with pytest.raises(ValueError, match="epsilon"):

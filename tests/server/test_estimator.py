@@ -45,6 +45,15 @@ def test_fit_is_reproducible_for_a_random_state():
     np.testing.assert_array_equal(a.coef_, b.coef_)
 
 
+def test_the_estimator_runs_the_reference_mrma():
+    x, y = VectorDesign().sample(900, 0)
+    model = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=5).fit(x, y)
+    assert model.result_.method == "mrma"
+    releases = model.result_.privacy["releases"]
+    assert set(releases) == {"laplace", "binary_randomized_response", "feedback_bit"}
+    assert len(model.result_.weak) == 10
+
+
 def test_curves_as_fdatagrid_and_as_array_give_the_same_model():
     design = FunctionalDesign()
     x, y = design.sample(900, 0)

@@ -12,7 +12,7 @@ from ldpfda.server.multiserver import (
     run_multiserver_repeat,
 )
 
-SETTINGS = Settings(num_weak_models=5, subsample_size=30, n_test=2000, seed=1)
+SETTINGS = Settings.reference(num_weak_models=5, subsample_size=30, n_test=2000, seed=1)
 SERVERS = (ServerSpec(200, 300, 5.0), ServerSpec(100, 200, 2.0, 0.2, 0.5))
 
 
@@ -56,3 +56,17 @@ def test_too_few_evaluation_clients_for_all_models_is_refused():
         )
     with pytest.raises(ValueError, match="epsilon"):
         ServerSpec(epsilon=-1.0)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(num_weak_models=5, subsample_size=30),
+        Settings(num_weak_models=5, subsample_size=30, method="mrma"),
+        Settings.reference(num_weak_models=5, subsample_size=30, method="moment"),
+    ],
+    ids=["default", "joint-mrma", "reference-moment"],
+)
+def test_only_the_reference_mrma_is_accepted(settings):
+    with pytest.raises(ValueError, match=r"Settings\.reference"):
+        run_multiserver_repeat(SERVERS, settings, 0)
