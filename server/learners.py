@@ -37,9 +37,8 @@ from ldpfda._validation import (
     check_real,
 )
 from ldpfda.privacy.base import Mechanism
-from ldpfda.privacy.random import as_generator
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
-from ldpfda.server.mrma import LinearModels
+from ldpfda.server.mrma import LinearModels, fit_weak_models
 
 __all__ = [
     "ClusterPrior",
@@ -581,27 +580,15 @@ def fit_weak_models_with(
 ) -> LinearModels:
     """MRMA's weak models with any learner: one fit per random subsample of payloads.
 
-    Same subsampling as :func:`ldpfda.server.mrma.fit_weak_models` (without replacement
-    within a model, independently across models); ``learner`` replaces its string
-    choice.
+    :func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``.
     """
-    x = check_finite_array(features, "features", ndim=2)
-    y = None if labels is None else np.asarray(labels)
-    n = x.shape[0]
-    n_models = check_int(n_models, "n_models", minimum=1)
-    subsample_size = check_int(subsample_size, "subsample_size", minimum=2)
-    if subsample_size > n:
-        raise ValueError(
-            f"subsample_size must be <= the number of training payloads ({n}), "
-            f"got {subsample_size}"
-        )
     if not callable(learner):
         raise TypeError(f"learner must be callable, got {type(learner).__name__}")
-    gen = as_generator(rng)
-    coefs, intercepts = [], []
-    for _ in range(n_models):
-        idx = gen.choice(n, size=subsample_size, replace=False)
-        model = learner(x[idx], None if y is None else y[idx])
-        coefs.append(model.coef[0])
-        intercepts.append(model.intercept[0])
-    return LinearModels(np.array(coefs), np.array(intercepts))
+    return fit_weak_models(
+        features,
+        labels,
+        learner=learner,
+        n_models=n_models,
+        subsample_size=subsample_size,
+        rng=rng,
+    )

@@ -8,7 +8,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("client", "server", "fda", "privacy", "datasets", "experiments")
+PACKAGES = ("client", "server", "fda", "privacy", "datasets", "experiments",
+            "experiments/labeldp", "labeldp")
 
 
 def test_wheel_contains_every_package_and_py_typed(tmp_path):
@@ -31,6 +32,7 @@ def test_wheel_contains_every_package_and_py_typed(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ldpfda/py.typed" in names
     assert "ldpfda/__init__.py" in names
+    assert "ldpfda/experiments/conf/vector.toml" in names
     for package in PACKAGES:
         assert f"ldpfda/{package}/__init__.py" in names
     # Never as bare top-level modules.

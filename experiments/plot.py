@@ -1,0 +1,220 @@
+"""Figures and tables from saved study results; runs nothing.
+
+Usage::
+
+    python -m ldpfda.experiments.plot [--results experiments/results]
+        [--out experiments/figures] [--quick] [--tables FILE] [study ...]
+
+For every study folder with a ``summary.csv`` this draws test error against epsilon
+(log scale), one line per method with standard-error bars, one panel per data set (and
+per basis size or cut-off where the study varies them), and writes the Markdown tables
+of selected epsilons that ``experiments/README.md`` shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LABELS", "load_summary", "main", "markdown_tables", "plot_study"]
+
+#: Legend labels of the methods.
+LABELS = {
+    "mrma": "MRMA", "mr": "MR only", "ma": "MA only", "weak": "weak (mean)",
+    "voting": "voting", "averaging": "averaging", "naive": "naive (pooled payloads)",
+    "histogram": "histogram (Berrett-Butucea)", "gaussian": "Flower-style Gaussian",
+    "non_private": "non-private",
+}
+#: Methods drawn in the main figures, in legend order.
+MAIN_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
+                "non_private")
+#: Methods in the README tables.
+TABLE_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
+                 "non_private")
+ABLATION_METHODS = ("weak", "mr", "ma")
+STYLES = {
+    "mrma": ("C3", "o", "-"), "mr": ("C1", "v", "--"), "ma": ("C2", "^", "--"),
+    "weak": ("C7", "x", ":"), "voting": ("C0", "s", "-"), "averaging": ("C9", "D", "-"),
+    "naive": ("C5", "P", "-"), "histogram": ("C4", "*", "-"),
+    "gaussian": ("C8", "X", "-"), "non_private": ("k", "", "--"),
+}
+
+
+def load_summary(path: Path) -> list[dict[str, Any]]:
+    """Rows of a ``summary.csv`` with numbers parsed."""
+    rows = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            for key in ("epsilon", "cutoff", "mean", "se"):
+                row[key] = float(row[key])
+            for key in ("n_basis", "order", "n"):
+                row[key] = int(row[key])
+            rows.append(row)
+    return rows
+
+
+def _panels(study: str, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(title, filter) of each panel of a study's figure."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if study.startswith("functional"):
+        return [(f"{d}, p = {p} B-splines", (d, p, None))
+                for d in datasets
+                for p in sorted({r["n_basis"] for r in rows if r["dataset"] == d})]
+    return [(d, (d, None, None)) for d in datasets]
+
+
+def _select(rows: list[dict[str, Any]], dataset: str, n_basis: int | None,
+            cutoff: float | None) -> list[dict[str, Any]]:
+    return [r for r in rows if r["dataset"] == dataset
+            and (n_basis is None or r["n_basis"] == n_basis)
+            and (cutoff is None or math.isclose(r["cutoff"], cutoff))]
+
+
+def _line(ax: Any, rows: list[dict[str, Any]], method: str, label: str,
+          style: tuple[str, str, str] | None = None) -> None:
+    pts = sorted((r["epsilon"], r["mean"], r["se"])
+                 for r in rows if r["method"] == method)
+    if not pts:
+        return
+    eps, mean, se = zip(*pts, strict=True)
+    color, marker, ls = style or STYLES.get(method, ("C7", "o", "-"))
+    se = [0.0 if math.isnan(s) else s for s in se]
+    ax.errorbar(eps, mean, yerr=se, label=label, color=color, marker=marker or None,
+                linestyle=ls, capsize=3, markersize=5, linewidth=1.4)
+
+
+def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
+    """Draw one study's figure into ``out/<study>.png``; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ablation = study.startswith("ablation")
+    panels = _panels(study, rows)
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.6 * ncols, 8.5), 3.7 * nrows),
+                             squeeze=False, sharey=True)
+    for ax, (title, (dataset, n_basis, _)) in zip(axes.flat, panels, strict=False):
+        sel = _select(rows, dataset, n_basis, None)
+        if ablation:
+            cutoffs = sorted({r["cutoff"] for r in sel})
+            ref = _select(sel, dataset, None, 0.2 if 0.2 in cutoffs else cutoffs[0])
+            for m in ABLATION_METHODS:
+                _line(ax, ref, m, LABELS[m])
+            for k, c in enumerate(cutoffs):
+                _line(ax, _select(sel, dataset, None, c), "mrma", f"MRMA, c = {c:g}",
+                      (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"))
+        else:
+            for m in MAIN_METHODS:
+                _line(ax, sel, m, LABELS[m])
+        ax.set_xscale("log")
+        eps_ticks = sorted({r["epsilon"] for r in sel if math.isfinite(r["epsilon"])})
+        ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])
+        ax.minorticks_off()
+        ax.axhline(0.5, color="0.6", linewidth=0.8, linestyle=":")
+        ax.set_title(title)
+        ax.set_xlabel(r"per-client privacy budget $\varepsilon$ (log scale)")
+        ax.set_ylabel("test error (mean ± s.e.)")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    n = max((r["n"] for r in rows), default=0)
+    fig.suptitle(f"{study}: test error vs epsilon ({n} repeats per point)")
+    fig.tight_layout(rect=(0, 0.06 + 0.04 * math.ceil(len(labels) / 4) / nrows, 1, 1))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{study}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def markdown_tables(study: str, rows: list[dict[str, Any]],
+                    epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)) -> str:
+    """A Markdown table: one row per (panel, epsilon), one column per method."""
+    if study.startswith("ablation"):
+        return _ablation_table(rows, epsilons)
+    methods = [m for m in TABLE_METHODS if any(r["method"] == m for r in rows)]
+    head = ["data", "ε", *[LABELS[m] for m in methods]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for title, (dataset, n_basis, _) in _panels(study, rows):
+        sel = _select(rows, dataset, n_basis, None)
+        if study.startswith("ablation"):
+            sel = _select(sel, dataset, None, 0.2)
+        for eps in epsilons:
+            cells = []
+            for m in methods:
+                hit = [r for r in sel
+                       if r["method"] == m and math.isclose(r["epsilon"], eps)]
+                cells.append(
+                    f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else "")
+            if any(cells):
+                lines.append("| " + " | ".join([title, f"{eps:g}", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(rows: list[dict[str, Any]], method: str, eps: float) -> str:
+    hit = [r for r in rows if r["method"] == method and math.isclose(r["epsilon"], eps)]
+    return f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else ""
+
+
+def _ablation_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str:
+    """weak, MR and MA at c = 0.2, and MRMA at every cut-off."""
+    cutoffs = sorted({r["cutoff"] for r in rows})
+    head = ["data", "ε", *[LABELS[m] for m in ABLATION_METHODS],
+            *[f"MRMA c = {c:g}" for c in cutoffs]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        sel = _select(rows, dataset, None, None)
+        ref = _select(sel, dataset, None, 0.2 if 0.2 in cutoffs else cutoffs[0])
+        for eps in epsilons:
+            cells = [_cell(ref, m, eps) for m in ABLATION_METHODS]
+            cells += [_cell(_select(sel, dataset, None, c), "mrma", eps)
+                      for c in cutoffs]
+            if any(cells):
+                lines.append("| " + " | ".join([dataset, f"{eps:g}", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="ldpfda-plot",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("studies", nargs="*", help="study names (default: all found)")
+    parser.add_argument("--results", default="experiments/results")
+    parser.add_argument("--out", default="experiments/figures")
+    parser.add_argument("--quick", action="store_true", help="plot the -quick results")
+    parser.add_argument("--tables", default=None,
+                        help="Markdown tables file (default: OUT/tables.md)")
+    parser.add_argument("--epsilons", default="1,2,5", help="epsilons of the tables")
+    args = parser.parse_args(argv)
+    results, out = Path(args.results), Path(args.out)
+    found = sorted(p.parent.name for p in results.glob("*/summary.csv"))
+    found = [s for s in found if s.endswith("-quick") == args.quick]
+    names = [s + ("-quick" if args.quick else "") for s in args.studies] or found
+    missing = [s for s in names if s not in found]
+    if missing:
+        parser.error(f"no summary.csv under {results} for: {', '.join(missing)}")
+    epsilons = tuple(float(e) for e in args.epsilons.split(","))
+    tables = defaultdict(str)
+    for name in names:
+        rows = load_summary(results / name / "summary.csv")
+        print(plot_study(name, rows, out))
+        tables[name] = markdown_tables(name, rows, epsilons)
+    table_path = Path(args.tables) if args.tables else out / "tables.md"
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    table_path.write_text("".join(f"### {k}\n\n{v}\n" for k, v in tables.items()))
+    print(table_path)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""Driver of the real-data study: UCR/UEA curves and the Pima table, one row a client.
+
+In every repeat a data set is shuffled and split, with sizes fixed by the rule below and
+never by test results, into
+
+* public calibration rows (``calibration-fraction``, at least ``min-calibration``):
+  they fix the rescaling bounds, as the public calibration curves of the synthetic
+  design do, and are nobody's private data;
+* training clients (``train-fraction`` of the rest), evaluation clients
+  (``eval-fraction``) and clean test rows (the remainder).
+
+Every client holds one curve. MRMA's ensemble is sized by the evaluation group:
+:math:`M = \\mathrm{clip}(n_{eval} / \\text{evaluators-per-model}, \\text{min-models},
+\\text{max-models})` weak models, each on ``min(max-subsample, n_train // 2)`` payloads.
+
+Features: univariate curves are projected on a B-spline basis and rescaled
+(:class:`~ldpfda.fda.CurveFeaturizer`); multivariate curves channel by channel, the
+coefficients concatenated (:class:`ChannelFeaturizer`); tabular rows are only rescaled
+(:class:`~ldpfda.fda.VectorFeaturizer`). All bounds come from the calibration rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.datasets.real import RealDataset, load_real
+from ldpfda.experiments.common import evaluate
+from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
+from ldpfda.fda.scaling import CoefficientScaler
+from ldpfda.privacy.random import derive_seed
+from ldpfda.server.engine import ArrayClients
+
+__all__ = ["ChannelFeaturizer", "SplitRule", "make_real_featurizer", "run_point"]
+
+
+class ChannelFeaturizer:
+    """Project every channel of multivariate curves and concatenate the coefficients.
+
+    Channel c of a curve of shape (C, T) goes through its own
+    :class:`~ldpfda.fda.CurveFeaturizer` (B-spline projection, then rescaling with
+    bounds fixed on public calibration curves); the C coefficient vectors are
+    concatenated, giving ``C * n_basis`` features in [-1, 1].
+
+    Parameters
+    ----------
+    featurizers : list of CurveFeaturizer
+        One per channel, in channel order.
+    """
+
+    def __init__(self, featurizers: list[CurveFeaturizer]) -> None:
+        self.featurizers = list(featurizers)
+
+    @property
+    def n_features_out(self) -> int:
+        return sum(f.n_features_out for f in self.featurizers)
+
+    def transform(self, X: Any) -> NDArray[np.float64]:
+        x = np.asarray(X, dtype=float)
+        if x.ndim != 3 or x.shape[1] != len(self.featurizers):
+            raise ValueError(
+                f"curves must have shape (n, {len(self.featurizers)}, T), got {x.shape}"
+            )
+        return np.hstack([f.transform(x[:, c, :])
+                          for c, f in enumerate(self.featurizers)])
+
+    @classmethod
+    def calibrated(
+        cls, public_curves: NDArray[np.float64], grid: NDArray[np.float64], *,
+        n_basis: int, order: int,
+    ) -> ChannelFeaturizer:
+        """One calibrated :class:`CurveFeaturizer` per channel of ``public_curves``."""
+        return cls([
+            CurveFeaturizer.calibrated(public_curves[:, c, :], grid, n_basis=n_basis,
+                                       order=order)
+            for c in range(public_curves.shape[1])
+        ])
+
+
+def make_real_featurizer(
+    data: RealDataset, public: NDArray[np.float64], settings: Settings
+) -> Featurizer:
+    """The featurizer of ``data``, calibrated on the public rows ``public``."""
+    if data.is_tabular:
+        scaler = CoefficientScaler.from_public(public)
+        return VectorFeaturizer(scaler, public.shape[1])
+    if public.ndim == 3:
+        return ChannelFeaturizer.calibrated(public, data.grid, n_basis=settings.n_basis,
+                                            order=settings.order)
+    return CurveFeaturizer.calibrated(public, data.grid, n_basis=settings.n_basis,
+                                      order=settings.order)
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """How a real data set is split and how MRMA is sized, from its size alone."""
+
+    calibration_fraction: float = 0.1
+    min_calibration: int = 20
+    train_fraction: float = 0.4
+    eval_fraction: float = 0.3
+    evaluators_per_model: int = 20
+    min_models: int = 5
+    max_models: int = 50
+    max_subsample: int = 50
+
+    @classmethod
+    def from_mapping(cls, mapping: dict[str, Any] | None) -> SplitRule:
+        return cls(**{k.replace("-", "_"): v for k, v in (mapping or {}).items()})
+
+    def sizes(self, n: int) -> tuple[int, int, int, int]:
+        """(calibration, train, eval, test) sizes for a data set of ``n`` rows."""
+        n_cal = max(self.min_calibration, int(round(self.calibration_fraction * n)))
+        rest = n - n_cal
+        n_train = int(round(self.train_fraction * rest))
+        n_eval = int(round(self.eval_fraction * rest))
+        n_test = rest - n_train - n_eval
+        if min(n_train, n_eval, n_test) < 2:
+            raise ValueError(f"a data set of {n} rows is too small for this split")
+        return n_cal, n_train, n_eval, n_test
+
+    def mrma(self, n_train: int, n_eval: int) -> dict[str, int]:
+        """Settings changes that size MRMA's ensemble for these group sizes."""
+        m = int(np.clip(n_eval // self.evaluators_per_model, self.min_models,
+                        self.max_models))
+        return {"num_weak_models": min(m, n_eval),
+                "subsample_size": max(2, min(self.max_subsample, n_train // 2))}
+
+
+@functools.lru_cache(maxsize=8)
+def _load(name: str) -> RealDataset:
+    return load_real(name)
+
+
+def run_point(
+    settings: Settings,
+    repeat: int,
+    baselines: dict[str, dict[str, Any]] | None = None,
+    *,
+    dataset: str,
+    rule: SplitRule | None = None,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Errors of every method in repeat ``repeat`` on the real data set ``dataset``.
+
+    ``settings`` supplies epsilon, the basis (``n_basis``, ``order``), the cut-off and
+    the weak learner; the split sizes and MRMA's ``num_weak_models`` and
+    ``subsample_size`` follow ``rule``.
+    """
+    rule = rule or SplitRule()
+    data = _load(dataset)
+    n_cal, n_train, n_eval, n_test = rule.sizes(data.n_samples)
+    rng = np.random.default_rng(derive_seed(settings.seed, "data", dataset, repeat))
+    order = rng.permutation(data.n_samples)
+    cal, tr, ev, te = np.split(order, np.cumsum([n_cal, n_train, n_eval]))
+    settings = settings.replace(n_train=n_train, n_eval=n_eval, n_test=n_test,
+                                **rule.mrma(n_train, n_eval))
+    featurizer = make_real_featurizer(data, data.curves[cal], settings)
+    x, y = data.curves, data.labels
+    train = ArrayClients(np.arange(n_train), x[tr], y[tr], featurizer)
+    evaluation = ArrayClients(n_train + np.arange(n_eval), x[ev], y[ev], featurizer)
+    errors, extra = evaluate(
+        train, evaluation, (featurizer.transform(x[te]), y[te]), settings,
+        seed=derive_seed(settings.seed, "clients", dataset, repeat),
+        server_rng=np.random.default_rng(
+            derive_seed(settings.seed, "server", dataset, repeat)),
+        baselines=baselines,
+    )
+    extra.update(n_calibration=n_cal, n_train=n_train, n_eval=n_eval, n_test=n_test,
+                 subsample_size=settings.subsample_size)
+    return errors, extra

@@ -1,0 +1,566 @@
+r"""LDP baselines for MRMA, privatizing with the same per-client epsilon.
+
+Both baselines release every client's data once, with that client's whole budget
+:math:`\varepsilon`, through the client's own keyed stream (so, like the MRMA clients,
+a client's noise does not depend on how clients are batched), and return one classifier
+that is scored on clean test features in [-1, 1]^p:
+
+* :func:`histogram_classifier` -- the locally private histogram (partitioning) rule of
+  Berrett and Butucea (2019);
+* :func:`gaussian_classifier` -- what a Flower user does today: Gaussian noise on each
+  client's features and label as Flower's ``LocalDpMod`` adds it to a model update, then
+  ordinary logistic regression on the noisy data.
+
+Each noise parameter is an explicit pure function of epsilon with its inverse
+(:func:`histogram_laplace_scale` / :func:`histogram_epsilon`,
+:func:`gaussian_sigma` / :func:`gaussian_epsilon`).
+
+References
+----------
+T. B. Berrett, C. Butucea, "Classification under local differential privacy",
+arXiv:1912.04629 (2019). C. Dwork, A. Roth, "The algorithmic foundations of
+differential privacy", Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
+D. J. Beutel et al., "Flower: a friendly federated learning research framework",
+arXiv:2007.14390 (``flwr.client.mod.LocalDpMod``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import ndtri
+
+from ldpfda._validation import (
+    check_binary_labels,
+    check_epsilon,
+    check_finite_array,
+    check_int,
+    check_real,
+)
+from ldpfda.privacy.base import Mechanism, ReleaseEvent
+from ldpfda.privacy.laplace import laplace_epsilon, laplace_scale
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.privacy.random import ClientStreams, RandomLike, uniform
+from ldpfda.server.mrma import LinearModels, fit_linear
+
+__all__ = [
+    "HISTOGRAM_STREAM",
+    "GAUSSIAN_STREAM",
+    "GaussianClassifier",
+    "GaussianRelease",
+    "HistogramClassifier",
+    "HistogramPartition",
+    "LabelledHistogramRelease",
+    "gaussian_classifier",
+    "gaussian_epsilon",
+    "gaussian_sigma",
+    "histogram_bins_per_axis",
+    "histogram_classifier",
+    "histogram_epsilon",
+    "histogram_laplace_scale",
+]
+
+HISTOGRAM_STREAM = "baseline/histogram"
+GAUSSIAN_STREAM = "baseline/gaussian"
+
+#: L1 distance between the label-weighted indicator vectors of any two clients.
+HISTOGRAM_SENSITIVITY = 2.0
+
+
+# --------------------------------------------------------------------------------------
+# Histogram rule (Berrett & Butucea 2019)
+# --------------------------------------------------------------------------------------
+
+
+def histogram_laplace_scale(*, epsilon: float) -> float:
+    r"""Laplace scale of the label-weighted histogram release.
+
+    A client releases :math:`v_j = (2y - 1)\,1\{x \in B_j\}` for every cell
+    :math:`B_j` of a partition. Each vector has one non-zero entry, of absolute value 1,
+    so any two clients' vectors satisfy :math:`\|v - v'\|_1 \le 2`, and each entry
+    gets Laplace noise of scale
+
+    .. math:: b = 2 / \varepsilon,
+
+    whatever the number of cells. ``epsilon = inf`` gives 0. Inverse of
+    :func:`histogram_epsilon`.
+
+    References
+    ----------
+    T. B. Berrett, C. Butucea, arXiv:1912.04629 (2019), Sec. 2.
+    """
+    return laplace_scale(epsilon=epsilon, sensitivity=HISTOGRAM_SENSITIVITY)
+
+
+def histogram_epsilon(*, scale: float) -> float:
+    r"""Epsilon of the histogram release with Laplace scale ``b``: :math:`2/b`.
+
+    Inverse of :func:`histogram_laplace_scale`; ``scale = 0`` gives ``inf``.
+    """
+    return laplace_epsilon(scale=scale, sensitivity=HISTOGRAM_SENSITIVITY)
+
+
+def histogram_bins_per_axis(
+    *, n_clients: int, epsilon: float, dimension: int, smoothness: float = 1.0
+) -> int:
+    r"""Bins per axis from the rate-optimal bin width, fixed before any data is seen.
+
+    For a :math:`\beta`-Hölder regression function on :math:`[-1,1]^d` the private
+    histogram rule balances the bias :math:`h^\beta` against the privatized-count noise
+    :math:`(n\varepsilon^2 h^{2d})^{-1/2}`, giving the bin width
+    :math:`h \asymp (n \varepsilon^2)^{-1/(2\beta + 2d)}` (Berrett and Butucea 2019).
+    This returns :math:`L = \max(2, \mathrm{round}((n\varepsilon^2)^{1/(2\beta+2d)}))`
+    bins per axis; ``epsilon = inf`` is treated as :math:`\varepsilon = 10^3`.
+    It depends only on n, epsilon, d and the assumed smoothness, never on test data.
+    """
+    n = check_int(n_clients, "n_clients", minimum=1)
+    eps = min(check_epsilon(epsilon), 1e3)
+    d = check_int(dimension, "dimension", minimum=1)
+    beta = check_real(smoothness, "smoothness", low=0.0, low_open=True)
+    return max(2, int(round((n * eps**2) ** (1.0 / (2.0 * beta + 2.0 * d)))))
+
+
+@dataclass(frozen=True)
+class HistogramPartition:
+    r"""A regular partition of :math:`[-1, 1]^p` into at most ``max_cells`` cells.
+
+    If :math:`L^p` exceeds ``max_cells``, L is lowered to
+    :math:`\max(2, \lfloor \text{max\_cells}^{1/p} \rfloor)`; if :math:`2^p` still
+    exceeds it, the p coordinates are averaged in
+    :math:`d = \lfloor \log_2(\text{max\_cells}) \rfloor` contiguous blocks (a fixed,
+    data-independent linear map that keeps [-1, 1]; for B-spline coefficients it is a
+    coarser piecewise description of the curve), and the d averages are binned.
+
+    Attributes
+    ----------
+    dimension : int
+        p, the number of input features.
+    bins_per_axis : int
+        L, equal-width bins of [-1, 1] per binned axis.
+    blocks : tuple of tuple of int
+        The coordinates averaged into each binned axis.
+    """
+
+    dimension: int
+    bins_per_axis: int
+    blocks: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def regular(
+        cls, dimension: int, bins_per_axis: int, *, max_cells: int = 1024
+    ) -> HistogramPartition:
+        p = check_int(dimension, "dimension", minimum=1)
+        bins = check_int(bins_per_axis, "bins_per_axis", minimum=1)
+        max_cells = check_int(max_cells, "max_cells", minimum=2)
+        d = p
+        if bins > 1 and bins**p > max_cells:
+            # Coarser bins first; average coordinates only if even 2 bins are too many.
+            bins = max(2, int(math.floor(max_cells ** (1.0 / p) + 1e-9)))
+            if bins**p > max_cells:
+                d = max(1, int(math.floor(math.log(max_cells) / math.log(bins) + 1e-9)))
+        split = np.array_split(np.arange(p), d)
+        return cls(p, bins, tuple(tuple(int(i) for i in b) for b in split))
+
+    @property
+    def n_axes(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def n_cells(self) -> int:
+        return int(self.bins_per_axis**self.n_axes)
+
+    def cells(self, features: ArrayLike) -> NDArray[np.int64]:
+        """The cell index of each row of ``features`` (values clipped to [-1, 1])."""
+        x = np.clip(check_finite_array(features, "features", ndim=2), -1.0, 1.0)
+        if x.shape[1] != self.dimension:
+            raise ValueError(
+                f"features must have {self.dimension} columns, got {x.shape[1]}"
+            )
+        z = np.stack([x[:, list(b)].mean(axis=1) for b in self.blocks], axis=1)
+        bins = np.minimum(((z + 1.0) / 2.0 * self.bins_per_axis).astype(np.int64),
+                          self.bins_per_axis - 1)
+        weights = self.bins_per_axis ** np.arange(self.n_axes, dtype=np.int64)
+        return bins @ weights
+
+
+class LabelledHistogramRelease(Mechanism):
+    r"""Laplace release of a client's label-weighted cell indicator vector.
+
+    A client with features in cell :math:`j(x)` and label :math:`y \in \{0, 1\}`
+    releases
+
+    .. math:: Z_k = (2y - 1)\,1\{k = j(x)\} + b\,\xi_k,\quad k = 1..K,\qquad
+              b = 2/\varepsilon,
+
+    with i.i.d. standard Laplace :math:`\xi_k`. Any two inputs give vectors at L1
+    distance at most 2, so the release is :math:`\varepsilon`-LDP for the pair (x, y).
+
+    Parameters
+    ----------
+    epsilon : float
+        The client's whole budget, in (0, inf].
+    n_cells : int
+        K.
+
+    References
+    ----------
+    T. B. Berrett, C. Butucea, arXiv:1912.04629 (2019).
+    """
+
+    name = "histogram_laplace"
+
+    def __init__(self, *, epsilon: float, n_cells: int) -> None:
+        super().__init__(epsilon=epsilon)
+        self.n_cells = check_int(n_cells, "n_cells", minimum=1)
+        self.scale = histogram_laplace_scale(epsilon=self.epsilon)
+
+    def parameters(self) -> dict[str, Any]:
+        return {"n_cells": self.n_cells, "scale": self.scale,
+                "sensitivity": HISTOGRAM_SENSITIVITY}
+
+    def indicators(self, cells: ArrayLike, labels: ArrayLike) -> NDArray[np.float64]:
+        r"""The clean vectors :math:`(2y-1) 1\{k = j\}`, shape (n, K)."""
+        j = np.asarray(cells, dtype=np.int64).reshape(-1)
+        y = check_binary_labels(labels)
+        if j.size != y.size:
+            raise ValueError(f"cells has {j.size} entries for {y.size} labels")
+        if j.size and (j.min() < 0 or j.max() >= self.n_cells):
+            raise ValueError(
+                f"cells must be in [0, {self.n_cells}), got {j.min()}..{j.max()}")
+        v = np.zeros((j.size, self.n_cells))
+        v[np.arange(j.size), j] = 2.0 * y - 1.0
+        return v
+
+    def randomise(
+        self, values: ArrayLike, rng: RandomLike = None
+    ) -> NDArray[np.float64]:
+        """Add the Laplace noise to indicator vectors of shape (n, K)."""
+        v = check_finite_array(values, "values", ndim=2)
+        if v.shape[1] != self.n_cells:
+            raise ValueError(
+                f"values must have {self.n_cells} columns, got {v.shape[1]}")
+        if not self.is_private:
+            return v.copy()
+        u = uniform(rng, v.shape) - 0.5
+        return v - self.scale * np.sign(u) * np.log1p(-2.0 * np.abs(u))
+
+    def bias(self, values: ArrayLike) -> NDArray[np.float64]:
+        return np.zeros_like(check_finite_array(values, "values", ndim=2))
+
+    def variance(self, values: ArrayLike) -> NDArray[np.float64]:
+        return np.full(check_finite_array(values, "values", ndim=2).shape,
+                       2.0 * self.scale**2)
+
+
+@dataclass(frozen=True)
+class HistogramClassifier:
+    r"""The private histogram rule: one label per cell, by the sign of its noisy sum.
+
+    Attributes
+    ----------
+    partition : HistogramPartition
+    cell_sums : ndarray of shape (K,)
+        :math:`\sum_i Z_{ik}`, an unbiased estimate of
+        :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`.
+    event : ReleaseEvent
+        What every client spent.
+    """
+
+    partition: HistogramPartition
+    cell_sums: NDArray[np.float64]
+    event: ReleaseEvent
+
+    @property
+    def cell_labels(self) -> NDArray[np.int8]:
+        """1 where the noisy sum is positive, else 0."""
+        return (self.cell_sums > 0).astype(np.int8)
+
+    def predict(self, features: ArrayLike) -> NDArray[np.int8]:
+        return self.cell_labels[self.partition.cells(features)]
+
+    def error(self, features: ArrayLike, labels: ArrayLike) -> float:
+        """Misclassification rate on clean (features, labels)."""
+        return float(np.mean(self.predict(features) != np.asarray(labels)))
+
+
+def histogram_classifier(
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    epsilon: float,
+    client_ids: ArrayLike,
+    seed: int,
+    bins_per_axis: int | None = None,
+    max_cells: int = 1024,
+    smoothness: float = 1.0,
+    chunk_size: int = 2048,
+    ledger: PrivacyLedger | None = None,
+) -> HistogramClassifier:
+    r"""Fit the locally private histogram classifier of Berrett and Butucea (2019).
+
+    1. The partition is fixed in advance: L bins per axis of [-1, 1]
+       (:func:`histogram_bins_per_axis` unless ``bins_per_axis`` is given), at most
+       ``max_cells`` cells (:class:`HistogramPartition`).
+    2. Each client releases :math:`Z_i = (2y_i - 1) e_{j(x_i)} + (2/\varepsilon)\xi_i`
+       (:class:`LabelledHistogramRelease`).
+    3. The server labels cell k by the sign of :math:`\sum_i Z_{ik}`, the sign of the
+       estimated :math:`(2\eta - 1)` on the cell, where :math:`\eta(x) = P(Y=1|X=x)`.
+
+    Parameters
+    ----------
+    features : array of shape (n, p)
+        Each client's features, already rescaled into [-1, 1].
+    labels : array of shape (n,)
+        Labels in {0, 1}.
+    epsilon : float
+        Each client's whole budget.
+    client_ids : array of shape (n,)
+    seed : int
+        Run seed keying the clients' noise.
+    bins_per_axis, max_cells, smoothness
+        The partition (see above).
+    chunk_size : int
+        Clients processed at once (memory only; the result does not depend on it).
+    ledger : PrivacyLedger, optional
+        Charged with every client's release.
+
+    Returns
+    -------
+    HistogramClassifier
+
+    References
+    ----------
+    T. B. Berrett, C. Butucea, "Classification under local differential privacy",
+    arXiv:1912.04629 (2019).
+    """
+    x = check_finite_array(features, "features", ndim=2)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if ids.size != y.size:
+        raise ValueError(f"client_ids has {ids.size} entries for {y.size} clients")
+    epsilon = check_epsilon(epsilon)
+    chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
+    if bins_per_axis is None:
+        bins_per_axis = histogram_bins_per_axis(
+            n_clients=max(1, y.size), epsilon=epsilon, dimension=x.shape[1],
+            smoothness=smoothness)
+    partition = HistogramPartition.regular(x.shape[1], bins_per_axis,
+                                           max_cells=max_cells)
+    mechanism = LabelledHistogramRelease(epsilon=epsilon, n_cells=partition.n_cells)
+    if ledger is not None:
+        ledger.charge(mechanism.event(), ids)
+    sums = np.zeros(partition.n_cells)
+    for start in range(0, y.size, chunk_size):
+        sl = slice(start, start + chunk_size)
+        clean = mechanism.indicators(partition.cells(x[sl]), y[sl])
+        stream = ClientStreams(seed, ids[sl]).stream(HISTOGRAM_STREAM)
+        sums += mechanism.randomise(clean, stream).sum(axis=0)
+    return HistogramClassifier(partition, sums, mechanism.event())
+
+
+# --------------------------------------------------------------------------------------
+# Flower-style Gaussian local DP
+# --------------------------------------------------------------------------------------
+
+
+def _check_delta(delta: float) -> float:
+    return check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+
+
+def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+    r"""Noise standard deviation of the classic Gaussian mechanism, as Flower uses it.
+
+    .. math:: \sigma = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\varepsilon}
+
+    This is the formula of ``flwr``'s ``LocalDpMod``. It guarantees
+    :math:`(\varepsilon, \delta)`-DP only for :math:`\varepsilon < 1` (Dwork and Roth
+    2014, Thm. A.1); for larger epsilon it is what a Flower user gets, not a proven
+    guarantee. ``epsilon = inf`` gives 0. Inverse of :func:`gaussian_epsilon`.
+
+    References
+    ----------
+    C. Dwork, A. Roth, Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = _check_delta(delta)
+    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
+    if math.isinf(epsilon):
+        return 0.0
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def gaussian_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float:
+    r"""Epsilon of :func:`gaussian_sigma`'s formula for a given :math:`\sigma`.
+
+    .. math:: \varepsilon = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\sigma}
+
+    ``sigma = 0`` gives ``inf``.
+    """
+    sigma = check_real(sigma, "sigma", low=0.0)
+    delta = _check_delta(delta)
+    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
+    if sigma == 0:
+        return math.inf
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / sigma
+
+
+class GaussianRelease(Mechanism):
+    r"""Clip a vector to L2 norm C and add Gaussian noise, as Flower's ``LocalDpMod``.
+
+    .. math:: \tilde v = v \min(1, C/\|v\|_2) + \sigma \zeta, \qquad
+              \sigma = \Delta_2 \sqrt{2\ln(1.25/\delta)}/\varepsilon,
+
+    with i.i.d. standard normal :math:`\zeta`. Two clipped vectors are at L2 distance at
+    most 2C, so the default sensitivity is :math:`\Delta_2 = 2C`.
+
+    Parameters
+    ----------
+    epsilon : float
+        In (0, inf].
+    delta : float
+        In (0, 1); Flower users typically pass 1e-5.
+    clipping_norm : float
+        C > 0.
+    sensitivity : float, optional
+        :math:`\Delta_2`; 2C if None.
+    """
+
+    name = "gaussian"
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        delta: float = 1e-5,
+        clipping_norm: float,
+        sensitivity: float | None = None,
+    ) -> None:
+        super().__init__(epsilon=epsilon)
+        self.delta = _check_delta(delta)
+        self.clipping_norm = check_real(clipping_norm, "clipping_norm", low=0.0,
+                                        low_open=True)
+        self.sensitivity = (2.0 * self.clipping_norm if sensitivity is None else
+                            check_real(sensitivity, "sensitivity", low=0.0,
+                                       low_open=True))
+        self.sigma = gaussian_sigma(epsilon=self.epsilon, delta=self.delta,
+                                    sensitivity=self.sensitivity)
+
+    def parameters(self) -> dict[str, Any]:
+        return {"delta": self.delta, "clipping_norm": self.clipping_norm,
+                "sensitivity": self.sensitivity, "sigma": self.sigma}
+
+    def clip(self, values: ArrayLike) -> NDArray[np.float64]:
+        """Rows scaled down to L2 norm at most C."""
+        v = check_finite_array(values, "values", ndim=2)
+        norm = np.linalg.norm(v, axis=1, keepdims=True)
+        return v * np.minimum(1.0, self.clipping_norm / np.maximum(norm, 1e-300))
+
+    def randomise(
+        self, values: ArrayLike, rng: RandomLike = None
+    ) -> NDArray[np.float64]:
+        v = self.clip(values)
+        if not self.is_private:
+            return v
+        return v + self.sigma * ndtri(uniform(rng, v.shape))
+
+    def bias(self, values: ArrayLike) -> NDArray[np.float64]:
+        v = check_finite_array(values, "values", ndim=2)
+        return self.clip(v) - v
+
+    def variance(self, values: ArrayLike) -> NDArray[np.float64]:
+        return np.full(check_finite_array(values, "values", ndim=2).shape,
+                       self.sigma**2)
+
+
+@dataclass(frozen=True)
+class GaussianClassifier:
+    """Logistic regression fitted on Gaussian-noised features and thresholded labels."""
+
+    model: LinearModels
+    event: ReleaseEvent
+
+    def predict(self, features: ArrayLike) -> NDArray[np.int8]:
+        return self.model.predict(features)[:, 0]
+
+    def error(self, features: ArrayLike, labels: ArrayLike) -> float:
+        return float(self.model.errors(features, labels)[0])
+
+
+def gaussian_classifier(
+    features: ArrayLike,
+    labels: ArrayLike,
+    *,
+    epsilon: float,
+    client_ids: ArrayLike,
+    seed: int,
+    delta: float = 1e-5,
+    clipping_norm: float | None = None,
+    sensitivity: float | None = None,
+    label_mode: str = "threshold",
+    ledger: PrivacyLedger | None = None,
+) -> GaussianClassifier:
+    r"""The "Flower user" baseline: Gaussian LDP on (features, label), then logistic.
+
+    Each client forms :math:`v = (x, 2y - 1) \in [-1, 1]^{p+1}`, clips it to L2 norm C
+    (default :math:`C = \sqrt{p+1}`, the largest possible norm, so clipping changes
+    nothing) and releases :math:`\tilde v = v + \sigma\zeta` with
+    :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`),
+    i.e. ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` applied to the
+    client's data instead of a model update. The server then fits unregularized
+    logistic regression of the label on :math:`\tilde x`, with the label
+
+    * ``'threshold'``: :math:`1\{\tilde v_{p+1} > 0\}` (a noisy real label rounded), or
+    * ``'regress'``: least squares of :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`,
+      whose sign gives the class (noise in the response does not bias it).
+
+    Parameters
+    ----------
+    features : array of shape (n, p)
+        Features rescaled into [-1, 1].
+    labels : array of shape (n,)
+        Labels in {0, 1}.
+    epsilon, delta : float
+    client_ids : array of shape (n,)
+    seed : int
+    clipping_norm, sensitivity : float, optional
+    label_mode : {'threshold', 'regress'}
+    ledger : PrivacyLedger, optional
+
+    References
+    ----------
+    ``flwr.client.mod.LocalDpMod`` (Flower 1.x); C. Dwork, A. Roth (2014), Thm. A.1.
+    """
+    x = check_finite_array(features, "features", ndim=2)
+    y = check_binary_labels(labels)
+    n, p = x.shape
+    if y.size != n:
+        raise ValueError(f"labels has {y.size} entries for {n} feature rows")
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if ids.size != n:
+        raise ValueError(f"client_ids has {ids.size} entries for {n} clients")
+    if label_mode not in ("threshold", "regress"):
+        raise ValueError(
+            f"label_mode must be 'threshold' or 'regress', got {label_mode!r}"
+        )
+    c = math.sqrt(p + 1.0) if clipping_norm is None else clipping_norm
+    mechanism = GaussianRelease(epsilon=epsilon, delta=delta, clipping_norm=c,
+                                sensitivity=sensitivity)
+    if ledger is not None:
+        ledger.charge(mechanism.event(), ids)
+    v = np.column_stack([np.clip(x, -1.0, 1.0), 2.0 * y - 1.0])
+    stream = ClientStreams(seed, ids).stream(GAUSSIAN_STREAM)
+    noisy = mechanism.randomise(v, stream)
+    x_noisy, label = noisy[:, :p], noisy[:, p]
+    if label_mode == "threshold":
+        model = fit_linear(x_noisy, (label > 0).astype(np.int8))
+    else:
+        design = np.column_stack([np.ones(n), x_noisy])
+        coef, *_ = np.linalg.lstsq(design, label, rcond=None)
+        model = LinearModels(coef[None, 1:], coef[:1])
+    return GaussianClassifier(model, mechanism.event())

@@ -1,0 +1,206 @@
+"""The study runner, drivers, plots and benchmark, on tiny configurations."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ldpfda.experiments import plot, runner
+from ldpfda.experiments.common import reference_settings
+from ldpfda.experiments.synthetic import run_point
+from ldpfda.server.engine import run_repeat
+
+TINY = """
+[study]
+name = "tiny"
+driver = "synthetic"
+repeats = 2
+seed = 7
+baselines = ["histogram", "gaussian"]
+
+[grid]
+dataset = ["vector"]
+epsilon = [2.0, 10.0]
+
+[settings]
+mrma.num-weak-models = 5
+mrma.subsample-size = 20
+data.n-train = 60
+data.n-eval = 100
+data.n-test = 300
+
+[baselines.gaussian]
+delta = 1e-5
+
+[quick]
+study.repeats = 1
+grid.epsilon = [5.0]
+"""
+
+
+@pytest.fixture
+def tiny_conf(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def _lines(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short, as an interruption leaves it
+    return out
+
+
+def test_quick_run_writes_the_expected_files(tiny_conf, tmp_path):
+    out = tmp_path / "out"
+    assert runner.main([str(tiny_conf), "--quick", "--out", str(out), "--workers", "1",
+                        "--no-progress"]) == 0
+    folder = out / "tiny-quick"
+    for name in ("runs.jsonl", "summary.csv", "summary.json", "meta.json"):
+        assert (folder / name).is_file()
+    records = _lines(folder / "runs.jsonl")
+    assert len(records) == 1 and records[0]["point"]["epsilon"] == 5.0
+    with open(folder / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    methods = {r["method"] for r in rows}
+    assert {"mrma", "voting", "averaging", "histogram", "gaussian",
+            "non_private"} <= methods
+    for r in rows:
+        assert 0.0 <= float(r["mean"]) <= 1.0 and r["n"] == "1"
+
+
+def test_interrupted_run_resumes_from_cache(tiny_conf, tmp_path):
+    out = tmp_path / "out"
+    folder = runner.run_study(tiny_conf, out=out, workers=1, progress=False)
+    first = _lines(folder / "runs.jsonl")
+    assert len(first) == 4  # 2 epsilons x 2 repeats
+    # Simulate an interruption: drop the last record and cut the line before it short.
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    (folder / "runs.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])
+    runner.run_study(tiny_conf, out=out, workers=1, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["sessions"][-1]["ran"] == 2 and meta["sessions"][-1]["cached"] == 2
+    again = {r["key"]: r["errors"] for r in _lines(folder / "runs.jsonl")}
+    assert {r["key"]: r["errors"] for r in first} == again
+    runner.run_study(tiny_conf, out=out, workers=1, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["sessions"][-1]["ran"] == 0
+
+
+def test_two_workers_give_the_same_numbers(tiny_conf, tmp_path):
+    one = runner.run_study(tiny_conf, out=tmp_path / "a", workers=1, progress=False)
+    two = runner.run_study(tiny_conf, out=tmp_path / "b", workers=2, progress=False)
+
+    def by_key(folder: Path) -> dict:
+        return {r["key"]: r["errors"] for r in _lines(folder / "runs.jsonl")}
+
+    assert by_key(one) == by_key(two)
+
+
+def test_changed_settings_do_not_reuse_cached_runs(tiny_conf, tmp_path):
+    conf = runner.load_config(tiny_conf)
+    keys = {t["key"] for t in runner.plan(conf)}
+    conf["settings"]["mrma"]["cutoff"] = 0.3
+    assert keys.isdisjoint({t["key"] for t in runner.plan(conf)})
+
+
+def test_bad_config_is_refused(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[study]\nname = "x"\ndriver = "magic"\n')
+    with pytest.raises(ValueError, match="driver"):
+        runner.load_config(path)
+    path.write_text('[study]\nname = "x"\n[settings]\nprivacy.epsilon = 0\n')
+    with pytest.raises(ValueError, match="epsilon"):
+        runner.plan(runner.load_config(path))
+
+
+def test_driver_reproduces_the_engines_run_repeat():
+    settings = reference_settings(dataset="functional", epsilon=5.0, n_basis=6,
+                                  n_train=80, n_eval=150, n_test=400,
+                                  num_weak_models=6, subsample_size=30,
+                                  calibration_size=50, seed=3)
+    errors, extra = run_point(settings, 1, {"histogram": {}, "gaussian": {}})
+    reference = run_repeat(settings, 1).test_errors
+    for method in ("mrma", "mr", "ma", "weak", "voting", "averaging", "naive"):
+        assert errors[method] == reference[method]
+    assert extra["n_features"] == 6 and extra["gaussian_sigma"] > 0
+
+
+def test_real_driver_on_basic_motions(no_network):
+    pytest.importorskip("aeon")
+    from ldpfda.experiments.realdata import SplitRule
+    from ldpfda.experiments.realdata import run_point as run_real
+
+    settings = reference_settings(epsilon=5.0, n_basis=2, order=2, num_weak_models=5,
+                                  subsample_size=2, n_train=2, n_eval=5)
+    errors, extra = run_real(settings, 0, {"histogram": {}}, dataset="BasicMotions")
+    assert extra["n_features"] == 12  # 6 channels x 2 basis functions
+    assert extra["n_calibration"] + extra["n_train"] + extra["n_eval"] + \
+        extra["n_test"] == 80
+    assert set(errors) >= {"mrma", "histogram", "non_private"}
+    assert SplitRule().mrma(230, 173) == {"num_weak_models": 8, "subsample_size": 50}
+
+
+def test_plot_makes_figures_and_tables(tiny_conf, tmp_path):
+    runner.run_study(tiny_conf, out=tmp_path / "res", workers=1, progress=False)
+    figs = tmp_path / "figs"
+    assert plot.main(["--results", str(tmp_path / "res"), "--out", str(figs)]) == 0
+    png = figs / "tiny.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    table = (figs / "tables.md").read_text()
+    assert "| vector | 2 |" in table and "Flower-style Gaussian" in table
+
+
+def test_lazy_population_does_not_depend_on_chunk_size():
+    from ldpfda.datasets.synthetic import FunctionalDesign
+    from ldpfda.experiments.population import LazyCurvePopulation
+    from ldpfda.server.engine import make_featurizer
+
+    design = FunctionalDesign()
+    settings = reference_settings(dataset="functional", calibration_size=50)
+    feat = make_featurizer(design, settings, np.random.default_rng(0))
+    pop = LazyCurvePopulation(250, 1000, feat, seed=5, tag="t", design=design,
+                              block_size=100)
+
+    def collect(chunk: int) -> tuple:
+        parts = list(pop.batches(chunk))
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+
+    a, b = collect(7), collect(1000)
+    assert np.array_equal(a[0], pop.client_ids) and a[0][0] == 1000
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[2], b[2])
+    # Same curves; projections of batches of other sizes may differ in the last bit.
+    assert np.allclose(a[1], b[1], rtol=0, atol=1e-12)
+
+
+def test_benchmark_runs_one_small_size():
+    from ldpfda.experiments.benchmark import markdown_table, run_one
+
+    row = run_one(3000, n_test=500)
+    assert row["n_train"] + row["n_eval"] == 3000
+    assert row["clients_per_s"] > 0 and row["peak_rss_mb"] > 0
+    assert "3,000" in markdown_table([row])
+
+
+def test_records_of_other_code_are_stale(tiny_conf, tmp_path):
+    out = tmp_path / "out"
+    folder = runner.run_study(tiny_conf, out=out, workers=1, progress=False)
+    records = _lines(folder / "runs.jsonl")
+    assert {r["code"] for r in records} == {runner.code_fingerprint()}
+    for r in records:
+        r["code"] = "older-code"
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    runner.run_study(tiny_conf, out=out, workers=1, progress=False, allow_stale=True)
+    assert json.loads((folder / "meta.json").read_text())["sessions"][-1]["ran"] == 0
+    runner.run_study(tiny_conf, out=out, workers=1, progress=False)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["sessions"][-1]["ran"] == 4
+    assert meta["code"] == [runner.code_fingerprint()]
