@@ -16,14 +16,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.config import Settings
+from ldpfda.privacy.random import derive_seed
 from ldpfda.server.baselines import gaussian_classifier, histogram_classifier
 from ldpfda.server.engine import METHODS, ArrayClients, run_protocol
 
 __all__ = ["ALL_METHODS", "BASELINES", "REFERENCE_PROTOCOL", "evaluate",
            "reference_settings"]
 
-#: Baselines this package adds to the engine's methods.
-BASELINES = ("histogram", "gaussian")
+#: Baselines this package adds to the engine's methods; "default" is ldpfda's default
+#: protocol (one joint hybrid release per client, moment classifier) on the same clients.
+BASELINES = ("histogram", "gaussian", "default")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
 
@@ -57,6 +59,7 @@ def evaluate(
     seed: int,
     server_rng: np.random.Generator,
     baselines: dict[str, dict[str, Any]] | None = None,
+    public: NDArray[np.float64] | None = None,
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Run MRMA and the requested baselines on one population; errors on ``test``.
 
@@ -77,6 +80,9 @@ def evaluate(
         keyword options (kebab-case keys allowed). The baselines and the non-private
         reference use every client of ``train`` and ``evaluation``, each client
         spending the same ``settings.epsilon`` once.
+    public : array, optional
+        Public, unlabeled scaled features for the "default" protocol's feature second
+        moment; without them it estimates the moment from the releases.
 
     Returns
     -------
@@ -112,6 +118,15 @@ def evaluate(
                                         client_ids=ids_all, seed=seed, **kwargs)
             errors["gaussian"] = gauss.error(*test)
             extra["gaussian_sigma"] = dict(gauss.event.parameters)["sigma"]
+        elif name == "default":
+            default = settings.replace(mechanism="joint-hybrid", method="moment",
+                                       weak_learner="auto", label_share=None,
+                                       public_features=public is not None)
+            moment = run_protocol(
+                train, evaluation, default, seed=derive_seed(seed, "default"),
+                server_rng=np.random.default_rng(derive_seed(seed, "default-server")),
+                test=test, public=public, keep_payload=False)
+            errors["default"] = moment.test_errors["moment"]
         else:
             raise ValueError(f"baselines must be among {BASELINES}, got {name!r}")
     return errors, extra

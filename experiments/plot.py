@@ -27,20 +27,21 @@ LABELS = {
     "mrma": "MRMA", "mr": "MR only", "ma": "MA only", "weak": "weak (mean)",
     "voting": "voting", "averaging": "averaging", "naive": "naive (pooled payloads)",
     "histogram": "histogram (Berrett-Butucea)", "gaussian": "Flower-style Gaussian",
-    "non_private": "non-private",
+    "default": "ldpfda default (joint hybrid + moment)", "non_private": "non-private",
 }
 #: Methods drawn in the main figures, in legend order.
 MAIN_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
-                "non_private")
+                "default", "non_private")
 #: Methods in the README tables.
 TABLE_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
-                 "non_private")
+                 "default", "non_private")
 ABLATION_METHODS = ("weak", "mr", "ma")
 STYLES = {
     "mrma": ("C3", "o", "-"), "mr": ("C1", "v", "--"), "ma": ("C2", "^", "--"),
     "weak": ("C7", "x", ":"), "voting": ("C0", "s", "-"), "averaging": ("C9", "D", "-"),
     "naive": ("C5", "P", "-"), "histogram": ("C4", "*", "-"),
-    "gaussian": ("C8", "X", "-"), "non_private": ("k", "", "--"),
+    "gaussian": ("C8", "X", "-"), "default": ("C6", "h", "-"),
+    "non_private": ("k", "", "--"),
 }
 
 

@@ -169,6 +169,7 @@ def run_point(
         server_rng=np.random.default_rng(
             derive_seed(settings.seed, "server", dataset, repeat)),
         baselines=baselines,
+        public=featurizer.transform(data.curves[cal]),
     )
     extra.update(n_calibration=n_cal, n_train=n_train, n_eval=n_eval, n_test=n_test,
                  subsample_size=settings.subsample_size)

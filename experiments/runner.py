@@ -9,7 +9,7 @@ A study file has the tables
 
 ``[study]``
     ``name``, ``driver`` (``"synthetic"`` or ``"real"``), ``repeats``, ``seed`` and
-    ``baselines`` (a list among ``"histogram"``, ``"gaussian"``).
+    ``baselines`` (a list among ``"histogram"``, ``"gaussian"``, ``"default"``).
 ``[grid]``
     Lists to take the Cartesian product of: ``epsilon``, ``dataset`` and any other
     :class:`~ldpfda.config.Settings` key (``n-basis``, ``cutoff``, ...).

@@ -15,7 +15,7 @@ from ldpfda.config import Settings
 from ldpfda.datasets.synthetic import make_design
 from ldpfda.experiments.common import evaluate
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import ArrayClients, make_featurizer
+from ldpfda.server.engine import ArrayClients, make_featurizer, public_features
 
 __all__ = ["run_point"]
 
@@ -43,4 +43,6 @@ def run_point(
         seed=derive_seed(settings.seed, "clients", repeat),
         server_rng=np.random.default_rng(derive_seed(settings.seed, "server", repeat)),
         baselines=baselines,
+        public=public_features(settings, repeat, featurizer=featurizer)
+        if baselines and "default" in baselines else None,
     )
