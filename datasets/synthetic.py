@@ -99,7 +99,8 @@ class FunctionalDesign:
         sign = np.where(j % 2 == 1, 1.0, -1.0)
         u = gen.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=(n, self.n_terms))
         curves = (u * (sign / j)) @ self._basis() + self.feature_shift
-        # <X, beta> = sum_j U_j (-1)^{j+1} j^{-1} * 4 (-1)^{j+1} j^{-2} = sum_j 4 U_j j^{-3}
+        # <X, beta> = sum_j U_j (-1)^{j+1} j^{-1} * 4 (-1)^{j+1} j^{-2}
+        #           = sum_j 4 U_j j^{-3}
         eta = u @ (4.0 / j**3) + self.label_shift
         return curves, (gen.random(n) < expit(eta)).astype(np.int8)
 
@@ -107,7 +108,8 @@ class FunctionalDesign:
 def make_design(
     name: str, *, feature_shift: float = 0.0, label_shift: float = 0.0
 ) -> VectorDesign | FunctionalDesign:
-    """The embedded design called ``name`` ('vector' or 'functional'), optionally shifted."""
+    """The embedded design called ``name`` ('vector' or 'functional'), optionally
+    shifted."""
     shifts = {"feature_shift": feature_shift, "label_shift": label_shift}
     designs = {
         "vector": VectorDesign(**shifts),

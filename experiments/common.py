@@ -23,8 +23,9 @@ from ldpfda.server.engine import METHODS, ArrayClients, run_protocol
 __all__ = ["ALL_METHODS", "BASELINES", "REFERENCE_PROTOCOL", "evaluate",
            "reference_settings"]
 
-#: Baselines this package adds to the engine's methods; "default" is ldpfda's default
-#: protocol (one joint hybrid release per client, moment classifier) on the same clients.
+#: Baselines this package adds to the engine's methods; "default" is ldpfda's
+#: default protocol (one joint hybrid release per client, moment classifier) on the
+#: same clients.
 BASELINES = ("histogram", "gaussian", "default")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)

@@ -27,8 +27,8 @@ def as_curves(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Return ``(values, grid)`` from an ``FDataGrid`` or a 2-D array plus grid points.
 
-    Values are ``(n_curves, n_points)``; NaN/inf samples, a grid of the wrong length and a
-    non-increasing grid are refused with a ``ValueError`` naming the problem.
+    Values are ``(n_curves, n_points)``; NaN/inf samples, a grid of the wrong length
+    and a non-increasing grid are refused with a ``ValueError`` naming the problem.
     """
     if hasattr(X, "data_matrix") and hasattr(X, "grid_points"):  # skfda.FDataGrid
         if X.dim_domain != 1 or X.dim_codomain != 1:
@@ -57,9 +57,10 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
 
     For a fixed grid :math:`t_1<\dots<t_T` and the basis matrix
     :math:`\Phi_{ik} = B_k(t_i)`, the coefficients of a curve sampled as :math:`x` are
-    :math:`c = (\Phi^\top\Phi)^{-1}\Phi^\top x`. The :math:`p\times T` map is computed once
-    in :meth:`fit` and applied to all curves at once, so projecting a million curves is one
-    matrix product. It equals scikit-fda's ``FDataGrid.to_basis`` with the same basis.
+    :math:`c = (\Phi^\top\Phi)^{-1}\Phi^\top x`. The :math:`p\times T` map is computed
+    once in :meth:`fit` and applied to all curves at once, so projecting a million
+    curves is one matrix product. It equals scikit-fda's ``FDataGrid.to_basis`` with
+    the same basis.
 
     Parameters
     ----------
@@ -112,7 +113,8 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
             raise ValueError("fit needs curves or grid_points")
         if grid.size < n_basis:
             raise ValueError(
-                f"n_basis must be <= the number of grid points ({grid.size}), got {n_basis}"
+                f"n_basis must be <= the number of grid points ({grid.size}), "
+                f"got {n_basis}"
             )
         domain = (
             (float(grid[0]), float(grid[-1]))
@@ -153,16 +155,17 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
             grid, self.grid_points_
         ):
             raise ValueError(
-                f"curves are sampled on a grid of {grid.size} points that differs from the "
-                f"fitted grid of {self.grid_points_.size} points"
+                f"curves are sampled on a grid of {grid.size} points that differs "
+                f"from the fitted grid of {self.grid_points_.size} points"
             )
         return values @ self.projection_.T
 
     def coefficient_bound(self, curve_bound: float) -> NDArray[np.float64]:
-        r"""Largest :math:`|c_k|` over all curves with :math:`|x(t_i)| \le` ``curve_bound``.
+        r"""Largest :math:`|c_k|` over all curves with :math:`|x(t_i)| \le`
+        ``curve_bound``.
 
-        Row ``k`` of the projection bounds it by :math:`\|P_k\|_1 \cdot` ``curve_bound``:
-        a data-independent bound.
+        Row ``k`` of the projection bounds it by :math:`\|P_k\|_1 \cdot`
+        ``curve_bound``: a data-independent bound.
         """
         from sklearn.utils.validation import check_is_fitted
 

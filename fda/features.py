@@ -55,7 +55,8 @@ class CurveFeaturizer:
         quantile: float = 0.0,
         margin: float = 0.0,
     ) -> CurveFeaturizer:
-        """Fit the projection to the grid and the bounds to public calibration curves."""
+        """Fit the projection to the grid and the bounds to public calibration
+        curves."""
         projector = BSplineProjector(n_basis=n_basis, order=order).fit(
             public_curves, grid_points
         )

@@ -16,13 +16,15 @@ __all__ = ["CoefficientScaler"]
 class CoefficientScaler:
     r"""Affine map of each coordinate from [low_k, high_k] onto [-1, 1], then clipping.
 
-    .. math:: z_k = \mathrm{clip}\Big(\frac{2 (c_k - \ell_k)}{h_k - \ell_k} - 1, -1, 1\Big)
+    .. math::
+
+        z_k = \mathrm{clip}\Big(\frac{2 (c_k - \ell_k)}{h_k - \ell_k} - 1, -1, 1\Big)
 
     The bounds must be fixed before the private data is seen: give them directly
     (``low``/``high``, scalars or per-coordinate arrays), or derive them from public
-    calibration data with :meth:`fit_public`. :meth:`fit_private` infers them from the data
-    to be privatized and therefore warns with :class:`~ldpfda.PrivacyLeakWarning`: such
-    bounds are not covered by any epsilon.
+    calibration data with :meth:`fit_public`. :meth:`fit_private` infers them from the
+    data to be privatized and therefore warns with :class:`~ldpfda.PrivacyLeakWarning`:
+    such bounds are not covered by any epsilon.
 
     Parameters
     ----------
@@ -57,8 +59,8 @@ class CoefficientScaler:
     ) -> CoefficientScaler:
         """Bounds from public calibration coefficients (not the data to be privatized).
 
-        Each coordinate spans the ``quantile`` .. ``1 - quantile`` range of the calibration
-        data, widened by ``margin`` times its width on both sides.
+        Each coordinate spans the ``quantile`` .. ``1 - quantile`` range of the
+        calibration data, widened by ``margin`` times its width on both sides.
         """
         c = check_finite_array(coefficients, "coefficients", ndim=2)
         lo = np.quantile(c, quantile, axis=0)
@@ -73,9 +75,9 @@ class CoefficientScaler:
     ) -> CoefficientScaler:
         """Bounds inferred from the private data itself: warns, the bounds leak."""
         warnings.warn(
-            "rescaling bounds inferred from the private coefficients depend on the private "
-            "data and are not covered by epsilon; use data-independent bounds or public "
-            "calibration data",
+            "rescaling bounds inferred from the private coefficients depend on the "
+            "private data and are not covered by epsilon; use data-independent "
+            "bounds or public calibration data",
             PrivacyLeakWarning,
             stacklevel=2,
         )

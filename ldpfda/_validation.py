@@ -17,7 +17,8 @@ from numpy.typing import ArrayLike, NDArray
 def check_epsilon(
     epsilon: Any, name: str = "epsilon", *, allow_inf: bool = True
 ) -> float:
-    """Return ``epsilon`` as a float in (0, inf] (or (0, inf) if ``allow_inf`` is False)."""
+    """Return ``epsilon`` as a float in (0, inf] (or (0, inf) if ``allow_inf`` is
+    False)."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(epsilon).__name__}")
     value = float(epsilon)
@@ -66,7 +67,8 @@ def check_real(
 def check_finite_array(
     values: ArrayLike, name: str, *, ndim: int | None = None
 ) -> NDArray:
-    """Return ``values`` as a float array, refusing NaN/inf and the wrong number of axes."""
+    """Return ``values`` as a float array, refusing NaN/inf and the wrong number of
+    axes."""
     try:
         array = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:

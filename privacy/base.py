@@ -47,9 +47,9 @@ class ReleaseEvent:
 class Mechanism(ABC):
     """Base class of every local randomizer.
 
-    A mechanism is built with keyword-only, validated privacy parameters and applied to a
-    batch of clients at once with :meth:`randomise`: row ``i`` of ``values`` belongs to
-    client ``i``. Applying it to one client is the same call with a batch of one.
+    A mechanism is built with keyword-only, validated privacy parameters and applied to
+    a batch of clients at once with :meth:`randomise`: row ``i`` of ``values`` belongs
+    to client ``i``. Applying it to one client is the same call with a batch of one.
     """
 
     #: Short identifier recorded in :class:`ReleaseEvent`.
@@ -85,4 +85,7 @@ class Mechanism(ABC):
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
-        return f"{type(self).__name__}(epsilon={self.epsilon!r}{', ' if params else ''}{params})"
+        return (
+            f"{type(self).__name__}(epsilon={self.epsilon!r}"
+            f"{', ' if params else ''}{params})"
+        )

@@ -33,7 +33,8 @@ def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
 
 
 def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
-    r"""Epsilon of a Laplace release with scale ``b``: :math:`\varepsilon = \Delta_1 / b`.
+    r"""Epsilon of a Laplace release with scale ``b``:
+    :math:`\varepsilon = \Delta_1 / b`.
 
     ``scale = 0`` gives ``inf``. Inverse of :func:`laplace_scale`.
     """
@@ -45,8 +46,8 @@ def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
 class LaplaceMechanism(Mechanism):
     r"""Laplace noise on vectors in :math:`[\mathrm{lower}, \mathrm{upper}]^p`.
 
-    Each client releases :math:`z = x + (b\,\xi_1, \dots, b\,\xi_p)` with i.i.d. standard
-    Laplace :math:`\xi_k`. Two inputs in the box differ by at most
+    Each client releases :math:`z = x + (b\,\xi_1, \dots, b\,\xi_p)` with i.i.d.
+    standard Laplace :math:`\xi_k`. Two inputs in the box differ by at most
     :math:`\Delta_1 = p(\mathrm{upper} - \mathrm{lower})` in L1 norm, so
     :math:`b = p(\mathrm{upper}-\mathrm{lower})/\varepsilon` makes the whole vector
     epsilon-LDP; equivalently, every coordinate spends :math:`\varepsilon/p`. Inputs are
@@ -269,5 +270,6 @@ class LaplaceMechanism(Mechanism):
         return self.lower - reach, self.upper + reach
 
     def log_density_ratio_bound(self) -> float:
-        """Largest log ratio of output densities over neighbouring inputs (= epsilon)."""
+        """Largest log ratio of output densities over neighbouring inputs
+        (= epsilon)."""
         return self.sensitivity / self.scale if self.scale > 0 else math.inf

@@ -29,12 +29,12 @@ class LedgerEntry:
 class PrivacyLedger:
     """Records every release of a set of clients and refuses any that would overspend.
 
-    Under basic sequential composition a client's total epsilon is the sum of the epsilons
-    of everything it released. The ledger keeps one running total per client; a charge
-    that would push any of the named clients over ``budget`` raises
-    :class:`~ldpfda.BudgetExceededError` and charges nobody, so nothing recorded before is
-    lost. A Flower client holds a ledger over its own single id; the in-process engine
-    holds one over all its clients. There is no global accountant.
+    Under basic sequential composition a client's total epsilon is the sum of the
+    epsilons of everything it released. The ledger keeps one running total per client;
+    a charge that would push any of the named clients over ``budget`` raises
+    :class:`~ldpfda.BudgetExceededError` and charges nobody, so nothing recorded before
+    is lost. A Flower client holds a ledger over its own single id; the in-process
+    engine holds one over all its clients. There is no global accountant.
 
     Parameters
     ----------
@@ -117,7 +117,8 @@ class PrivacyLedger:
         return self.budget - self.spent(client_id)
 
     def summary(self) -> dict[str, object]:
-        """Totals for a run report: budget, spent (max/min/mean), and releases by kind."""
+        """Totals for a run report: budget, spent (max/min/mean), and releases by
+        kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
             item = releases.setdefault(

@@ -70,7 +70,8 @@ def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
 
 
 def derive_seed(seed: int, *tags: int | str) -> int:
-    """Derive a 63-bit seed from ``seed`` and tags (ints or strings), deterministically."""
+    """Derive a 63-bit seed from ``seed`` and tags (ints or strings),
+    deterministically."""
     words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
     for tag in tags:
         words.append(zlib.crc32(tag.encode()) if isinstance(tag, str) else int(tag))
@@ -90,7 +91,8 @@ def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
 
 
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Uniform draws in the open interval (0, 1) from any accepted source of randomness."""
+    """Uniform draws in the open interval (0, 1) from any accepted source of
+    randomness."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng.uniform(shape)
     generator = as_generator(rng)  # type: ignore[arg-type]
@@ -129,8 +131,8 @@ def philox4x32(
 ) -> tuple[NDArray[np.uint64], ...]:
     """Philox4x32-10 on arrays of 32-bit words held in uint64 (broadcasting).
 
-    ``counter`` is four arrays of words, ``key`` two; the four output words are returned.
-    Checked against the Random123 known-answer vectors in the tests.
+    ``counter`` is four arrays of words, ``key`` two; the four output words are
+    returned. Checked against the Random123 known-answer vectors in the tests.
     """
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _MASK32 for c in counter)
     k0, k1 = (np.asarray(k, dtype=np.uint64) & _MASK32 for k in key)
@@ -150,8 +152,8 @@ class KeyedUniform:
     """Per-client uniform stream for one purpose; row ``i`` belongs to client ``i``.
 
     Draw ``j`` of client ``i`` is a pure function of (run seed, client id, purpose, j).
-    Successive calls continue the stream (the draw counter advances), so a client that is
-    asked the same thing twice does not get the same noise twice.
+    Successive calls continue the stream (the draw counter advances), so a client that
+    is asked the same thing twice does not get the same noise twice.
     """
 
     def __init__(self, keys: NDArray[np.uint64], purpose: str) -> None:

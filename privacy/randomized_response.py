@@ -26,13 +26,13 @@ def rr_keep_probability(*, epsilon: float, n_categories: int = 2) -> float:
 
     .. math:: q = \frac{e^\varepsilon}{e^\varepsilon + K - 1}
 
-    (:math:`q = e^\varepsilon / (1 + e^\varepsilon)` for a bit). ``epsilon = inf`` gives 1.
-    Inverse of :func:`rr_epsilon`.
+    (:math:`q = e^\varepsilon / (1 + e^\varepsilon)` for a bit). ``epsilon = inf``
+    gives 1. Inverse of :func:`rr_epsilon`.
 
     References
     ----------
-    S. L. Warner, "Randomized response", JASA 60 (1965); P. Kairouz, S. Oh, P. Viswanath,
-    "Extremal mechanisms for local differential privacy", NeurIPS 2014.
+    S. L. Warner, "Randomized response", JASA 60 (1965); P. Kairouz, S. Oh,
+    P. Viswanath, "Extremal mechanisms for local differential privacy", NeurIPS 2014.
     """
     epsilon = check_epsilon(epsilon)
     k = check_int(n_categories, "n_categories", minimum=2)
@@ -59,10 +59,10 @@ def rr_epsilon(*, keep_probability: float, n_categories: int = 2) -> float:
 class KaryRandomizedResponse(Mechanism):
     r"""K-ary randomized response on categories :math:`\{0, \dots, K-1\}`.
 
-    A client keeps its category with probability :math:`q = e^\varepsilon/(e^\varepsilon+K-1)`
-    and otherwise reports one of the other :math:`K-1` categories uniformly. The ratio of
-    the probabilities of any output under two inputs is at most
-    :math:`q / ((1-q)/(K-1)) = e^\varepsilon`.
+    A client keeps its category with probability
+    :math:`q = e^\varepsilon/(e^\varepsilon+K-1)` and otherwise reports one of the
+    other :math:`K-1` categories uniformly. The ratio of the probabilities of any
+    output under two inputs is at most :math:`q / ((1-q)/(K-1)) = e^\varepsilon`.
 
     :meth:`bias` and :meth:`variance` describe the reported one-hot indicator;
     :meth:`debias_frequencies` inverts the transition matrix to estimate frequencies.
@@ -138,13 +138,15 @@ class KaryRandomizedResponse(Mechanism):
         return p * (1.0 - p)
 
     def debias_frequencies(self, reported: ArrayLike) -> NDArray[np.float64]:
-        """Unbiased estimate of the true category frequencies from reported frequencies."""
+        """Unbiased estimate of the true category frequencies from reported
+        frequencies."""
         f = np.asarray(reported, dtype=float)
         return np.linalg.solve(self.transition_matrix().T, f)
 
 
 class BinaryRandomizedResponse(KaryRandomizedResponse):
-    r"""Randomized response on a bit: report the truth with :math:`q = e^\varepsilon/(1+e^\varepsilon)`.
+    r"""Randomized response on a bit: report the truth with
+    :math:`q = e^\varepsilon/(1+e^\varepsilon)`.
 
     Output bias :math:`(1-q)(1-2y)`, variance :math:`q(1-q)`. The mean of reported bits
     :math:`\bar o` estimates the true mean :math:`\mu` without bias as
@@ -190,9 +192,9 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
 class FeedbackBit(BinaryRandomizedResponse):
     """Randomized-response release of an evaluation client's feedback bit.
 
-    The bit is ``1{model wrong on my true label}``; an evaluation client spends its whole
-    epsilon on it. Statistically identical to :class:`BinaryRandomizedResponse`; the
-    separate name keeps the release visible in a client's ledger.
+    The bit is ``1{model wrong on my true label}``; an evaluation client spends its
+    whole epsilon on it. Statistically identical to :class:`BinaryRandomizedResponse`;
+    the separate name keeps the release visible in a client's ledger.
     """
 
     name = "feedback_bit"

@@ -53,7 +53,8 @@ class ArtifactError(ValueError):
 
 
 def featurizer_fingerprint(description: dict[str, Any]) -> str:
-    """A short stable hash of the featurizer's public description (basis, grid, bounds)."""
+    """A short stable hash of the featurizer's public description (basis, grid,
+    bounds)."""
     text = json.dumps(
         description, sort_keys=True, default=lambda a: np.asarray(a).tolist()
     )

@@ -188,8 +188,8 @@ def assign_groups(
     n_models = check_int(n_models, "n_models", minimum=1)
     if n_evaluators < n_models:
         raise ValueError(
-            f"the evaluation group ({n_evaluators} clients) must have at least one client "
-            f"per model ({n_models} models)"
+            f"the evaluation group ({n_evaluators} clients) must have at least one "
+            f"client per model ({n_models} models)"
         )
     return as_generator(rng).permutation(np.arange(n_evaluators) % n_models)
 
@@ -265,12 +265,14 @@ def mrma_weights(
 
     With reversal, model j is kept if :math:`|1/2 - \hat e_j| > 1/2 - c` and weighted by
     :math:`|1/2 - \hat e_j|`, normalised over the kept models. Without reversal (the
-    "MA only" ablation) a model can only help if it is better than chance, so the score is
-    :math:`(1/2 - \hat e_j)_+` and the rule keeps models with :math:`\hat e_j < c`.
+    "MA only" ablation) a model can only help if it is better than chance, so the
+    score is :math:`(1/2 - \hat e_j)_+` and the rule keeps models with
+    :math:`\hat e_j < c`.
 
-    If no model passes the cut-off, the rule falls back to weighting every model with a
-    positive score (``'no-selection'``), and if none has one, to equal weights
-    (``'equal'``). The third return value names the rule applied (``'cutoff'`` normally).
+    If no model passes the cut-off, the rule falls back to weighting every model with
+    a positive score (``'no-selection'``), and if none has one, to equal weights
+    (``'equal'``). The third return value names the rule applied (``'cutoff'``
+    normally).
     """
     e = np.asarray(errors, dtype=float)
     cutoff = check_real(cutoff, "cutoff", low=0.0, high=0.5)

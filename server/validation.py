@@ -115,7 +115,8 @@ def screen_payloads(
 def screen_bits(
     replies: Iterable[tuple[int, Any]], *, stage: str = "evaluate"
 ) -> Screened:
-    """Validate evaluation replies ``(client id, bit)``; ``bit is None`` means missing."""
+    """Validate evaluation replies ``(client id, bit)``; ``bit is None`` means
+    missing."""
     seen: set[int] = set()
     ids, bits, rejected = [], [], []
     for client_id, bit in replies:

@@ -40,7 +40,8 @@ def test_laplace_outputs_stay_in_the_declared_range(epsilon, p, data, sampler, s
 
 
 @FAST
-@given(epsilon=epsilons, k=st.integers(2, 12), seed=st.integers(0, 2**32), data=st.data())
+@given(epsilon=epsilons, k=st.integers(2, 12), seed=st.integers(0, 2**32),
+       data=st.data())
 def test_randomized_response_outputs_are_categories(epsilon, k, seed, data):
     mech = KaryRandomizedResponse(epsilon=epsilon, n_categories=k)
     y = data.draw(arrays(np.int64, 30, elements=st.integers(0, k - 1)))
@@ -50,8 +51,11 @@ def test_randomized_response_outputs_are_categories(epsilon, k, seed, data):
 
 @FAST
 @given(cls=st.sampled_from([DuchiMechanism, PiecewiseMechanism, HybridMechanism]),
-       epsilon=epsilons, p=st.integers(1, 6), seed=st.integers(0, 2**32), data=st.data())
-def test_vector_mechanism_outputs_stay_in_the_declared_range(cls, epsilon, p, seed, data):
+       epsilon=epsilons, p=st.integers(1, 6), seed=st.integers(0, 2**32),
+       data=st.data())
+def test_vector_mechanism_outputs_stay_in_the_declared_range(
+    cls, epsilon, p, seed, data
+):
     mech = cls(epsilon=epsilon, dimension=p)
     x = data.draw(arrays(np.float64, (20, p), elements=finite))
     z = mech.randomise(np.clip(x, -1, 1), seed)

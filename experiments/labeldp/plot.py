@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             "# Label-DP study: measured results\n\n"
             f"{len({r['key'] for r in rows})} points from "
             f"`{results.name}/points.jsonl`, "
-            "written by `python -m ldpfda.experiments.labeldp.plot --export`. Normalized "
+            "written by `python -m ldpfda.experiments.labeldp.plot --export`. "
+            "Normalized "
             "accuracy = test accuracy / non-private test accuracy of the same learner; "
             "UniformRR 'best learner' is picked in hindsight (highest mean).\n"
         )

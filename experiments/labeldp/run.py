@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python -m ldpfda.experiments.labeldp.run --quick     # about 2 minutes
-    python -m ldpfda.experiments.labeldp.run             # the full study (under an hour)
-    python -m ldpfda.experiments.labeldp.plot            # figures and tables from the results
+    python -m ldpfda.experiments.labeldp.run --quick  # about 2 minutes
+    python -m ldpfda.experiments.labeldp.run  # the full study (under an hour)
+    python -m ldpfda.experiments.labeldp.plot  # figures and tables from the results
 
 Every finished point is appended to ``<results-dir>/points.jsonl`` as soon as it ends;
 a rerun skips the points already there, so an interrupted run resumes. Clusterings are

@@ -1,4 +1,5 @@
-"""Faulty and malicious clients: bad replies are rejected with reasons, runs complete."""
+"""Faulty and malicious clients: bad replies are rejected with reasons, runs
+complete."""
 
 from __future__ import annotations
 
