@@ -97,6 +97,8 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
 
     ablation = study.startswith("ablation")
     panels = _panels(study, rows)
+    if not panels:
+        raise ValueError(f"study {study!r} has no results to plot (empty summary)")
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.6 * ncols, 8.5), 3.7 * nrows),
