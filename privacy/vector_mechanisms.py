@@ -19,13 +19,13 @@ number of uniforms per client whatever its data. :func:`product_moments` describ
 second moments of a release, which a learner needs to estimate :math:`E[xx^\top]` from
 released vectors.
 
-**Floating point.** Duchi et al.'s outputs, and those of the Duchi part of the hybrid
-mechanism, take data-independent values (:math:`\pm B`), so no low-order bit carries
-information. The piecewise part samples a continuous law in floating point, where the
-set of reachable doubles depends on the input (Mironov 2012), as with a naive
-continuous Laplace sampler. The guarantees stated here are those of the exact
-mechanisms; a deployment should snap piecewise outputs to a fixed grid, as
-:class:`~ldpfda.privacy.LaplaceMechanism`'s discrete sampler does.
+**Floating point.** A continuous law sampled in floating point leaks its input through
+the set of reachable doubles (Mironov 2012). Duchi et al.'s outputs, and those of the
+Duchi part of the hybrid mechanism, take data-independent values (:math:`\pm B`).
+Piecewise outputs are snapped to a fixed grid of :math:`2^{20}` cells on :math:`[-C, C]`
+(post-processing), and the sampler's rounding error is charged to the budget (see
+``coordinate_epsilon`` of the sampled-coordinate mechanisms), so no low-order bit
+carries information and the stated epsilon holds.
 
 References
 ----------
@@ -484,11 +484,42 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         self.n_sampled = check_int(
             n_sampled, "n_sampled", minimum=1, maximum=self.dimension
         )
+        if self.is_private and self.coordinate_epsilon <= 0.5 * self.epsilon / (
+            self.n_sampled
+        ):
+            raise ValueError(
+                f"epsilon is too small for the snapped sampler's accounting, got "
+                f"{self.epsilon!r}"
+            )
+
+    #: Grid cells over [-C, C] that piecewise outputs are snapped to.
+    SNAP_CELLS = 2**20
+
+    @property
+    def snap_slack(self) -> float:
+        r"""Epsilon charged per reported coordinate for the snapped sampler.
+
+        :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}`; see :attr:`coordinate_epsilon`.
+        """
+        share = self.epsilon / self.n_sampled
+        return (math.exp(min(share, 1400.0) / 2.0) + 1.0) * 2.0**-28
 
     @property
     def coordinate_epsilon(self) -> float:
-        """Epsilon of each reported coordinate, :math:`\\varepsilon/k`."""
-        return self.epsilon / self.n_sampled
+        r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`.
+
+        Piecewise outputs are snapped to a grid of :attr:`SNAP_CELLS` cells on
+        :math:`[-C, C]` (post-processing of the exact mechanism), so no low-order bit of
+        a release depends on the input (Mironov 2012). Every cell has probability at
+        least :math:`2^{-20}/(e^{\varepsilon/2k}+1)`, i.e. owns at least
+        :math:`2^{32}/(e^{\varepsilon/2k}+1)` of the :math:`2^{52}` uniform cells, and a
+        few floating-point roundings move its boundaries by a few uniform cells, so the
+        sampler reproduces each cell's probability to a relative error below
+        :math:`s/2` with :math:`s = (e^{\varepsilon/2k}+1)2^{-28}`` (:attr:`snap_slack`).
+        That adds at most :math:`s` to each coordinate's privacy loss, and :math:`s` is
+        taken out of its share, so the release stays epsilon-LDP.
+        """
+        return self.epsilon / self.n_sampled - self.snap_slack
 
     @property
     def scale(self) -> float:
@@ -560,7 +591,10 @@ def _piecewise_release(
     w = u_pos * (c + 1.0)
     below = left + c
     outside = np.where(w < below, -c + w, right + (w - below))
-    return np.where(u_side < half / (half + 1.0), inside, outside)
+    y = np.where(u_side < half / (half + 1.0), inside, outside)
+    # Snap to a fixed grid on [-C, C]: the output set no longer depends on t.
+    step = 2.0 * c / _SampledCoordinateMechanism.SNAP_CELLS
+    return -c + np.round((y + c) / step) * step
 
 
 class PiecewiseMechanism(_SampledCoordinateMechanism):

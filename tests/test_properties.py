@@ -108,3 +108,25 @@ def test_truncated_artifacts_raise_artifact_error(tmp_path, cut):
     except ArtifactError:
         return
     raise AssertionError("a truncated artifact was accepted")
+
+
+@FAST
+@given(cls=st.sampled_from([PiecewiseMechanism, HybridMechanism]), epsilon=epsilons,
+       p=st.integers(1, 5), seed=st.integers(0, 2**32))
+def test_piecewise_outputs_lie_on_a_fixed_grid(cls, epsilon, p, seed):
+    # Snapped outputs: the set of possible outputs does not depend on the input.
+    from ldpfda.privacy.vector_mechanisms import piecewise_bound
+
+    mech = cls(epsilon=epsilon, dimension=p)
+    x = np.random.default_rng(seed).uniform(-1, 1, size=(200, p))
+    y = mech.randomise(x, seed) / mech.scale
+    c = piecewise_bound(epsilon=mech.coordinate_epsilon)
+    step = 2 * c / mech.SNAP_CELLS
+    pieces = np.abs(y[(y != 0) & (np.abs(np.abs(y) - c) > 1e-9)])
+    if cls is HybridMechanism:  # its Duchi part releases +-B, not on the grid
+        from ldpfda.privacy.vector_mechanisms import duchi_bound
+
+        b = duchi_bound(epsilon=mech.coordinate_epsilon, dimension=1)
+        pieces = pieces[np.abs(pieces - b) > 1e-9]
+    index = (pieces + c) / step
+    np.testing.assert_allclose(index, np.round(index), atol=1e-6)
