@@ -515,7 +515,7 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         :math:`2^{32}/(e^{\varepsilon/2k}+1)` of the :math:`2^{52}` uniform cells, and a
         few floating-point roundings move its boundaries by a few uniform cells, so the
         sampler reproduces each cell's probability to a relative error below
-        :math:`s/2` with :math:`s = (e^{\varepsilon/2k}+1)2^{-28}`` (:attr:`snap_slack`).
+        :math:`s/2`, :math:`s = (e^{\varepsilon/2k}+1)2^{-28}` (:attr:`snap_slack`).
         That adds at most :math:`s` to each coordinate's privacy loss, and :math:`s` is
         taken out of its share, so the release stays epsilon-LDP.
         """
