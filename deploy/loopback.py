@@ -63,6 +63,14 @@ DEFAULT_RUN_CONFIG: dict[str, Any] = {
 }
 
 
+#: Printed whenever a federation is started without TLS and SuperNode authentication.
+INSECURE_WARNING = (
+    "WARNING: ldpfda loopback federation WITHOUT TLS or SuperNode authentication: "
+    "releases and models cross the network in clear and any process can join as a "
+    "SuperNode. Use --tls for anything but a local test (see docs/flower.md)."
+)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -324,6 +332,7 @@ class LoopbackFederation:
             ]
         else:
             command.append("--insecure")
+            print(INSECURE_WARNING, file=sys.stderr, flush=True)
         self._write_connection()
         self.superlink = self._spawn("superlink", command)
         self._wait_for_port()

@@ -43,13 +43,19 @@ def _config(tmp_path, n_train, n_eval, n_models, **extra):
     }
 
 
-def test_loopback_deployment_survives_a_bad_node_and_a_killed_node(tmp_path):
+def test_loopback_deployment_survives_a_bad_node_and_a_killed_node(tmp_path, capfd):
     """1 SuperLink + 5 SuperNodes, each its own process with its own data file.
 
     Client 1 (training) sends NaN features, client 4 (evaluation) is killed (SIGKILL)
     while the training round runs. The run completes without them and says so.
     """
-    from loopback import LoopbackFederation, make_node_files, run_stage, wait_for_report
+    from loopback import (
+        INSECURE_WARNING,
+        LoopbackFederation,
+        make_node_files,
+        run_stage,
+        wait_for_report,
+    )
 
     config = _config(tmp_path, n_train=3, n_eval=2, n_models=2)
     settings, _ = parse_run_config(app_config() | config)
@@ -75,6 +81,7 @@ def test_loopback_deployment_survives_a_bad_node_and_a_killed_node(tmp_path):
         assert not _alive(victim.pid)
         report = wait_for_report(tmp_path / "reports", timeout=300)
     assert not any(_alive(pid) for pid in pids), "every process is stopped by PID"
+    assert INSECURE_WARNING in capfd.readouterr().err, "insecure mode must warn"
 
     part = report["participation"]
     assert part["connected_nodes"] == 5 and part["identify"]["answered"] == 5
