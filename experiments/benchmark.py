@@ -188,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="write cProfile statistics of each run to OUT")
     parser.add_argument("--flower", default=None, metavar="MODULE:FUNC",
-                        help="hook that times a Flower simulation of n clients")
+                        help="hook that times a Flower simulation of n clients, e.g. "
+                        "ldpfda.experiments.flower_bench:simulate")
+    parser.add_argument("--flower-sizes", default="100,1000",
+                        help="client counts of the Flower simulations")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--flower-one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--profile-file", default=None, help=argparse.SUPPRESS)
@@ -219,15 +222,25 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['clients_per_s']:>10,.0f} clients/s, "
               f"peak {row['peak_rss_mb']:,.0f} MB",
               flush=True)
-        if args.flower:
-            flower_rows.append(_child(["--flower-one", str(n), "--flower", args.flower,
-                                       "--epsilon", str(args.epsilon)]))
+    for n in (int(s) for s in args.flower_sizes.split(",")) if args.flower else ():
+        flower = _child(["--flower-one", str(n), "--flower", args.flower,
+                         "--epsilon", str(args.epsilon)])
+        flower_rows.append(flower)
+        print(f"flower {n:>6,} clients: {flower['wall_s']:6.1f} s, peak "
+              f"{flower.get('flower_peak_rss_mb', float('nan')):,.0f} MB (Flower and "
+              "Ray processes)", flush=True)
     report = {"machine": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
                           "python": platform.python_version()},
               "runs": rows, "flower": flower_rows}
     (out / "benchmark.json").write_text(json.dumps(report, indent=1))
-    (out / "benchmark.md").write_text(markdown_table(rows))
-    print(markdown_table(rows))
+    table = markdown_table(rows)
+    if flower_rows:
+        table += "\n| Flower simulation, clients | wall s | peak RSS MB (Flower + Ray) |\n"
+        table += "|---|---|---|\n" + "".join(
+            f"| {r['n_clients']:,} | {r['wall_s']:.1f} | "
+            f"{r.get('flower_peak_rss_mb', float('nan')):,.0f} |\n" for r in flower_rows)
+    (out / "benchmark.md").write_text(table)
+    print(table)
     return 0
 
 
