@@ -235,10 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / "benchmark.json").write_text(json.dumps(report, indent=1))
     table = markdown_table(rows)
     if flower_rows:
-        table += "\n| Flower simulation, clients | wall s | peak RSS MB (Flower + Ray) |\n"
+        table += ("\n| Flower simulation, clients | wall s "
+                  "| peak RSS MB (Flower + Ray) |\n")
         table += "|---|---|---|\n" + "".join(
             f"| {r['n_clients']:,} | {r['wall_s']:.1f} | "
-            f"{r.get('flower_peak_rss_mb', float('nan')):,.0f} |\n" for r in flower_rows)
+            f"{r.get('flower_peak_rss_mb', float('nan')):,.0f} |\n"
+            for r in flower_rows)
     (out / "benchmark.md").write_text(table)
     print(table)
     return 0
