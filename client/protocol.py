@@ -183,6 +183,17 @@ def training_output_range(
     return _training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
+def _client_inputs(
+    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.int64]]:
+    """Validated (scaled features, binary labels, client ids) of one batch."""
+    x = _scaled_features(features)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    return x, y, _client_ids(client_ids, x.shape[0])
+
+
 def _client_ids(client_ids: ArrayLike, n: int) -> NDArray[np.int64]:
     ids = np.asarray(client_ids)
     if ids.dtype.kind not in "iu":
@@ -240,11 +251,7 @@ def privatize(
         Index of this release for these clients in the run. Each index has its own
         noise stream, so a client allowed a second release never reuses its noise.
     """
-    x = _scaled_features(features)
-    y = check_binary_labels(labels)
-    if y.size != x.shape[0]:
-        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
-    ids = _client_ids(client_ids, x.shape[0])
+    x, y, ids = _client_inputs(features, labels, client_ids)
     epsilon = check_epsilon(epsilon)
     feature_mechanism, label_mechanism = _training_mechanisms(
         epsilon, x.shape[1], label_share
@@ -308,11 +315,7 @@ def privatize_joint(
     differential privacy", ICDE 2019; J. C. Duchi, M. I. Jordan, M. J. Wainwright,
     JASA 2018.
     """
-    x = _scaled_features(features)
-    y = check_binary_labels(labels)
-    if y.size != x.shape[0]:
-        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
-    ids = _client_ids(client_ids, x.shape[0])
+    x, y, ids = _client_inputs(features, labels, client_ids)
     mech = _joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
     if ledger is not None:
         ledger.charge(mech.event(), ids)
@@ -350,12 +353,8 @@ def answer_evaluation(
     :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
     ``epsilon``. ``release`` indexes the client's releases as in :func:`privatize`.
     """
-    x = _scaled_features(features)
-    y = check_binary_labels(labels)
+    x, y, ids = _client_inputs(features, labels, client_ids)
     n, p = x.shape
-    if y.size != n:
-        raise ValueError(f"labels has {y.size} entries for {n} feature rows")
-    ids = _client_ids(client_ids, n)
     w = check_finite_array(coef, "coef")
     b = check_finite_array(intercept, "intercept")
     if w.shape not in ((p,), (n, p)) or b.size not in (1, n):

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -283,7 +284,24 @@ _DOC_PARAMETERS = """
 """
 
 
-class BackwardCorrectedLogisticRegression(_LogisticBase):
+class _CorrectedLogisticBase(_LogisticBase):
+    """A learner that needs the release's channel (distributions, clusters, beta)."""
+
+    def fit_release(
+        self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
+    ) -> Any:
+        """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
+        b = release.beta if beta is None else release.check_beta(beta)
+        return self.fit(  # type: ignore[attr-defined]
+            X,
+            release.labels,
+            clusters=release.clusters,
+            distributions=release.distributions,
+            beta=b,
+        )
+
+
+class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     __doc__ = (
         r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
 
@@ -326,19 +344,6 @@ class BackwardCorrectedLogisticRegression(_LogisticBase):
         self._fit_arrays(x, arrays, q.shape[1])
         return self
 
-    def fit_release(
-        self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
-    ) -> BackwardCorrectedLogisticRegression:
-        """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
-        b = release.beta if beta is None else release.check_beta(beta)
-        return self.fit(
-            X,
-            release.labels,
-            clusters=release.clusters,
-            distributions=release.distributions,
-            beta=b,
-        )
-
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
         targets = arrays["targets"][index]
@@ -351,7 +356,7 @@ class BackwardCorrectedLogisticRegression(_LogisticBase):
         return loss_grad
 
 
-class ForwardCorrectedLogisticRegression(_LogisticBase):
+class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     __doc__ = (
         r"""Maximum likelihood of the noisy labels through the known channel.
 
@@ -385,19 +390,6 @@ class ForwardCorrectedLogisticRegression(_LogisticBase):
         log_t = _log_columns(transition_matrices(q, beta), c, labels)
         self._fit_arrays(x, {"log_t": log_t}, q.shape[1])
         return self
-
-    def fit_release(
-        self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
-    ) -> ForwardCorrectedLogisticRegression:
-        """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
-        b = release.beta if beta is None else release.check_beta(beta)
-        return self.fit(
-            X,
-            release.labels,
-            clusters=release.clusters,
-            distributions=release.distributions,
-            beta=b,
-        )
 
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
