@@ -36,6 +36,7 @@ from ldpfda.labeldp.transition import (
     transition_matrices,
 )
 from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.discrete_laplace import discrete_laplace
 from ldpfda.privacy.random import as_generator
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 
@@ -126,10 +127,16 @@ def noisy_cluster_histograms(
 ) -> NDArray[np.float64]:
     r"""Laplace release of every cluster's label distribution (Algorithm 1, step 2).
 
-    .. math:: \tilde p_c(y) = \frac{n_c(y)}{n_c} + \frac{\sigma}{n_c}\,\xi_{cy},
-              \qquad \xi_{cy} \sim \mathrm{Laplace}(1)\ \text{i.i.d.}
+    .. math:: \tilde p_c(y) = \frac{n_c(y) + k_{cy}}{n_c},
+              \qquad P(k_{cy} = k) \propto e^{-|k|/\sigma}\ \text{i.i.d.}
 
-    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`).
+    The noise is the discrete Laplace law on the integer counts, drawn exactly
+    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`, scale rounded up to a
+    multiple of :math:`2^{-20}`), so the release is a set of integers over public sizes
+    and carries no floating-point side channel. One label change moves two counts by 1
+    (L1 sensitivity 2): :math:`2/\sigma`-label-DP
+    (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`), exactly, as for the
+    continuous law of the paper (same scale :math:`\sigma/n_c` on the proportions).
     An empty cluster holds no label and releases the uniform distribution.
     """
     n = np.asarray(counts)
@@ -140,8 +147,8 @@ def noisy_cluster_histograms(
     )
     size = n.sum(axis=1, keepdims=True).astype(float)
     safe = np.maximum(size, 1.0)
-    noise = as_generator(rng).laplace(0.0, 1.0, size=n.shape) * (sigma / safe)
-    noisy = n / safe + noise
+    noise = discrete_laplace(sigma, n.size, as_generator(rng)).reshape(n.shape)
+    noisy = (n + noise) / safe
     return np.where(size > 0, noisy, 1.0 / n.shape[1])
 
 

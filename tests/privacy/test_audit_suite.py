@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from ldpfda.client.protocol import privatize
+from ldpfda.labeldp import histogram_sigma, noisy_cluster_histograms
 from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import (
@@ -127,6 +128,27 @@ def _privatize(epsilon: float, p: int) -> Case:
                 edges, statistic)
 
 
+def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
+    """ClusterRR's histogram release of one cluster of 8 labels, K=2: (5, 3) vs (4, 4).
+
+    A label change moves both counts by 1; the log ratio of the discrete Laplace
+    outputs is (1/sigma) times the statistic below, which takes the values -2, 0, 2.
+    """
+    sigma = histogram_sigma(epsilon=epsilon) * noise_factor
+
+    def release(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return noisy_cluster_histograms(counts, sigma=sigma, rng=rng) * 8.0
+
+    def statistic(z: np.ndarray) -> np.ndarray:
+        first = np.where(z[:, 0] <= 4.5, 1.0, -1.0)
+        second = np.where(z[:, 1] >= 3.5, 1.0, -1.0)
+        return first + second
+
+    label = "" if noise_factor == 1.0 else f" x{noise_factor:g} noise"
+    return Case(f"cluster histogram (discrete Laplace){label}", epsilon, release,
+                np.array([5, 3]), np.array([4, 4]), np.array([-1.0, 1.0]), statistic)
+
+
 CORRECT = [
     _laplace(1.0, 4, "discrete"),
     _laplace(2.0, 2, "discrete"),
@@ -139,12 +161,14 @@ CORRECT = [
     _vector(HybridMechanism, 5.0, 4),
     _joint(1.0, 3),
     _privatize(2.0, 3),
+    _histogram(1.0),
 ]
 
 BROKEN = [
     (_laplace(1.0, 4, "discrete", scale_factor=0.5), 2.0),
     (_rr(BinaryRandomizedResponse, 1.0, leak=1.3), 1.3),
     (_rr(KaryRandomizedResponse, 1.0, leak=1.4, n_categories=5), 1.4),
+    (_histogram(1.0, noise_factor=0.5), 2.0),
 ]
 
 
