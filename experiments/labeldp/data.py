@@ -20,7 +20,6 @@ from numpy.typing import NDArray
 from sklearn.datasets import load_digits
 from sklearn.decomposition import PCA
 from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
 
 __all__ = [
     "DEFAULT_FASHION_DIR",
@@ -53,8 +52,8 @@ _IDX_TYPES = {
 class Dataset:
     """A train/test split with model features and clustering features.
 
-    ``x_*`` feed the classifiers (standardised); ``cluster_*`` feed k-means (unscaled
-    projections, so that distances keep the geometry of the inputs).
+    ``x_*`` feed the classifiers (centred, one common scale); ``cluster_*`` feed
+    k-means (unscaled projections, so that distances keep the geometry of the inputs).
     """
 
     name: str
@@ -125,6 +124,19 @@ def _subsample(x: NDArray, y: NDArray, size: int | None, seed: int) -> tuple:
     return x[np.sort(index)], y[np.sort(index)]
 
 
+def _global_scaling(x: NDArray) -> tuple[NDArray, float]:
+    """Column means and one scale for all columns: unit average variance.
+
+    One scale, not one per column: standardising every PCA score (or pixel) would blow
+    the low-variance directions, mostly noise, up to the weight of the leading ones, and
+    a ridge penalty would then shrink them all alike. Kept at their relative size, the
+    penalty shrinks the minor directions most, which matters when labels are noisy.
+    """
+    center = x.mean(axis=0)
+    scale = float(np.sqrt(np.mean(x.var(axis=0))))
+    return center, scale if scale > 0 else 1.0
+
+
 def load_dataset(
     name: str,
     *,
@@ -137,10 +149,10 @@ def load_dataset(
     """Load ``"fashion_mnist"`` or ``"digits"`` with public-feature preprocessing.
 
     Fashion-MNIST: PCA to ``n_components`` fitted on the training images (k-means uses
-    the PCA scores; the classifiers use them standardised). Digits: a fixed stratified
-    75/25 split (``seed``); k-means uses the raw pixels / 16, the classifiers their
-    standardised version. ``train_size`` / ``test_size`` take stratified subsamples
-    (quick runs).
+    the PCA scores, the classifiers the same scores centred and divided by one common
+    scale). Digits: a fixed stratified 75/25 split (``seed``); k-means uses the raw
+    pixels / 16, the classifiers their centred version divided by one common scale.
+    ``train_size`` / ``test_size`` take stratified subsamples (quick runs).
     """
     if name == "fashion_mnist":
         xtr, ytr, xte, yte = load_fashion_mnist(fashion_dir)
@@ -159,12 +171,12 @@ def load_dataset(
         ctr, cte = xtr, xte
     else:
         raise ValueError(f"name must be 'fashion_mnist' or 'digits', got {name!r}")
-    scaler = StandardScaler().fit(ctr)
+    center, scale = _global_scaling(ctr)
     return Dataset(
         name=name,
-        x_train=scaler.transform(ctr),
+        x_train=(ctr - center) / scale,
         y_train=np.asarray(ytr, dtype=np.int64),
-        x_test=scaler.transform(cte),
+        x_test=(cte - center) / scale,
         y_test=np.asarray(yte, dtype=np.int64),
         cluster_train=np.asarray(ctr, dtype=np.float64),
         n_classes=10,

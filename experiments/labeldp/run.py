@@ -149,6 +149,7 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
         ForwardCorrectedLogisticRegression,
         NoisyLabelLogisticRegression,
         UniformRR,
+        effective_parameters,
         histogram_sigma,
     )
     from ldpfda.privacy import derive_seed
@@ -157,7 +158,7 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
     name, method = task["dataset"], task["method"]
     eps, trial = task["epsilon"], task["trial"]
     data = _dataset(name, settings)
-    k, p = data.n_classes, data.x_train.shape[1]
+    k = data.n_classes
     seed = derive_seed(settings["seed"], task["key"])
     rng = np.random.default_rng(seed)
     cs = settings["learner_cs"]
@@ -211,7 +212,8 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
             )
         elif method == "cluster_rr":
             clusters = _clusters(name, task["n_clusters"], trial, settings)
-            mech = AutoClusterRR(epsilon=eps, n_classes=k, n_parameters=(p + 1) * k)
+            n_parameters = effective_parameters(data.x_train, k)
+            mech = AutoClusterRR(epsilon=eps, n_classes=k, n_parameters=n_parameters)
             release = mech.release(data.y_train, clusters=clusters, rng=rng)
             model = ForwardCorrectedLogisticRegression(**common).fit_release(
                 data.x_train, release
