@@ -59,7 +59,6 @@ from ldpfda.labeldp.peer_to_peer import (
 from ldpfda.labeldp.selection import (
     AutoClusterRR,
     choose_resampling,
-    effective_parameters,
     plan_histogram_share,
     predicted_accuracy,
     release_majority_share,
@@ -91,7 +90,6 @@ __all__ = [
     "corrected_loss",
     "corrected_targets",
     "dpsgd_epsilon",
-    "effective_parameters",
     "forward_probabilities",
     "histogram_epsilon",
     "histogram_sigma",

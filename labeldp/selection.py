@@ -16,8 +16,7 @@ with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
 :math:`\beta = 0`). A learner with :math:`d` parameters fitted on :math:`n` examples
 estimates its target at a typical point with the precision of an average over
 :math:`n_{\mathrm{eff}} = n/d` examples (the average leverage of a linear model is
-:math:`d/n`; :func:`effective_parameters` gives the :math:`d` of a ridge-penalised
-model from the public features), so the predicted probability of recovering :math:`y` is
+:math:`d/n`), so the predicted probability of recovering :math:`y` is
 
 .. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
           + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
@@ -78,7 +77,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
-from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
+from ldpfda._validation import check_epsilon, check_int, check_real
 from ldpfda.labeldp.accounting import (
     histogram_epsilon,
     histogram_sigma,
@@ -105,7 +104,6 @@ __all__ = [
     "Choice",
     "Plan",
     "choose_resampling",
-    "effective_parameters",
     "pilot_epsilon",
     "plan_histogram_share",
     "predicted_accuracy",
@@ -350,31 +348,6 @@ def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choic
     )
 
 
-def effective_parameters(features: ArrayLike, n_classes: int) -> int:
-    r"""Effective parameter count :math:`d` of a K-class linear model (the criterion).
-
-    A ridge-penalised linear model does not spend a full parameter on every feature
-    direction: directions of small variance are shrunk most. The count is
-    :math:`K(r + 1)` with the participation ratio
-    :math:`r = (\sum_j \mu_j)^2 / \sum_j \mu_j^2` of the eigenvalues
-    :math:`\mu_j` of the feature covariance (the number of directions that carry the
-    variance; :math:`r = p` for isotropic features, 1 for a single direction), plus one
-    intercept per class. Features are public under label DP, so this costs nothing.
-
-    References
-    ----------
-    P. Gao, E. Trautmann, B. Yu, et al., "A theory of multineuronal dimensionality,
-    dynamics and measurement", bioRxiv 2017 (participation ratio).
-    """
-    x = check_finite_array(features, "features", ndim=2)
-    k = check_int(n_classes, "n_classes", minimum=2)
-    if x.shape[0] < 2:
-        raise ValueError(f"features must hold at least 2 rows, got {x.shape[0]}")
-    mu = np.clip(np.linalg.eigvalsh(np.atleast_2d(np.cov(x, rowvar=False))), 0.0, None)
-    ratio = float(mu.sum() ** 2 / np.sum(mu**2)) if mu.sum() > 0 else 1.0
-    return max(k, int(round(k * (ratio + 1.0))))
-
-
 def pilot_epsilon(
     epsilon: float, n_samples: int, *, target_std: float = 0.02, max_share: float = 0.1
 ) -> float:
@@ -516,9 +489,8 @@ class AutoClusterRR:
     n_classes : int
         K.
     n_parameters : int
-        Parameters of the learner to be trained, public: at most :math:`(p+1)K` for
-        logistic regression on p features; :func:`effective_parameters` counts the
-        directions that the features actually use.
+        Parameters of the learner to be trained (for logistic regression on p features,
+        :math:`(p+1)K`), public.
     pilot_std, pilot_max_share : float
         Passed to :func:`pilot_epsilon`.
     shares : sequence of float

@@ -149,7 +149,6 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
         ForwardCorrectedLogisticRegression,
         NoisyLabelLogisticRegression,
         UniformRR,
-        effective_parameters,
         histogram_sigma,
     )
     from ldpfda.privacy import derive_seed
@@ -212,7 +211,7 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
             )
         elif method == "cluster_rr":
             clusters = _clusters(name, task["n_clusters"], trial, settings)
-            n_parameters = effective_parameters(data.x_train, k)
+            n_parameters = (data.x_train.shape[1] + 1) * k
             mech = AutoClusterRR(epsilon=eps, n_classes=k, n_parameters=n_parameters)
             release = mech.release(data.y_train, clusters=clusters, rng=rng)
             model = ForwardCorrectedLogisticRegression(**common).fit_release(
