@@ -41,11 +41,20 @@ Node config (``flower-supernode --node-config``)
     fresh OS entropy, because noise keyed by a seed the server knows protects nothing.
 ``ledger-dir`` (str)
     Keep the ledger in ``<ledger-dir>/run-<run id>/client-<id>.json`` so it survives a
-    SuperNode restart.
+    SuperNode restart; with the run-config key ``flower.session`` (a multi-server
+    session, several runs) in ``<ledger-dir>/session-<session>/client-<id>.json``, so
+    it also holds across the session's runs.
 ``test-misbehave`` (str)
-    Testing aid only: corrupt the reply after the honest release (``nan``, ``shape``,
-    ``range`` (a value no mechanism releases), ``label`` (reference release only) or
-    ``bit``) to exercise the server's reply validation.
+    Testing aid only: corrupt the reply after the honest release, to exercise the
+    server's reply validation. ``nan``, ``shape`` (one column short), ``range`` (a
+    value no mechanism releases), ``label`` (reference release only) and ``bit`` (an
+    evaluation reply of 3) must be rejected. ``extreme`` is valid, so accepted: every
+    released coordinate at the end of the mechanism's declared output range opposite
+    to the node's true value, the most damaging reply the server cannot tell from an
+    honest one. ``hang`` answers a release query only after ``test-hang-seconds``.
+``test-hang-seconds`` (float)
+    How long a ``hang`` node sleeps before it answers; default 3600, longer than
+    any reply timeout a test uses.
 """
 
 from __future__ import annotations
@@ -53,7 +62,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +87,16 @@ from ldpfda.client.data import (
     load_node_data,
     public_featurizer,
     run_settings,
+    simulated_noise_seed,
     simulated_partition,
 )
-from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
+from ldpfda.client.protocol import (
+    answer_evaluation,
+    joint_output_range,
+    privatize,
+    privatize_joint,
+    training_output_range,
+)
 from ldpfda.config import Settings
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.privacy.base import ReleaseEvent
@@ -107,10 +125,14 @@ IDENTIFY = "identify"
 PRIVATIZE = "privatize"
 EVALUATE = "evaluate"
 
-_STATE_PREFIX = "ldpfda-ledger-run-"
-_MISBEHAVIOURS = ("", "nan", "shape", "range", "label", "bit")
+_STATE_PREFIX = "ldpfda-ledger-"
+#: Allowed ``flower.session`` names (the session names a ledger directory).
+_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_MISBEHAVIOURS = ("", "nan", "shape", "range", "extreme", "label", "bit", "hang")
 #: What ``test-misbehave = "range"`` writes: beyond every mechanism's output range.
 _OUT_OF_RANGE = 1e300
+#: Default sleep of a ``test-misbehave = "hang"`` node, in seconds (one hour).
+_HANG_SECONDS = 3600.0
 
 
 class _Refusal(Exception):
@@ -138,6 +160,8 @@ class ClientSetup:
         Seed that, with the client id, keys the node's noise.
     misbehave : str
         Testing aid; empty for an honest node.
+    hang_seconds : float
+        Testing aid: how long a ``hang`` node sleeps before it answers.
     """
 
     client_id: int
@@ -146,6 +170,7 @@ class ClientSetup:
     budget: float
     noise_seed: int
     misbehave: str = ""
+    hang_seconds: float = _HANG_SECONDS
 
 
 def _node_int(node_config: dict[str, Any], key: str) -> int | None:
@@ -177,12 +202,17 @@ def client_setup(context: Context) -> ClientSetup:
         noise_seed = secrets.randbits(62)
     else:
         # Simulated partition: the engine's client seed, so both runs release the same.
-        noise_seed = derive_seed(settings.seed, "clients", repeat)
+        noise_seed = simulated_noise_seed(settings, repeat)
     misbehave = str(node.get("test-misbehave", ""))
     if misbehave not in _MISBEHAVIOURS:
         raise _Refusal(ERROR_REQUEST, f"test-misbehave must be one of {_MISBEHAVIOURS}")
+    hang = node.get("test-hang-seconds", _HANG_SECONDS)
+    if isinstance(hang, bool) or not isinstance(hang, (int, float)) or not hang >= 0:
+        raise _Refusal(
+            ERROR_REQUEST, f"test-hang-seconds must be a number >= 0, got {hang!r}"
+        )
     return ClientSetup(
-        client_id, settings, repeat, float(budget), noise_seed, misbehave
+        client_id, settings, repeat, float(budget), noise_seed, misbehave, float(hang)
     )
 
 
@@ -203,16 +233,33 @@ def _client_data(
 # -- the ledger, kept across the queries of one run ------------------------------------
 
 
+def _ledger_scope(context: Context) -> str:
+    """What the ledger is kept for: the run config's ``flower.session``, else the run.
+
+    A multi-server session spans several runs, and a client must not be asked again in
+    a later run of it. Flower gives every run a fresh ``Context.state`` (it is carried
+    over only within a run series), so a ledger that outlives a run needs
+    ``ledger-dir``.
+    """
+    session = str(context.run_config.get("flower.session", "") or "")
+    if not session:
+        return f"run-{context.run_id}"
+    if not _SESSION_NAME.fullmatch(session):
+        raise ValueError(
+            f"flower.session must match {_SESSION_NAME.pattern}, got {session!r}"
+        )
+    return f"session-{session}"
+
+
 def _ledger_file(context: Context, client_id: int) -> Path | None:
     directory = context.node_config.get("ledger-dir")
     if not directory:
         return None
-    return Path(str(directory)) / f"run-{context.run_id}" / f"client-{client_id}.json"
+    return Path(str(directory)) / _ledger_scope(context) / f"client-{client_id}.json"
 
 
 def _state_key(context: Context) -> str:
-    # Keyed by run: Flower carries Context.state over between runs of one run series.
-    return f"{_STATE_PREFIX}{context.run_id}"
+    return f"{_STATE_PREFIX}{_ledger_scope(context)}"
 
 
 def load_ledger(context: Context, client_id: int, budget: float) -> PrivacyLedger:
@@ -314,16 +361,19 @@ def _privatize(message: Message, context: Context) -> RecordDict:
         )
     finally:
         save_ledger(context, ledger)
-    released_x = payload.features.astype(np.float64)
     released_y = payload.labels.astype(np.int8)
-    if setup.misbehave == "nan":
-        released_x[0, 0] = math.nan
-    elif setup.misbehave == "shape":
-        released_x = released_x[:, :-1]
-    elif setup.misbehave == "range":
-        released_x[0, 0] = _OUT_OF_RANGE
-    elif setup.misbehave == "label":
+    if setup.misbehave == "label":
         released_y[:] = 2
+    released_x = _misbehave(
+        setup,
+        payload.features.astype(np.float64),
+        truth=features,
+        output_range=training_output_range(
+            epsilon=settings.epsilon,
+            n_features=features.shape[1],
+            label_share=settings.label_share,
+        ),
+    )
     return RecordDict(
         {
             "payload": ArrayRecord(
@@ -352,19 +402,50 @@ def _privatize_joint(context: Context, setup: ClientSetup) -> RecordDict:
         )
     finally:
         save_ledger(context, ledger)
-    released = payload.releases.astype(np.float64)
-    if setup.misbehave == "nan":
-        released[0, 0] = math.nan
-    elif setup.misbehave == "shape":
-        released = released[:, :-1]
-    elif setup.misbehave == "range":
-        released[0, 0] = _OUT_OF_RANGE
+    signed = (2.0 * labels[:, None] - 1.0) * np.hstack([np.ones((1, 1)), features])
+    released = _misbehave(
+        setup,
+        payload.releases.astype(np.float64),
+        truth=signed,
+        output_range=joint_output_range(
+            epsilon=settings.epsilon,
+            n_features=features.shape[1],
+            mechanism=settings.vector_mechanism,
+        ),
+    )
     return RecordDict(
         {
             "payload": ArrayRecord({"releases": Array(released)}),
             "ledger": _ledger_record(ledger),
         }
     )
+
+
+def _misbehave(
+    setup: ClientSetup,
+    released: NDArray[np.float64],
+    *,
+    truth: NDArray[np.float64],
+    output_range: tuple[float, float],
+) -> NDArray[np.float64]:
+    r"""Testing aid: the release ``(1, k)`` as a ``test-misbehave`` node sends it.
+
+    ``truth`` is what the release estimates (the node's scaled features, or its
+    :math:`\tilde y\,(1, x)`); ``extreme`` answers the end of ``output_range`` opposite
+    to it. ``hang`` sleeps, then sends the honest release.
+    """
+    if setup.misbehave == "nan":
+        released[0, 0] = math.nan
+    elif setup.misbehave == "shape":
+        released = released[:, :-1]
+    elif setup.misbehave == "range":
+        released[0, 0] = _OUT_OF_RANGE
+    elif setup.misbehave == "extreme":
+        low, high = output_range
+        released = np.where(truth >= 0, low, high).astype(np.float64)
+    elif setup.misbehave == "hang":
+        time.sleep(setup.hang_seconds)
+    return released
 
 
 def _model(message: Message, n_features: int) -> tuple[NDArray, NDArray]:
@@ -404,6 +485,8 @@ def _evaluate(message: Message, context: Context) -> RecordDict:
     bit = bit.astype(np.int8)
     if setup.misbehave == "bit":
         bit[:] = 3
+    elif setup.misbehave == "hang":
+        time.sleep(setup.hang_seconds)
     return RecordDict(
         {"feedback": ArrayRecord({"bit": Array(bit)}), "ledger": _ledger_record(ledger)}
     )
@@ -446,3 +529,7 @@ def privatize_query(message: Message, context: Context) -> Message:
 def evaluate_query(message: Message, context: Context) -> Message:
     """Release, by randomized response, whether the received model errs on the node."""
     return _answer(_evaluate, message, context)
+
+
+# The label-only modes' queries (issue 5) register themselves on ``app``.
+import ldpfda.client.labeldp_app  # noqa: E402, F401

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -374,6 +375,39 @@ class LoopbackFederation:
                 command.append("--insecure")
             self.supernodes.append(self._spawn(f"supernode-{i}", command))
         return self
+
+    def node_ids(self, timeout: float = 120.0) -> list[int]:
+        """The SuperLink's node id of each SuperNode, once every one has connected.
+
+        Read from the ``SuperNode ID: <id>`` line a SuperNode logs when the SuperLink
+        has registered it; submit a run after this to have every node take part.
+
+        Raises
+        ------
+        RuntimeError
+            If a SuperNode exits first.
+        TimeoutError
+            If a SuperNode has not connected within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        ids: dict[int, int] = {}
+        while len(ids) < len(self.supernodes):
+            for i, process in enumerate(self.supernodes):
+                found = re.search(
+                    r"SuperNode ID: (\d+)", process.log.read_text(errors="replace")
+                )
+                if found:
+                    ids[i] = int(found.group(1))
+                elif process.popen.poll() is not None:
+                    raise RuntimeError(f"{process.name} exited; see {process.log}")
+            if len(ids) < len(self.supernodes):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"only {len(ids)} of {len(self.supernodes)} SuperNodes "
+                        f"connected after {timeout:g} s"
+                    )
+                time.sleep(0.5)
+        return [ids[i] for i in range(len(self.supernodes))]
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""

@@ -43,6 +43,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ from ldpfda.server.engine import (
     train_weak,
 )
 from ldpfda.server.mrma import assign_groups
+from ldpfda.server.validation import reason_kind
 
 __all__ = [
     "FlowerOptions",
@@ -116,14 +118,22 @@ _UNAVAILABLE = frozenset(
     }
 )
 
-#: Bound on |noise| / scale of a genuine Laplace release: the discrete sampler clamps
-#: its tail at 30 ln 2 scales, and the continuous one cannot exceed 53 ln 2 with 53-bit
-#: uniforms; 64 ln 2 covers both with room. A release beyond ``1 + scale * 64 ln 2``
-#: cannot come from the mechanism.
+#: Values of ``flower.phase``: the one-server protocol, or a multi-server phase.
+PHASES = ("single", "train", "evaluate")
 
 
 class ReplyError(ValueError):
-    """A reply that cannot be used: an error reply, or content that fails validation."""
+    """A reply that cannot be used: an error reply, or content that fails validation.
+
+    The message is ``"<kind>: <detail>"`` (the convention of
+    :mod:`ldpfda.server.validation`); ``kind`` is one of ``error`` (the node answered
+    with an error), ``content`` (a record or array is missing or unreadable),
+    ``identity``, ``ledger``, ``shape``, ``nan``, ``range``, ``label`` or ``bit``.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,15 @@ class FlowerOptions:
         ``"design"``: score on the embedded design's test set of this repeat (the one
         :func:`~ldpfda.server.engine.run_repeat` uses); ``""``: no test set; otherwise
         the path of a data file (:mod:`ldpfda.client.data` format) with test rows.
+    phase : str
+        ``"single"``: the one-server protocol above. ``"train"`` or ``"evaluate"``: one
+        phase of a multi-server session (:mod:`ldpfda.server.multiserver_app`).
+    session : str
+        Name of the multi-server session the run belongs to; nodes keep their ledger
+        per session (``""``: per run).
+    artifact_dir : str
+        Directory of the session's model and estimate artifacts
+        (:mod:`ldpfda.server.artifacts`), shared by its servers.
     """
 
     repeat: int = 0
@@ -160,6 +179,9 @@ class FlowerOptions:
     min_reply_fraction: float = 0.8
     report_dir: str = "results/flower"
     test_data: str = "design"
+    phase: str = "single"
+    session: str = ""
+    artifact_dir: str = "results/flower/artifacts"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -187,6 +209,21 @@ class FlowerOptions:
         if not isinstance(self.test_data, str):
             raise TypeError(
                 f"test_data must be a str, got {type(self.test_data).__name__}"
+            )
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+        if not isinstance(self.session, str) or not re.fullmatch(
+            r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})?", self.session
+        ):
+            raise ValueError(
+                "session must be empty or a name of letters, digits, '.', '_' and "
+                f"'-' (at most 64), got {self.session!r}"
+            )
+        if self.phase != "single" and not self.session:
+            raise ValueError(f"phase {self.phase!r} needs a session name")
+        if not isinstance(self.artifact_dir, str) or not self.artifact_dir:
+            raise ValueError(
+                f"artifact_dir must be a non-empty path, got {self.artifact_dir!r}"
             )
 
     @classmethod
@@ -222,9 +259,9 @@ def parse_run_config(run_config: Mapping[str, Any]) -> tuple[Settings, FlowerOpt
 def _content(message: Message) -> RecordDict:
     if message.has_error():
         error = message.error
-        raise ReplyError(f"error reply (code {error.code}): {error.reason}")
+        raise ReplyError("error", f"error reply (code {error.code}): {error.reason}")
     if not message.has_content():
-        raise ReplyError("reply has no content")
+        raise ReplyError("content", "reply has no content")
     return message.content
 
 
@@ -235,14 +272,20 @@ def _ledger_info(content: RecordDict, key: str, client_id: int) -> dict[str, flo
         spent = float(record["spent"])  # type: ignore[arg-type]
         budget = float(record["budget"])  # type: ignore[arg-type]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReplyError(f"reply lacks a valid '{key}' record: {exc!r}") from exc
+        raise ReplyError(
+            "ledger", f"reply lacks a valid '{key}' record: {exc!r}"
+        ) from exc
     if isinstance(reported, bool) or not isinstance(reported, int):
-        raise ReplyError(f"client-id must be an int, got {reported!r}")
+        raise ReplyError("ledger", f"client-id must be an int, got {reported!r}")
     if reported != client_id:
-        raise ReplyError(f"reply is signed by client {reported}, expected {client_id}")
+        raise ReplyError(
+            "ledger", f"reply is signed by client {reported}, expected {client_id}"
+        )
     # Both may be inf (a non-private run), never NaN or negative.
     if not spent >= 0 or not budget > 0:
-        raise ReplyError(f"invalid ledger figures spent={spent!r}, budget={budget!r}")
+        raise ReplyError(
+            "ledger", f"invalid ledger figures spent={spent!r}, budget={budget!r}"
+        )
     return {"spent": spent, "budget": budget}
 
 
@@ -251,10 +294,10 @@ def _array(content: RecordDict, record: str, key: str) -> NDArray:
         value = content.array_records[record][key].numpy()
     except Exception as exc:  # a corrupt Array may fail in many ways inside numpy
         raise ReplyError(
-            f"reply lacks a readable '{record}.{key}' array: {exc!r}"
+            "content", f"reply lacks a readable '{record}.{key}' array: {exc!r}"
         ) from exc
     if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        raise ReplyError(f"'{record}.{key}' must be numeric")
+        raise ReplyError("content", f"'{record}.{key}' must be numeric")
     return value
 
 
@@ -270,9 +313,13 @@ def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
     try:
         client_id = content.config_records["identity"]["client-id"]
     except KeyError as exc:
-        raise ReplyError("reply lacks an 'identity' record with a client-id") from exc
+        raise ReplyError(
+            "identity", "reply lacks an 'identity' record with a client-id"
+        ) from exc
     if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
-        raise ReplyError(f"client-id must be an int >= 0, got {client_id!r}")
+        raise ReplyError(
+            "identity", f"client-id must be an int >= 0, got {client_id!r}"
+        )
     return client_id, _ledger_info(content, "identity", client_id)
 
 
@@ -298,22 +345,23 @@ def parse_payload(
     labels = _array(content, "payload", "labels")
     if features.shape != (1, n_features):
         raise ReplyError(
-            f"features must have shape (1, {n_features}), got {features.shape}"
+            "shape", f"features must have shape (1, {n_features}), got {features.shape}"
         )
     x = features.astype(np.float64)
     if not np.all(np.isfinite(x)):
-        raise ReplyError("features contain NaN or infinite values")
+        raise ReplyError("nan", "features contain NaN or infinite values")
     low, high = feature_range
     if np.any(x < low) or np.any(x > high):
         raise ReplyError(
+            "range",
             f"features outside the mechanism's range [{low:.6g}, {high:.6g}]: "
-            f"got [{x.min():.6g}, {x.max():.6g}]"
+            f"got [{x.min():.6g}, {x.max():.6g}]",
         )
     if labels.shape != (1,):
-        raise ReplyError(f"labels must have shape (1,), got {labels.shape}")
+        raise ReplyError("shape", f"labels must have shape (1,), got {labels.shape}")
     label = float(labels[0])
     if label not in (0.0, 1.0):
-        raise ReplyError(f"randomized label must be 0 or 1, got {labels[0]!r}")
+        raise ReplyError("label", f"randomized label must be 0 or 1, got {labels[0]!r}")
     return x[0], int(label), _ledger_info(content, "ledger", client_id)
 
 
@@ -339,16 +387,18 @@ def parse_joint_payload(
     releases = _array(content, "payload", "releases")
     if releases.shape != (1, n_features + 1):
         raise ReplyError(
-            f"releases must have shape (1, {n_features + 1}), got {releases.shape}"
+            "shape",
+            f"releases must have shape (1, {n_features + 1}), got {releases.shape}",
         )
     z = releases.astype(np.float64)
     if not np.all(np.isfinite(z)):
-        raise ReplyError("releases contain NaN or infinite values")
+        raise ReplyError("nan", "releases contain NaN or infinite values")
     low, high = output_range
     if np.any(z < low) or np.any(z > high):
         raise ReplyError(
+            "range",
             f"releases outside the mechanism's range [{low:.6g}, {high:.6g}]: "
-            f"got [{z.min():.6g}, {z.max():.6g}]"
+            f"got [{z.min():.6g}, {z.max():.6g}]",
         )
     return z[0], _ledger_info(content, "ledger", client_id)
 
@@ -364,10 +414,10 @@ def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, 
     content = _content(message)
     bit = _array(content, "feedback", "bit")
     if bit.shape != (1,):
-        raise ReplyError(f"bit must have shape (1,), got {bit.shape}")
+        raise ReplyError("shape", f"bit must have shape (1,), got {bit.shape}")
     value = float(bit[0])
     if value not in (0.0, 1.0):
-        raise ReplyError(f"feedback must be a bit (0 or 1), got {bit[0]!r}")
+        raise ReplyError("bit", f"feedback must be a bit (0 or 1), got {bit[0]!r}")
     return int(value), _ledger_info(content, "ledger", client_id)
 
 
@@ -376,14 +426,37 @@ def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, 
 
 @dataclass
 class Round:
-    """Who was asked one query, who answered, who did not, and what was rejected."""
+    """Who was asked one query, who answered, who did not, and what was rejected.
+
+    Keys are client ids, node ids in the ``identify`` round (before the server knows
+    who is who). ``missing`` and ``rejected`` give each key its reason,
+    ``"<kind>: <detail>"``; a missing node is ``timeout`` or ``unavailable``.
+    """
 
     name: str
     asked: list[int] = field(default_factory=list)
     answered: list[int] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
+    missing: dict[int, str] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
     refused_by_server: list[int] = field(default_factory=list)
+
+    @property
+    def _who(self) -> str:
+        return "node" if self.name == IDENTIFY else "client"
+
+    def miss(self, key: int, reason: str) -> None:
+        """Record that ``key`` gave no reply to use, and log it."""
+        self.missing[key] = reason
+        logger.warning(
+            "ldpfda: %s: no reply from %s %d (%s)", self.name, self._who, key, reason
+        )
+
+    def reject(self, key: int, reason: str) -> None:
+        """Record that the reply of ``key`` is not used, and log it."""
+        self.rejected[key] = reason
+        logger.warning(
+            "ldpfda: %s reply of %s %d rejected: %s", self.name, self._who, key, reason
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -460,25 +533,84 @@ def _ask(
 ) -> dict[int, Message]:
     """Send ``query.<kind>`` to each node of ``contents``; replies by node id.
 
-    Replies that only say the node was unavailable are dropped: the node is missing.
+    Waits at most ``timeout`` seconds. The grid returns only replies to the messages
+    just sent, so a reply that comes after the timeout is never used: Flower keeps it
+    and nobody pulls it. Anything else that answers no message of this call (another
+    node, another query, a second reply) is logged and dropped. Flower's error replies
+    that say a node is unavailable come from the SuperLink; they are kept under the
+    node the message went to and say why it is missing (:func:`_absence`).
     """
+    message_type = f"query.{kind}"
     messages = [
-        Message(content, node, f"query.{kind}", group_id=kind)
+        Message(content, node, message_type, group_id=kind)
         for node, content in contents.items()
     ]
     if not messages:
         return {}
+    received = grid.send_and_receive(messages, timeout=timeout)
+    # The grid gives each message its id as it pushes it.
+    node_by_id = {
+        m.metadata.message_id: m.metadata.dst_node_id
+        for m in messages
+        if m.metadata.message_id
+    }
     replies: dict[int, Message] = {}
-    for reply in grid.send_and_receive(messages, timeout=timeout):
-        node = int(reply.metadata.src_node_id)
-        if reply.has_error() and reply.error.code in _UNAVAILABLE:
+    for reply in received:
+        unavailable = reply.has_error() and reply.error.code in _UNAVAILABLE
+        if unavailable:
+            node = node_by_id.get(reply.metadata.reply_to_message_id)
+        else:
+            node = int(reply.metadata.src_node_id)
+        answers = unavailable or reply.metadata.message_type == message_type
+        if node not in contents or node in replies or not answers:
             logger.warning(
-                "ldpfda: a %s query went unanswered: %s", kind, reply.error.reason
+                "ldpfda: ignored a stray reply (%s from node %s) to the %s round",
+                reply.metadata.message_type,
+                reply.metadata.src_node_id,
+                kind,
             )
             continue
-        if node in contents and node not in replies:
-            replies[node] = reply
+        replies[node] = reply
     return replies
+
+
+def _absence(reply: Message | None, timeout: float) -> str | None:
+    """Why a node gave no reply to use (``timeout`` or ``unavailable``), else None."""
+    if reply is None:
+        return f"timeout: no reply within flower.reply-timeout = {timeout:g} s"
+    if reply.has_error() and reply.error.code in _UNAVAILABLE:
+        return f"unavailable: {reply.error.reason} (code {reply.error.code})"
+    return None
+
+
+def _rejections(
+    rounds: Mapping[str, Round],
+    node_of: Mapping[int, int],
+    claimed: Mapping[int, int],
+) -> list[dict[str, Any]]:
+    """Every reply the run did not use, and every one that never came, with the reason.
+
+    One entry per round and node: ``stage``, ``client_id`` (None when a node never
+    said who it is), ``node_id``, ``kind`` and ``reason``. ``claimed`` is the client id
+    each node gave in the identify round.
+    """
+    out = []
+    for stage, round_ in rounds.items():
+        for key, reason in sorted({**round_.missing, **round_.rejected}.items()):
+            if stage == IDENTIFY:
+                node, client = key, claimed.get(key)
+            else:
+                node, client = node_of[key], key
+            out.append(
+                {
+                    "stage": stage,
+                    "client_id": client,
+                    "node_id": node,
+                    "kind": reason_kind(reason),
+                    "reason": reason,
+                }
+            )
+    return out
 
 
 def _release_events(
@@ -503,26 +635,32 @@ def _release_events(
     return {PRIVATIZE: privatize, EVALUATE: evaluation_events(epsilon=settings.epsilon)}
 
 
-def _release_parser(
-    settings: Settings, n_features: int
-) -> Callable[[Message, int], tuple[Any, ...]]:
-    """Validation of a privatize reply: rows of the release and the ledger figures."""
+def _output_range(settings: Settings, n_features: int) -> tuple[float, float]:
+    """The declared range of every value a privatize reply releases."""
     if settings.joint_release:
-        output_range = joint_output_range(
+        return joint_output_range(
             epsilon=settings.epsilon,
             n_features=n_features,
             mechanism=settings.vector_mechanism,
         )
-        return lambda reply, c: parse_joint_payload(
-            reply, client_id=c, n_features=n_features, output_range=output_range
-        )
-    feature_range = training_output_range(
+    return training_output_range(
         epsilon=settings.epsilon,
         n_features=n_features,
         label_share=settings.label_share,
     )
+
+
+def _release_parser(
+    settings: Settings, n_features: int
+) -> Callable[[Message, int], tuple[Any, ...]]:
+    """Validation of a privatize reply: rows of the release and the ledger figures."""
+    output_range = _output_range(settings, n_features)
+    if settings.joint_release:
+        return lambda reply, c: parse_joint_payload(
+            reply, client_id=c, n_features=n_features, output_range=output_range
+        )
     return lambda reply, c: parse_payload(
-        reply, client_id=c, n_features=n_features, feature_range=feature_range
+        reply, client_id=c, n_features=n_features, feature_range=output_range
     )
 
 
@@ -583,27 +721,29 @@ def _collect(
     node_of: Mapping[int, int],
     reported: dict[int, dict[str, float]],
     parse: Callable[[Message, int], tuple[Any, ...]],
+    *,
+    timeout: float,
 ) -> dict[int, tuple[Any, ...]]:
     """Validate the replies of ``round_``: parsed values of the valid ones, by client.
 
-    Missing and rejected clients are recorded in ``round_``; the ledger figures of valid
-    replies go to ``reported`` (a client asked without a valid reply is dropped from
-    it: what it spent is then known only from the server's own accounting).
+    Missing and rejected clients are recorded in ``round_`` (a client without a reply
+    within ``timeout`` seconds is missing); the ledger figures of valid replies go to
+    ``reported`` (a client asked without a valid reply is dropped from it: what it
+    spent is then known only from the server's own accounting).
     """
     valid: dict[int, tuple[Any, ...]] = {}
     for c in round_.asked:
         reported.pop(c, None)
         reply = replies.get(node_of[c])
-        if reply is None:
-            round_.missing.append(c)
+        absence = _absence(reply, timeout)
+        if absence is not None:
+            round_.miss(c, absence)
             continue
+        assert reply is not None
         try:
             *values, figures = parse(reply, c)
         except ReplyError as exc:
-            round_.rejected[c] = str(exc)
-            logger.warning(
-                "ldpfda: %s reply of client %d rejected: %s", round_.name, c, exc
-            )
+            round_.reject(c, str(exc))
             continue
         valid[c] = tuple(values)
         reported[c] = figures
@@ -656,6 +796,10 @@ def run_server(
     RuntimeError
         When too few nodes connect or too few valid replies arrive.
     """
+    if settings.label_release:  # the label-only modes (issue 5)
+        from ldpfda.server.labeldp_app import run_label_server
+
+        return run_label_server(grid, settings, options, run_id=run_id)
     out = Path(options.report_dir) / f"run-{run_id}"
     status = _Status(out)
     timings: dict[str, float] = {}
@@ -688,27 +832,32 @@ def run_server(
         # Who is who: client ids decide the groups, as in run_repeat.
         status("identify", nodes=len(nodes))
         t0 = time.perf_counter()
-        identify = Round("identify", asked=list(nodes))
+        identify = Round(IDENTIFY, asked=list(nodes))
         node_of: dict[int, int] = {}
-        ignored: dict[str, str] = {}
+        claimed: dict[int, int] = {}  # node -> the client id it says it is
         replies = _ask(
             grid, {n: RecordDict() for n in nodes}, IDENTIFY, options.reply_timeout
         )
-        for node in nodes:
-            if node not in replies:
-                identify.missing.append(node)
+        for node in nodes:  # by node id: of two nodes claiming a client, the first
+            reply = replies.get(node)
+            absence = _absence(reply, options.reply_timeout)
+            if absence is not None:
+                identify.miss(node, absence)
                 continue
+            assert reply is not None
             try:
-                client_id, figures = parse_identity(replies[node])
+                client_id, figures = parse_identity(reply)
             except ReplyError as exc:
-                identify.rejected[node] = str(exc)
-                logger.warning("ldpfda: node %d identify rejected: %s", node, exc)
+                identify.reject(node, str(exc))
                 continue
+            claimed[node] = client_id
             if client_id >= total:
-                ignored[str(node)] = f"client {client_id} is not in this run"
+                identify.reject(node, f"unknown: client {client_id} is not in this run")
             elif client_id in node_of:
-                ignored[str(node)] = (
-                    f"client {client_id} is already node {node_of[client_id]}"
+                identify.reject(
+                    node,
+                    f"duplicate: client {client_id} is already node "
+                    f"{node_of[client_id]}",
                 )
             else:
                 node_of[client_id] = node
@@ -737,7 +886,14 @@ def run_server(
             else:
                 privatize_round.refused_by_server.append(c)
         replies = _ask(grid, asked, PRIVATIZE, options.reply_timeout)
-        rows = _collect(privatize_round, replies, node_of, reported, parse_release)
+        rows = _collect(
+            privatize_round,
+            replies,
+            node_of,
+            reported,
+            parse_release,
+            timeout=options.reply_timeout,
+        )
         _require(
             privatize_round,
             2 if moment else settings.subsample_size,
@@ -754,7 +910,7 @@ def run_server(
                 payload, settings, public=public, privacy=ledger.summary()
             )
             timings["server_train_s"] = time.perf_counter() - t0
-            rounds = {"identify": identify, "privatize": privatize_round}
+            rounds = {IDENTIFY: identify, PRIVATIZE: privatize_round}
         else:
             result, rounds = _mrma_rounds(
                 grid,
@@ -771,7 +927,7 @@ def run_server(
                 status=status,
                 timings=timings,
             )
-            rounds = {"identify": identify, "privatize": privatize_round, **rounds}
+            rounds = {IDENTIFY: identify, PRIVATIZE: privatize_round, **rounds}
         t0 = time.perf_counter()
         test = _test_set(settings, options)
         if test is not None:
@@ -790,9 +946,15 @@ def run_server(
                     "expected_clients": total,
                     "connected_nodes": len(nodes),
                     "absent_clients": absent,
-                    "ignored_nodes": ignored,
+                    "ignored_nodes": {
+                        str(node): reason
+                        for node, reason in identify.rejected.items()
+                        if reason_kind(reason) in ("duplicate", "unknown")
+                    },
                     "train_clients": train_ids,
                     "eval_clients": eval_ids,
+                    "output_range": list(_output_range(settings, n_features)),
+                    "rejections": _rejections(rounds, node_of, claimed),
                     **{name: r.summary() for name, r in rounds.items()},
                 },
             }
@@ -885,6 +1047,7 @@ def _mrma_rounds(
         node_of,
         reported,
         lambda reply, c: parse_feedback(reply, client_id=c),
+        timeout=options.reply_timeout,
     )
     answered = sorted(feedback)
     bits = [feedback[c][0] for c in answered]
@@ -912,6 +1075,11 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point of ``flwr run``: parse the run config and run one repeat."""
+    """Entry point of ``flwr run``: parse the run config, run one repeat or phase."""
     settings, options = parse_run_config(context.run_config)
+    if options.phase != "single":
+        from ldpfda.server.multiserver_app import run_phase
+
+        run_phase(grid, settings, options, run_id=context.run_id)
+        return
     run_server(grid, settings, options, run_id=context.run_id)

@@ -5,6 +5,9 @@ the right length inside the feature mechanism's declared output range, with a la
 {0, 1}; an evaluation reply must be one bit. A client that answers twice keeps its first
 answer. Every rejected reply is recorded with its reason, and what was accepted before
 is never discarded.
+
+A reason reads ``"<kind>: <detail>"``; :func:`reason_kind` gives the kind. The
+deployment's ServerApp (:mod:`ldpfda.server.server_app`) words its reasons the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Rejection", "Screened", "screen_bits", "screen_payloads"]
+__all__ = ["Rejection", "Screened", "reason_kind", "screen_bits", "screen_payloads"]
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a rejection reason ``"<kind>: <detail>"`` (e.g. ``"range"``)."""
+    return reason.split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class Screened:
         """Number of rejections per reason kind (the text before the first colon)."""
         out: dict[str, int] = {}
         for r in self.rejected:
-            kind = r.reason.split(":")[0]
+            kind = reason_kind(r.reason)
             out[kind] = out.get(kind, 0) + 1
         return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
@@ -14,6 +16,7 @@ from ldpfda.client.protocol import (
     joint_output_range,
     privatize,
     privatize_joint,
+    training_output_range,
 )
 from ldpfda.privacy.random import derive_seed
 
@@ -256,3 +259,61 @@ def test_misbehaving_test_node_sends_a_non_bit(run_config):
     )
     reply = _ask(context, "evaluate", _model(np.ones(4), 0.0))
     assert reply.content.array_records["feedback"]["bit"].numpy()[0] == 3
+
+
+@pytest.mark.parametrize("protocol", [{}, REFERENCE], ids=["default", "reference"])
+def test_extreme_test_node_sends_the_edge_of_the_declared_range(run_config, protocol):
+    config = run_config(SMALL, protocol)
+    settings, _ = run_settings(config)
+    node = {"partition-id": 5, "num-partitions": 50, "test-misbehave": "extreme"}
+    released = _released(_ask(_context(config, node), "privatize"))
+    x, y = simulated_partition(settings, 0, 5)
+    if settings.joint_release:
+        low, high = joint_output_range(
+            epsilon=settings.epsilon, n_features=4, mechanism=settings.vector_mechanism
+        )
+        truth = (2.0 * y[:, None] - 1.0) * np.hstack([np.ones((1, 1)), x])
+    else:
+        low, high = training_output_range(epsilon=settings.epsilon, n_features=4)
+        truth = x
+    # Every coordinate at the end of the range that pulls against the node's truth.
+    np.testing.assert_array_equal(released, np.where(truth >= 0, low, high))
+    assert set(np.unique(released)) == {low, high}
+
+
+@pytest.mark.parametrize(
+    ("kind", "content"),
+    [("privatize", None), ("evaluate", _model(np.ones(4), 0.0))],
+)
+def test_hanging_test_node_answers_honestly_but_late(run_config, kind, content):
+    config = run_config(SMALL)
+    honest = _ask(
+        _context(config, {"partition-id": 41, "num-partitions": 50}), kind, content
+    )
+    node = {
+        "partition-id": 41,
+        "num-partitions": 50,
+        "test-misbehave": "hang",
+        "test-hang-seconds": 0.3,
+    }
+    context = _context(config, node)
+    started = time.monotonic()
+    assert not _ask(context, "identify").has_error()
+    assert time.monotonic() - started < 0.3, "identify is answered at once"
+    started = time.monotonic()
+    late = _ask(context, kind, content)
+    assert time.monotonic() - started >= 0.3
+    for name, record in honest.content.array_records.items():
+        for key, array in record.items():
+            np.testing.assert_array_equal(
+                late.content.array_records[name][key].numpy(), array.numpy()
+            )
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), "soon"])
+def test_hang_seconds_must_be_a_duration(run_config, seconds):
+    node = {"partition-id": 1, "num-partitions": 50, "test-hang-seconds": seconds}
+    reply = _ask(_context(run_config(SMALL), node), "identify")
+    assert (
+        reply.error.code == ERROR_REQUEST and "test-hang-seconds" in reply.error.reason
+    )

@@ -8,6 +8,7 @@ evaluation round) on the reference.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import numpy as np
@@ -16,7 +17,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDic
 from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import app as client_app
-from ldpfda.client.protocol import joint_output_range
+from ldpfda.client.protocol import joint_output_range, training_output_range
 from ldpfda.server.engine import run_repeat
 from ldpfda.server.server_app import (
     FlowerOptions,
@@ -445,6 +446,15 @@ def test_misbehaving_clients_are_rejected_and_never_used(
     _, _, result, report = _run(run_config(SMALL, protocol), nodes)
     rejected = report["participation"][round_]["rejected"]
     assert list(rejected) == [str(node)] and reason in rejected[str(node)]
+    assert report["participation"]["rejections"] == [
+        {
+            "stage": round_,
+            "client_id": node,
+            "node_id": 1000 + node,
+            "kind": flag,
+            "reason": rejected[str(node)],
+        }
+    ]
     assert node not in result.payload.client_ids
     assert np.all(np.isfinite(result.final.coef))
 
@@ -459,9 +469,15 @@ def test_budget_refusals_and_duplicates_are_recorded(run_config, protocol):
     part = report["participation"]
     assert "refused" in part["privatize"]["rejected"]["5"]
     assert sorted(part["ignored_nodes"].values()) == [
-        "client 6 is already node 1006",
-        "client 77 is not in this run",
+        "duplicate: client 6 is already node 1006",
+        "unknown: client 77 is not in this run",
     ]
+    identify = [r for r in part["rejections"] if r["stage"] == "identify"]
+    assert [(r["node_id"], r["client_id"], r["kind"]) for r in identify] == [
+        (1050, 6, "duplicate"),
+        (1051, 77, "unknown"),
+    ]
+    assert part["identify"]["answered"] == 50
     releasing = 50 if settings.protocol == "moment" else 30
     assert len(result.payload) == releasing - 1
 
@@ -476,3 +492,102 @@ def test_absent_clients_with_min_nodes(run_config, protocol):
     assert report["participation"]["eval_clients"] == list(range(30, 47))
     if settings.protocol == "moment":
         np.testing.assert_array_equal(result.payload.client_ids, np.arange(47))
+
+
+@PROTOCOLS
+def test_an_extreme_but_valid_reply_is_accepted_at_the_edge_of_the_range(
+    run_config, protocol
+):
+    nodes = partitions(50)
+    nodes[4]["test-misbehave"] = "extreme"
+    _, settings, result, report = _run(run_config(SMALL, protocol), nodes)
+    part = report["participation"]
+    assert part["rejections"] == [] and 4 in result.payload.client_ids
+    if settings.joint_release:
+        declared = joint_output_range(
+            epsilon=5.0, n_features=4, mechanism=settings.vector_mechanism
+        )
+        released = result.payload.releases
+    else:
+        declared = training_output_range(epsilon=5.0, n_features=4)
+        released = result.payload.features
+    low, high = part["output_range"]
+    assert (low, high) == declared
+    row = released[result.payload.client_ids.tolist().index(4)]
+    assert set(row) <= {low, high}  # clipped at the declared range, not beyond
+    assert np.all((low <= released) & (released <= high))
+
+
+class LateGrid(FakeGrid):
+    """A FakeGrid with a deadline: a reply that takes longer than the round's timeout
+    is held back and handed over with the next round's replies (which Flower, pulling
+    replies by message id, never does)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.late: list[Message] = []
+        self.handed_over_late = 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        stale, self.late = self.late, []
+        on_time = []
+        for message in messages:
+            started = time.monotonic()
+            replies = super().send_and_receive([message], timeout=timeout)
+            late = time.monotonic() - started > timeout
+            (self.late if late else on_time).extend(replies)
+        self.handed_over_late += len(stale)
+        return stale + on_time
+
+
+def test_a_hanging_node_times_out_and_its_late_reply_is_not_used(run_config):
+    # Client 3 trains; it answers 1.5 s after the privatize query, past the 1 s timeout.
+    config = run_config(SMALL, REFERENCE, {"flower.reply-timeout": 1.0})
+    nodes = partitions(50)
+    nodes[3] |= {"test-misbehave": "hang", "test-hang-seconds": 1.5}
+    settings, options = parse_run_config(config)
+    grid = LateGrid(client_app, config, nodes)
+    result, report = run_server(grid, settings, options, run_id=7)
+    assert grid.handed_over_late == 1, "the late reply came during the evaluate round"
+    part = report["participation"]
+    assert part["privatize"]["missing"] == [3] and part["privatize"]["answered"] == 29
+    (entry,) = part["rejections"]
+    assert (entry["stage"], entry["client_id"], entry["node_id"]) == (
+        "privatize",
+        3,
+        1003,
+    )
+    assert entry["kind"] == "timeout"
+    assert entry["reason"] == "timeout: no reply within flower.reply-timeout = 1 s"
+    assert report["privacy"]["clients"]["3"]["reported_spent"] is None
+    # Exactly the run in which client 3's reply never arrives.
+    _, _, silent, _ = _run(config, partitions(50), silent=[3])
+    np.testing.assert_array_equal(result.payload.client_ids, silent.payload.client_ids)
+    np.testing.assert_array_equal(result.payload.features, silent.payload.features)
+    np.testing.assert_allclose(result.final.coef, silent.final.coef, atol=0)
+
+
+class ReplayGrid(FakeGrid):
+    """Hands over the previous round's replies again, then every reply twice."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.previous: list[Message] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        stale, self.previous = self.previous, replies
+        return stale + replies + replies
+
+
+def test_stray_and_repeated_replies_are_ignored(run_config):
+    config = run_config(SMALL)
+    settings, options = parse_run_config(config)
+    grid = ReplayGrid(client_app, config, partitions(50))
+    result, report = run_server(grid, settings, options, run_id=7)
+    # The identify replies, handed over again in the privatize round, answer no
+    # privatize query; the second copy of a reply is not a second release.
+    part = report["participation"]
+    assert part["rejections"] == [] and part["privatize"]["answered"] == 50
+    reference = run_repeat(settings, 0)
+    np.testing.assert_array_equal(result.payload.releases, reference.payload.releases)
