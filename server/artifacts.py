@@ -1,23 +1,38 @@
-"""Model artifacts exchanged between servers in multi-server mode.
+"""Artifacts exchanged between the servers of a multi-server session.
 
-An artifact is a UTF-8 JSON file (schema below, version 1). A server exports its weak
-models for the other servers to evaluate, and an evaluating server exports its error
-estimates of foreign models. Every import is validated and a bad artifact raises
-:class:`ArtifactError` naming the problem, so an orchestrator can skip it and go on.
+An artifact is a UTF-8 JSON file. In the ``train`` phase every server exports its weak
+models (a ``models`` artifact); in the ``evaluate`` phase every server has its own
+evaluation clients answer for the models of all servers and exports its error estimates
+(an ``estimates`` artifact); the combine step reads them all
+(:mod:`ldpfda.server.multiserver_flower`). Every import is validated: a bad artifact
+raises :class:`ArtifactError` with the file's path and what is wrong, so that the caller
+can leave it out, say why, and go on with the others.
 
-Schema (version 1)::
+Schema (version 2)::
 
     {
       "format": "ldpfda-artifact",
-      "version": 1,
+      "version": 2,
       "kind": "models" | "estimates",
-      "server": "<name of the server that wrote it>",
-      "dimension": p,                        # features per model
-      "featurizer": "<fingerprint>",         # must match the reader's
-      "models": [{"coef": [p floats], "intercept": float}, ...],   # kind = models
-      "estimates": {"<model server>": {"errors": [...], "counts": [...],
-                                       "epsilon": float}}            # kind = estimates
+      "server": s,                  # int >= 0: data.server-id of the writing server
+      "session": "<session name>",  # flower.session
+      "dimension": p,               # features per model
+      "featurizer": "<fingerprint>",  # featurizer_fingerprint(...): same feature space
+      # kind "models": M >= 1 linear models sign(intercept + coef . x)
+      "models": [{"coef": [p numbers], "intercept": number}, ...],
+      # kind "estimates": per model server r (key: str(r)), the debiased error
+      # estimates of r's models on the writing server's population
+      "estimates": {"<r>": {"models": "<digest of r's models artifact>",
+                            "errors": [M numbers], "counts": [M ints >= 0],
+                            "epsilon": number > 0 or "inf"}}
     }
+
+Every key is required and no other key is allowed; numbers must be finite. ``counts``
+are the sizes of the evaluation subgroups, ``errors`` the unbiased estimates
+:math:`(\\bar o + q - 1)/(2q - 1)` of :func:`~ldpfda.server.mrma.estimate_errors`
+(not clipped), ``epsilon`` the budget of the bits they come from, and ``models`` the
+:attr:`ModelsArtifact.digest` of the file that was evaluated, so that estimates are
+never matched to other models than the ones evaluated.
 """
 
 from __future__ import annotations
@@ -25,187 +40,408 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ldpfda.config import Settings
 from ldpfda.server.mrma import LinearModels
 
 __all__ = [
     "ARTIFACT_FORMAT",
     "ARTIFACT_VERSION",
     "ArtifactError",
+    "ArtifactSet",
+    "EstimatesArtifact",
+    "ModelEstimates",
+    "ModelsArtifact",
+    "estimates_path",
     "featurizer_fingerprint",
+    "load_directory",
+    "models_path",
     "read_estimates",
     "read_models",
+    "session_fingerprint",
     "write_estimates",
     "write_models",
 ]
 
 ARTIFACT_FORMAT = "ldpfda-artifact"
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2
+
+_HEADER = ("format", "version", "kind", "server", "session", "dimension", "featurizer")
 
 
 class ArtifactError(ValueError):
-    """An artifact that cannot be used: unreadable, wrong version, shape or values."""
+    """An artifact that cannot be used: unreadable, wrong version, schema or values."""
+
+
+@dataclass(frozen=True)
+class ModelsArtifact:
+    """A validated ``models`` artifact.
+
+    Attributes
+    ----------
+    server : int
+    session : str
+    models : LinearModels
+    digest : str
+        SHA-256 (first 16 hex digits) of the file's bytes.
+    path : Path
+    """
+
+    server: int
+    session: str
+    models: LinearModels
+    digest: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class ModelEstimates:
+    """One evaluating server's estimates of one model server's models."""
+
+    models: str
+    errors: NDArray[np.float64]
+    counts: NDArray[np.int64]
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class EstimatesArtifact:
+    """A validated ``estimates`` artifact: estimates by model server."""
+
+    server: int
+    session: str
+    estimates: dict[int, ModelEstimates]
+    path: Path
 
 
 def featurizer_fingerprint(description: dict[str, Any]) -> str:
-    """A short stable hash of the featurizer's public description (basis, grid,
-    bounds)."""
+    """A short stable hash of a featurizer's public description."""
     text = json.dumps(
         description, sort_keys=True, default=lambda a: np.asarray(a).tolist()
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _header(kind: str, server: str, dimension: int, fingerprint: str) -> dict[str, Any]:
+def session_fingerprint(settings: Settings, repeat: int) -> str:
+    """Fingerprint of the featurizer every server of a session shares.
+
+    The featurizer is a function of public settings only (design, basis, calibration
+    size, seed and repeat; see :func:`ldpfda.client.data.public_featurizer`), so their
+    hash identifies the feature space the models live in.
+    """
+    return featurizer_fingerprint(
+        {
+            "dataset": settings.dataset,
+            "n_basis": settings.n_basis,
+            "order": settings.order,
+            "calibration_size": settings.calibration_size,
+            "seed": settings.seed,
+            "repeat": int(repeat),
+            "stream": "public",
+        }
+    )
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _write(path: str | Path, data: dict[str, Any]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _header(
+    kind: str, server: int, session: str, dimension: int, fingerprint: str
+) -> dict[str, Any]:
     return {
         "format": ARTIFACT_FORMAT,
         "version": ARTIFACT_VERSION,
         "kind": kind,
-        "server": server,
+        "server": int(server),
+        "session": str(session),
         "dimension": int(dimension),
         "featurizer": fingerprint,
     }
 
 
 def write_models(
-    path: str | Path, models: LinearModels, *, server: str, fingerprint: str
+    path: str | Path,
+    models: LinearModels,
+    *,
+    server: int,
+    session: str,
+    fingerprint: str,
 ) -> Path:
-    """Export ``models`` as a version-1 ``models`` artifact."""
-    if not np.all(np.isfinite(models.coef)) or not np.all(
-        np.isfinite(models.intercept)
-    ):
+    """Export ``models`` as a ``models`` artifact (written atomically)."""
+    if not (np.all(np.isfinite(models.coef)) and np.all(np.isfinite(models.intercept))):
         raise ArtifactError(
-            "refusing to export models with NaN or infinite coefficients"
+            f"{path}: refusing to export models with NaN or infinite coefficients"
         )
-    data = _header("models", server, models.coef.shape[1], fingerprint)
+    data = _header("models", server, session, models.coef.shape[1], fingerprint)
     data["models"] = [
         {"coef": c.tolist(), "intercept": float(b)}
         for c, b in zip(models.coef, models.intercept, strict=True)
     ]
-    path = Path(path)
-    path.write_text(json.dumps(data))
-    return path
+    return _write(path, data)
+
+
+def write_estimates(
+    path: str | Path,
+    estimates: dict[int, ModelEstimates],
+    *,
+    server: int,
+    session: str,
+    dimension: int,
+    fingerprint: str,
+) -> Path:
+    """Export estimates of the models of each model server (key) as an artifact."""
+    data = _header("estimates", server, session, dimension, fingerprint)
+    data["estimates"] = {
+        str(r): {
+            "models": e.models,
+            "errors": np.asarray(e.errors, dtype=float).tolist(),
+            "counts": np.asarray(e.counts, dtype=np.int64).tolist(),
+            "epsilon": float(e.epsilon) if math.isfinite(e.epsilon) else "inf",
+        }
+        for r, e in sorted(estimates.items())
+    }
+    return _write(path, data)
 
 
 def _load(
-    path: str | Path, kind: str, *, dimension: int, fingerprint: str
-) -> dict[str, Any]:
+    path: str | Path, kind: str, *, dimension: int, fingerprint: str, session: str
+) -> tuple[dict[str, Any], bytes]:
+    """The parsed, header-checked artifact at ``path`` and its bytes."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{path}: no such artifact") from exc
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read the artifact: {exc}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(
-            f"{path}: not a readable artifact (truncated or corrupt): {exc}"
+            f"{path}: not readable JSON (truncated or corrupt): {exc}"
         ) from exc
     if not isinstance(data, dict) or data.get("format") != ARTIFACT_FORMAT:
         raise ArtifactError(f"{path}: not an {ARTIFACT_FORMAT} file")
     if data.get("version") != ARTIFACT_VERSION:
         raise ArtifactError(
-            f"{path}: artifact version {data.get('version')!r} is not "
-            f"supported (this reader knows version {ARTIFACT_VERSION})"
+            f"{path}: artifact version {data.get('version')!r} is not supported "
+            f"(this reader knows version {ARTIFACT_VERSION})"
         )
+    expected = {*_HEADER, kind}
     if data.get("kind") != kind:
         raise ArtifactError(
-            f"{path}: expected a {kind!r} artifact, got {data.get('kind')!r}"
+            f"{path}: expected a {kind!r} artifact, got kind {data.get('kind')!r}"
         )
-    if data.get("dimension") != dimension:
+    if set(data) != expected:
+        missing, extra = sorted(expected - set(data)), sorted(set(data) - expected)
         raise ArtifactError(
-            f"{path}: dimension {data.get('dimension')!r} does not match "
-            f"this server's {dimension}"
+            f"{path}: does not follow the {kind!r} schema (missing keys {missing}, "
+            f"unknown keys {extra})"
         )
-    if data.get("featurizer") != fingerprint:
+    server = data["server"]
+    if isinstance(server, bool) or not isinstance(server, int) or server < 0:
+        raise ArtifactError(f"{path}: server must be an int >= 0, got {server!r}")
+    if data["session"] != session:
         raise ArtifactError(
-            f"{path}: featurizer fingerprint {data.get('featurizer')!r} "
-            f"differs from this server's {fingerprint!r}: the models "
-            "live in another feature space"
+            f"{path}: belongs to session {data['session']!r}, not {session!r}"
         )
-    if not isinstance(data.get("server"), str) or not data["server"]:
-        raise ArtifactError(f"{path}: missing server name")
-    return data
+    if data["dimension"] != dimension:
+        raise ArtifactError(
+            f"{path}: dimension {data['dimension']!r} does not match this session's "
+            f"{dimension}"
+        )
+    if data["featurizer"] != fingerprint:
+        raise ArtifactError(
+            f"{path}: featurizer fingerprint {data['featurizer']!r} differs from this "
+            f"session's {fingerprint!r}: the models live in another feature space"
+        )
+    return data, raw
+
+
+def _numbers(path: Path, value: Any, what: str, shape: tuple[int, ...]) -> NDArray:
+    """``value`` as a finite float array of ``shape``, or an ArtifactError."""
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(
+            f"{path}: {what} must be numbers of shape {shape}: {exc}"
+        ) from exc
+    if array.shape != shape:
+        raise ArtifactError(f"{path}: {what} has shape {array.shape}, expected {shape}")
+    if not np.all(np.isfinite(array)):
+        raise ArtifactError(f"{path}: {what} contains NaN or infinite values")
+    return array
 
 
 def read_models(
-    path: str | Path, *, dimension: int, fingerprint: str
-) -> tuple[str, LinearModels]:
-    """Import and validate a ``models`` artifact: (server name, models)."""
-    data = _load(path, "models", dimension=dimension, fingerprint=fingerprint)
-    items = data.get("models")
-    if not isinstance(items, list) or not items:
-        raise ArtifactError(f"{path}: no models")
-    try:
-        coef = np.array([m["coef"] for m in items], dtype=float)
-        intercept = np.array([m["intercept"] for m in items], dtype=float)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(f"{path}: malformed model entry: {exc}") from exc
-    if coef.shape != (len(items), dimension):
-        raise ArtifactError(
-            f"{path}: coefficient array has shape {coef.shape}, expected "
-            f"({len(items)}, {dimension})"
-        )
-    if not (np.all(np.isfinite(coef)) and np.all(np.isfinite(intercept))):
-        raise ArtifactError(f"{path}: NaN or infinite coefficients")
-    return data["server"], LinearModels(coef, intercept)
+    path: str | Path, *, dimension: int, fingerprint: str, session: str
+) -> ModelsArtifact:
+    """Import and validate a ``models`` artifact.
 
-
-def write_estimates(
-    path: str | Path,
-    estimates: dict[str, dict[str, Any]],
-    *,
-    server: str,
-    dimension: int,
-    fingerprint: str,
-) -> Path:
-    """Export error estimates of other servers' models, keyed by model server."""
-    data = _header("estimates", server, dimension, fingerprint)
-    data["estimates"] = {
-        name: {
-            "errors": np.asarray(e["errors"], dtype=float).tolist(),
-            "counts": np.asarray(e["counts"], dtype=int).tolist(),
-            "epsilon": float(e["epsilon"]),
-        }
-        for name, e in estimates.items()
-    }
+    Raises
+    ------
+    ArtifactError
+        Naming ``path`` and the problem.
+    """
     path = Path(path)
-    path.write_text(json.dumps(data))
-    return path
+    data, raw = _load(
+        path, "models", dimension=dimension, fingerprint=fingerprint, session=session
+    )
+    items = data["models"]
+    if not isinstance(items, list) or not items:
+        raise ArtifactError(f"{path}: 'models' must be a non-empty list")
+    if not all(isinstance(m, dict) and set(m) == {"coef", "intercept"} for m in items):
+        raise ArtifactError(
+            f"{path}: every model must be an object with exactly 'coef' and 'intercept'"
+        )
+    m = len(items)
+    coef = _numbers(path, [i["coef"] for i in items], "coef", (m, dimension))
+    intercept = _numbers(path, [i["intercept"] for i in items], "intercept", (m,))
+    return ModelsArtifact(
+        data["server"],
+        data["session"],
+        LinearModels(coef, intercept),
+        _digest(raw),
+        path,
+    )
 
 
 def read_estimates(
-    path: str | Path, *, dimension: int, fingerprint: str
-) -> tuple[str, dict[str, dict[str, NDArray]]]:
-    """Import and validate an ``estimates`` artifact: (server name, estimates)."""
-    data = _load(path, "estimates", dimension=dimension, fingerprint=fingerprint)
-    raw = data.get("estimates")
+    path: str | Path, *, dimension: int, fingerprint: str, session: str
+) -> EstimatesArtifact:
+    """Import and validate an ``estimates`` artifact.
+
+    Raises
+    ------
+    ArtifactError
+        Naming ``path``, the model server whose entry is bad, and the problem.
+    """
+    path = Path(path)
+    data, _ = _load(
+        path,
+        "estimates",
+        dimension=dimension,
+        fingerprint=fingerprint,
+        session=session,
+    )
+    raw = data["estimates"]
     if not isinstance(raw, dict):
-        raise ArtifactError(f"{path}: no estimates")
-    out: dict[str, dict[str, NDArray]] = {}
-    for name, item in raw.items():
-        try:
-            errors = np.asarray(item["errors"], dtype=float)
-            counts = np.asarray(item["counts"], dtype=np.int64)
-            epsilon = float(item["epsilon"])
-        except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"{path}: 'estimates' must be an object")
+    out: dict[int, ModelEstimates] = {}
+    for key, item in raw.items():
+        where = f"estimates of server {key!r}"
+        if not (key.isascii() and key.isdigit()):
+            raise ArtifactError(f"{path}: {where}: the key must be a server id")
+        if not isinstance(item, dict) or set(item) != {
+            "models",
+            "errors",
+            "counts",
+            "epsilon",
+        }:
             raise ArtifactError(
-                f"{path}: malformed estimates for {name!r}: {exc}"
-            ) from exc
-        if errors.ndim != 1 or errors.shape != counts.shape:
-            raise ArtifactError(
-                f"{path}: estimates for {name!r} have mismatched shapes"
+                f"{path}: {where} must have exactly 'models', 'errors', 'counts' and "
+                "'epsilon'"
             )
-        if not np.all(np.isfinite(errors)) or np.any(counts < 0):
+        if not isinstance(item["models"], str) or not item["models"]:
+            raise ArtifactError(f"{path}: {where}: 'models' must name a digest")
+        counts = item["counts"]
+        if not isinstance(counts, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**62
+            for c in counts
+        ):
             raise ArtifactError(
-                f"{path}: estimates for {name!r} contain NaN or negative counts"
+                f"{path}: {where}: counts must be a list of integers >= 0"
             )
-        if not (epsilon > 0) or math.isnan(epsilon):
+        errors = _numbers(path, item["errors"], f"{where}: errors", (len(counts),))
+        epsilon = item["epsilon"]
+        if epsilon == "inf":
+            epsilon = math.inf
+        if (
+            isinstance(epsilon, bool)
+            or not isinstance(epsilon, (int, float))
+            or not epsilon > 0
+        ):
             raise ArtifactError(
-                f"{path}: estimates for {name!r} have epsilon {epsilon}"
+                f"{path}: {where}: epsilon must be a number > 0 or 'inf', got "
+                f"{item['epsilon']!r}"
             )
-        out[name] = {"errors": errors, "counts": counts, "epsilon": np.float64(epsilon)}
-    return data["server"], out
+        out[int(key)] = ModelEstimates(
+            item["models"], errors, np.asarray(counts, dtype=np.int64), float(epsilon)
+        )
+    return EstimatesArtifact(data["server"], data["session"], out, path)
+
+
+def models_path(directory: str | Path, server: int) -> Path:
+    """Where server ``server`` exports its models in a session's artifact directory."""
+    return Path(directory) / f"models-server{int(server)}.json"
+
+
+def estimates_path(directory: str | Path, server: int) -> Path:
+    """Where server ``server`` exports its estimates in the artifact directory."""
+    return Path(directory) / f"estimates-server{int(server)}.json"
+
+
+@dataclass
+class ArtifactSet:
+    """The usable artifacts of a directory, by server, and the rejected files.
+
+    ``rejected`` maps a file's path to the reason it was left out.
+    """
+
+    models: dict[int, ModelsArtifact]
+    estimates: dict[int, EstimatesArtifact]
+    rejected: dict[str, str]
+
+
+def load_directory(
+    directory: str | Path,
+    *,
+    dimension: int,
+    fingerprint: str,
+    session: str,
+    estimates: bool = True,
+) -> ArtifactSet:
+    """Read every ``models-*.json`` (and ``estimates-*.json``) file of ``directory``.
+
+    A file that fails validation, or that claims a server another file (earlier in
+    name order) already speaks for, is recorded in :attr:`ArtifactSet.rejected` with
+    the reason, and the others are used.
+    """
+    directory = Path(directory)
+    found = ArtifactSet({}, {}, {})
+    kinds: list[tuple[str, Any, dict[int, Any]]] = [
+        ("models", read_models, found.models)
+    ]
+    if estimates:
+        kinds.append(("estimates", read_estimates, found.estimates))
+    for kind, read, into in kinds:
+        for path in sorted(directory.glob(f"{kind}-*.json")):
+            try:
+                artifact = read(
+                    path, dimension=dimension, fingerprint=fingerprint, session=session
+                )
+            except ArtifactError as exc:
+                found.rejected[str(path)] = str(exc)
+                continue
+            if artifact.server in into:
+                found.rejected[str(path)] = (
+                    f"{path}: server {artifact.server} already has {kind} in "
+                    f"{into[artifact.server].path}"
+                )
+                continue
+            into[artifact.server] = artifact
+    return found

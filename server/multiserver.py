@@ -22,6 +22,7 @@ release with the moment classifier, which has no weak models to evaluate.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,14 +30,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
+from ldpfda.client.data import population_data, simulated_noise_seed
 from ldpfda.client.protocol import TrainingPayload, answer_evaluation, privatize
 from ldpfda.config import Settings
-from ldpfda.datasets.synthetic import make_design
-from ldpfda.fda.features import Featurizer
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.privacy.randomized_response import rr_keep_probability
-from ldpfda.server.engine import ArrayClients, make_featurizer, run_protocol, train_weak
+from ldpfda.server.engine import ArrayClients, run_protocol, train_weak
 from ldpfda.server.mrma import (
     LinearModels,
     assign_groups,
@@ -50,8 +50,13 @@ from ldpfda.server.mrma import (
 __all__ = [
     "MultiServerResult",
     "ServerSpec",
+    "check_reference",
     "combine_estimates",
+    "evaluation_groups",
+    "final_models",
     "run_multiserver_repeat",
+    "training_rng",
+    "worst_case_variance",
 ]
 
 
@@ -72,12 +77,61 @@ class ServerSpec:
         check_real(self.feature_shift, "feature_shift")
         check_real(self.label_shift, "label_shift")
 
+    def settings(self, base: Settings, server_id: int) -> Settings:
+        """The settings of server ``server_id``: ``base`` with this population."""
+        return base.replace(
+            n_train=self.n_train,
+            n_eval=self.n_eval,
+            epsilon=self.epsilon,
+            feature_shift=self.feature_shift,
+            label_shift=self.label_shift,
+            server_id=server_id,
+        )
 
-def _worst_case_variance(
+
+def check_reference(settings: Settings) -> None:
+    """Refuse settings other than the reference MRMA protocol (see the module doc)."""
+    if settings.mechanism != "reference" or settings.protocol != "mrma":
+        raise ValueError(
+            "multi-server cross-evaluation is part of MRMA and runs the reference "
+            "protocol: pass Settings.reference(...) (privacy.mechanism = "
+            f'"reference"), got mechanism={settings.mechanism!r}, '
+            f"method={settings.method!r}"
+        )
+
+
+def training_rng(settings: Settings, repeat: int) -> np.random.Generator:
+    """Server ``settings.server_id``'s randomness for its weak models' subsamples."""
+    return np.random.default_rng(
+        derive_seed(settings.seed, "server", repeat, settings.server_id)
+    )
+
+
+def evaluation_groups(
+    n_evaluators: int, n_models: int, settings: Settings, repeat: int
+) -> NDArray[np.int64]:
+    """Which of the ``n_models`` models each evaluator of server
+    ``settings.server_id`` evaluates (by position among its evaluators, ordered by
+    client id): :func:`~ldpfda.server.mrma.assign_groups` on the server's own stream.
+    """
+    rng = np.random.default_rng(
+        derive_seed(settings.seed, "groups", repeat, settings.server_id)
+    )
+    return assign_groups(n_evaluators, n_models, rng)
+
+
+def worst_case_variance(
     counts: NDArray[np.int64], epsilon: float
 ) -> NDArray[np.float64]:
-    """Variance of the debiased error estimate at true error 1/2, per subgroup size."""
+    """Variance of the debiased error estimate at true error 1/2, per subgroup size.
+
+    .. math:: v = \\frac{1}{4 n (2q - 1)^2}, \\qquad q = \\frac{e^\\varepsilon}
+              {1 + e^\\varepsilon};
+
+    an empty subgroup has infinite variance (no weight).
+    """
     q = rr_keep_probability(epsilon=epsilon)
+    counts = np.asarray(counts)
     with np.errstate(divide="ignore"):
         return np.where(
             counts > 0, 0.25 / (np.maximum(counts, 1) * (2 * q - 1) ** 2), np.inf
@@ -110,6 +164,46 @@ def combine_estimates(
     return np.clip(combined, 0.0, 1.0)
 
 
+def final_models(
+    weak: LinearModels,
+    estimates: NDArray[np.float64],
+    variances: NDArray[np.float64],
+    *,
+    settings: Settings,
+    heterogeneity: float,
+    names: Sequence[str] | None = None,
+) -> dict[str, LinearModels]:
+    """Reversal, selection and averaging of all weak models, per server and globally.
+
+    Row s of ``estimates`` (shape ``(S, K)``) holds server s's estimates of the K
+    models, ``variances`` their variances (``inf`` where s gave none). Returns the
+    ``"global"`` model (all rows pooled) and one model per row, named ``names[s]``
+    (default ``"server<s>"``), whose estimates lean towards row s
+    (:func:`combine_estimates`).
+    """
+    names = (
+        [f"server{s}" for s in range(estimates.shape[0])] if names is None else names
+    )
+
+    def final(errors: NDArray[np.float64]) -> LinearModels:
+        reversed_models, _ = reverse_models(weak, errors)
+        weights, _, _ = mrma_weights(errors, cutoff=settings.cutoff)
+        return average_models(
+            reversed_models, weights, normalize=settings.normalize_models
+        )
+
+    models = {
+        "global": final(
+            combine_estimates(estimates, variances, own=None, heterogeneity=0.0)
+        )
+    }
+    for s, name in enumerate(names):
+        models[name] = final(
+            combine_estimates(estimates, variances, own=s, heterogeneity=heterogeneity)
+        )
+    return models
+
+
 @dataclass
 class MultiServerResult:
     """Per-server and global test errors of one repeat, with the estimates used."""
@@ -118,19 +212,7 @@ class MultiServerResult:
     estimates: NDArray[np.float64]  # (S, S*M): server r's estimate of model j
     privacy: dict[str, Any]
     models: dict[str, LinearModels] = field(default_factory=dict)
-
-
-def _server_data(
-    spec: ServerSpec, settings: Settings, seed: int, index: int, repeat: int
-):
-    design = make_design(
-        settings.dataset, feature_shift=spec.feature_shift, label_shift=spec.label_shift
-    )
-    rng = np.random.default_rng(derive_seed(seed, "data", repeat, index))
-    train = design.sample(spec.n_train, rng)
-    evaluation = design.sample(spec.n_eval, rng)
-    test = design.sample(settings.n_test, rng)
-    return train, evaluation, test
+    weak: LinearModels | None = None
 
 
 def run_multiserver_repeat(
@@ -145,80 +227,61 @@ def run_multiserver_repeat(
     ``settings`` gives the shared protocol settings (dataset, M, subsample size, cutoff,
     test size, seed) and must be the reference MRMA
     (:meth:`~ldpfda.config.Settings.reference`); each :class:`ServerSpec` its
-    population. Client ids are unique across servers. The single-server baseline of
+    population (:meth:`ServerSpec.settings`, server ids ``0 .. S-1``). Client ids are
+    per server, training clients first, as in a Flower run of each server; the noise of
+    a server's clients is keyed by its own seed
+    (:func:`~ldpfda.client.data.simulated_noise_seed`). The single-server baseline of
     server s is the MRMA run it would do alone on the same clients (a counterfactual:
     in either world each client releases once).
     """
-    if settings.joint_release or settings.protocol != "mrma":
-        raise ValueError(
-            "multi-server cross-evaluation is part of MRMA and runs the reference "
-            "protocol: pass Settings.reference(...), got mechanism="
-            f"{settings.mechanism!r}, method={settings.method!r}"
-        )
+    check_reference(settings)
     s_count = len(servers)
     if s_count < 1:
         raise ValueError("servers must name at least one server")
     heterogeneity = check_real(heterogeneity, "heterogeneity", low=0.0)
     m = settings.num_weak_models
-    seed = settings.seed
-    # One featurizer for everyone, fixed from public calibration data of the base
-    # design.
-    featurizer: Featurizer = make_featurizer(
-        make_design(settings.dataset),
-        settings,
-        np.random.default_rng(derive_seed(seed, "public", repeat)),
-    )
-    client_seed = derive_seed(seed, "clients", repeat)
-
-    data, populations, offset = [], [], 0
-    for s, spec in enumerate(servers):
-        if spec.n_eval < s_count * m:
+    configs = [spec.settings(settings, s) for s, spec in enumerate(servers)]
+    populations, tests = [], []
+    for s, cfg in enumerate(configs):
+        if cfg.n_eval < s_count * m:
             raise ValueError(
-                f"server {s} has n_eval={spec.n_eval}: at least one evaluation client "
+                f"server {s} has n_eval={cfg.n_eval}: at least one evaluation client "
                 f"per model of every server ({s_count * m}) is needed"
             )
-        (xtr, ytr), (xev, yev), test = _server_data(spec, settings, seed, s, repeat)
-        train = ArrayClients(offset + np.arange(spec.n_train), xtr, ytr, featurizer)
-        offset += spec.n_train
-        evaluation = ArrayClients(offset + np.arange(spec.n_eval), xev, yev, featurizer)
-        offset += spec.n_eval
-        data.append(test)
+        data = population_data(cfg, repeat)
+        (xtr, ytr), (xev, yev) = data.train, data.evaluation
+        train = ArrayClients(np.arange(cfg.n_train), xtr, ytr, data.featurizer)
+        evaluation = ArrayClients(
+            cfg.n_train + np.arange(cfg.n_eval), xev, yev, data.featurizer
+        )
+        assert data.test is not None
+        tests.append((data.featurizer.transform(data.test[0]), data.test[1]))
         populations.append((train, evaluation))
-
-    budgets = np.concatenate(
-        [
-            np.full(p.n_clients + e.n_clients, spec.epsilon)
-            for spec, (p, e) in zip(servers, populations, strict=True)
-        ]
-    )
     ledgers = [
         PrivacyLedger(
-            budget=spec.epsilon, client_ids=np.concatenate([p.client_ids, e.client_ids])
+            budget=cfg.epsilon, client_ids=np.arange(cfg.n_train + cfg.n_eval)
         )
-        for spec, (p, e) in zip(servers, populations, strict=True)
+        for cfg in configs
     ]
 
     # 1. Every server privatizes its training clients and trains M weak models.
     weak_parts = []
-    for s, (spec, (train, _)) in enumerate(zip(servers, populations, strict=True)):
+    for s, (cfg, (train, _)) in enumerate(zip(configs, populations, strict=True)):
         payload = TrainingPayload.concatenate(
             [
                 privatize(
                     x,
                     y,
                     client_ids=ids,
-                    seed=client_seed,
-                    epsilon=spec.epsilon,
-                    label_share=settings.label_share,
+                    seed=simulated_noise_seed(cfg, repeat),
+                    epsilon=cfg.epsilon,
+                    label_share=cfg.label_share,
                     ledger=ledgers[s],
                 )
                 for ids, x, y in train.batches(100_000)
             ]
         )
-        rng = np.random.default_rng(derive_seed(seed, "server", repeat, s))
-        weak_parts.append(
-            train_weak(payload, settings.replace(epsilon=spec.epsilon), rng)
-        )
+        weak_parts.append(train_weak(payload, cfg, training_rng(cfg, repeat)))
     weak = LinearModels(
         np.concatenate([w.coef for w in weak_parts]),
         np.concatenate([w.intercept for w in weak_parts]),
@@ -227,9 +290,8 @@ def run_multiserver_repeat(
     # 2. Every server's evaluation clients evaluate all S*M models, one query each.
     estimates = np.empty((s_count, s_count * m))
     variances = np.empty_like(estimates)
-    for r, (spec, (_, evaluation)) in enumerate(zip(servers, populations, strict=True)):
-        rng = np.random.default_rng(derive_seed(seed, "groups", repeat, r))
-        groups = assign_groups(evaluation.n_clients, s_count * m, rng)
+    for r, (cfg, (_, evaluation)) in enumerate(zip(configs, populations, strict=True)):
+        groups = evaluation_groups(evaluation.n_clients, s_count * m, cfg, repeat)
         ids, x, y = next(evaluation.batches(evaluation.n_clients))
         bits = answer_evaluation(
             weak.coef[groups],
@@ -237,46 +299,30 @@ def run_multiserver_repeat(
             x,
             y,
             client_ids=ids,
-            seed=client_seed,
-            epsilon=spec.epsilon,
+            seed=simulated_noise_seed(cfg, repeat),
+            epsilon=cfg.epsilon,
             ledger=ledgers[r],
         )
-        est = estimate_errors(bits, groups, n_models=s_count * m, epsilon=spec.epsilon)
+        est = estimate_errors(bits, groups, n_models=s_count * m, epsilon=cfg.epsilon)
         estimates[r] = est.raw
-        variances[r] = _worst_case_variance(est.counts, spec.epsilon)
+        variances[r] = worst_case_variance(est.counts, cfg.epsilon)
 
-    def final_model(errors: NDArray[np.float64]) -> LinearModels:
-        reversed_models, _ = reverse_models(weak, errors)
-        weights, _, _ = mrma_weights(errors, cutoff=settings.cutoff)
-        return average_models(
-            reversed_models, weights, normalize=settings.normalize_models
-        )
-
-    models = {
-        "global": final_model(
-            combine_estimates(estimates, variances, own=None, heterogeneity=0.0)
-        )
-    }
-    for s in range(s_count):
-        models[f"server{s}"] = final_model(
-            combine_estimates(estimates, variances, own=s, heterogeneity=heterogeneity)
-        )
+    models = final_models(
+        weak, estimates, variances, settings=settings, heterogeneity=heterogeneity
+    )
 
     # 3. Test errors on each server's own population, and the single-server baseline.
     test_errors: dict[str, dict[str, float]] = {}
-    for s, (spec, (train, evaluation)) in enumerate(
-        zip(servers, populations, strict=True)
+    for s, (cfg, (train, evaluation)) in enumerate(
+        zip(configs, populations, strict=True)
     ):
-        x_test = featurizer.transform(data[s][0])
-        y_test = data[s][1]
+        x_test, y_test = tests[s]
         alone = run_protocol(
             train,
             evaluation,
-            settings.replace(
-                epsilon=spec.epsilon, n_train=spec.n_train, n_eval=spec.n_eval
-            ),
-            seed=derive_seed(seed, "clients-alone", repeat),
-            server_rng=np.random.default_rng(derive_seed(seed, "server", repeat, s)),
+            cfg,
+            seed=derive_seed(settings.seed, "clients-alone", repeat, s),
+            server_rng=training_rng(cfg, repeat),
             keep_payload=False,
         )
         test_errors[f"server{s}"] = {
@@ -286,11 +332,14 @@ def run_multiserver_repeat(
             "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
         }
     spent = np.concatenate([ledger.spent_all() for ledger in ledgers])
+    budgets = np.concatenate(
+        [np.full(cfg.n_train + cfg.n_eval, cfg.epsilon) for cfg in configs]
+    )
     privacy = {
         "max_spent_over_budget": float(np.max(spent / budgets)),
-        "budgets": [spec.epsilon for spec in servers],
+        "budgets": [cfg.epsilon for cfg in configs],
     }
-    return MultiServerResult(test_errors, estimates, privacy, models)
+    return MultiServerResult(test_errors, estimates, privacy, models, weak)
 
 
 def summarize(

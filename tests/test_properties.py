@@ -65,7 +65,9 @@ def test_vector_mechanism_outputs_stay_in_the_declared_range(
 
 def _artifact(tmp_path, p: int) -> dict:
     models = LinearModels(np.arange(2.0 * p).reshape(2, p), np.array([0.5, -0.5]))
-    path = write_models(tmp_path / "m.json", models, server="A", fingerprint="f" * 16)
+    path = write_models(
+        tmp_path / "m.json", models, server=0, session="s", fingerprint="f" * 16
+    )
     return json.loads(path.read_text())
 
 
@@ -78,8 +80,8 @@ json_values = st.recursive(
 
 
 @FAST
-@given(key=st.sampled_from(["format", "version", "kind", "server", "dimension",
-                            "featurizer", "models"]), value=json_values)
+@given(key=st.sampled_from(["format", "version", "kind", "server", "session",
+                            "dimension", "featurizer", "models"]), value=json_values)
 def test_artifact_reader_accepts_valid_models_or_raises_artifact_error(
     tmp_path, key, value
 ):
@@ -88,11 +90,12 @@ def test_artifact_reader_accepts_valid_models_or_raises_artifact_error(
     path = tmp_path / "mutated.json"
     path.write_text(json.dumps(data))
     try:
-        server, models = read_models(path, dimension=3, fingerprint="f" * 16)
+        artifact = read_models(path, dimension=3, fingerprint="f" * 16, session="s")
     except ArtifactError:
         return
     # Whatever was accepted is well formed.
-    assert isinstance(server, str) and server
+    models = artifact.models
+    assert isinstance(artifact.server, int) and artifact.server >= 0
     assert models.coef.shape[1] == 3 and np.all(np.isfinite(models.coef))
     assert np.all(np.isfinite(models.intercept))
 
@@ -104,7 +107,7 @@ def test_truncated_artifacts_raise_artifact_error(tmp_path, cut):
     path = tmp_path / "cut.json"
     path.write_text(text[: min(cut, len(text) - 1)])
     try:
-        read_models(path, dimension=3, fingerprint="f" * 16)
+        read_models(path, dimension=3, fingerprint="f" * 16, session="s")
     except ArtifactError:
         return
     raise AssertionError("a truncated artifact was accepted")

@@ -1,0 +1,214 @@
+"""A multi-server session as a real deployment on one machine, over loopback.
+
+Every server is its own ``flower-superlink`` with its own ``flower-supernode``
+processes (:class:`loopback.LoopbackFederation`), each node with its data file and a
+ledger directory that outlives the session's runs. The script
+
+1. writes one data file per client of every server: client ``i`` of server ``s`` gets
+   the row :func:`ldpfda.server.multiserver.run_multiserver_repeat` gives it;
+2. starts all federations;
+3. submits the ``train`` run to every server and waits for all of them, then the
+   ``evaluate`` run (models and estimates move through one artifact directory);
+4. runs the combine step (:func:`ldpfda.server.multiserver_flower.combine_session`)
+   and writes ``WORKDIR/report.json``;
+5. stops every process it started, by PID.
+
+Usage::
+
+    python deploy/multiserver_loopback.py WORKDIR
+        [--server 3,2,5,0,0 --server 3,2,2,0.2,0.5] [--num-weak-models 1]
+
+Each ``--server`` is ``n_train,n_eval,epsilon,feature_shift,label_shift``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from loopback import LoopbackFederation, wait_for_report
+
+__all__ = ["make_server_node_files", "run_loopback_session"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Timeouts that suit a loopback run (each query starts an app process per node).
+LOOPBACK_RUN_CONFIG: dict[str, Any] = {
+    "flower.reply-timeout": 60.0,
+    "flower.wait-timeout": 120.0,
+    "flower.min-reply-fraction": 0.5,
+}
+
+
+def make_server_node_files(
+    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
+) -> list[Path]:
+    """One data file per client of server ``settings.server_id`` (training first).
+
+    File ``i`` holds the raw row of client ``i`` of
+    :func:`ldpfda.client.data.population_data`.
+    """
+    import numpy as np
+
+    from ldpfda.client.data import population_data, save_node_data
+    from ldpfda.datasets.synthetic import make_design
+
+    data = population_data(settings, repeat, with_test=False)
+    raw = np.vstack([data.train[0], data.evaluation[0]])
+    labels = np.concatenate([data.train[1], data.evaluation[1]])
+    design = make_design(settings.dataset)
+    grid = design.grid_points if design.is_functional else None
+    return [
+        save_node_data(
+            outdir / f"client-{i}{suffix}", raw[i : i + 1], labels[i : i + 1], grid
+        )
+        for i in range(raw.shape[0])
+    ]
+
+
+def run_loopback_session(
+    specs: Sequence[Any],
+    base: Any,
+    workdir: Path,
+    *,
+    session: str = "loopback",
+    repeat: int = 0,
+    heterogeneity: float = 0.05,
+    timeout: float = 300.0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run a whole session with one loopback federation per server; the report.
+
+    ``specs`` are :class:`~ldpfda.server.multiserver.ServerSpec`, ``base`` the shared
+    reference settings. The report is :func:`combine_session`'s, plus the phase
+    reports' paths, the processes' PIDs and the wall time; it is also written to
+    ``<workdir>/report.json``.
+    """
+    from ldpfda.server.multiserver_flower import (
+        PHASES,
+        combine_session,
+        phase_run_config,
+        server_settings,
+    )
+
+    configs = server_settings(specs, base)
+    workdir = Path(workdir).resolve()
+    artifacts = workdir / "artifacts"
+    started = time.perf_counter()
+    phase_reports: dict[str, dict[str, str]] = {}
+    with ExitStack() as stack:
+        federations = []
+        for cfg in configs:
+            name = f"server{cfg.server_id}"
+            files = make_server_node_files(cfg, workdir / name / "data", repeat=repeat)
+            ledgers = workdir / name / "ledgers"
+            federations.append(
+                stack.enter_context(
+                    LoopbackFederation(
+                        workdir / name,
+                        files,
+                        node_config=[{"ledger-dir": str(ledgers)}] * len(files),
+                    )
+                )
+            )
+        pids = {
+            f"server{cfg.server_id}": [f.superlink.pid] + [p.pid for p in f.supernodes]
+            for cfg, f in zip(configs, federations, strict=True)
+            if f.superlink is not None
+        }
+        for phase in PHASES:
+            # The servers are independent: submit every run, then wait for them all.
+            for cfg, federation in zip(configs, federations, strict=True):
+                config = phase_run_config(
+                    cfg,
+                    phase=phase,
+                    session=session,
+                    artifact_dir=artifacts,
+                    report_dir=workdir / f"server{cfg.server_id}" / phase,
+                    repeat=repeat,
+                    extra={**LOOPBACK_RUN_CONFIG, **(extra or {})},
+                )
+                federation.submit(ROOT, config)
+            for cfg in configs:
+                name = f"server{cfg.server_id}"
+                report_dir = workdir / name / phase
+                wait_for_report(report_dir, timeout)
+                phase_reports.setdefault(name, {})[phase] = str(
+                    next(report_dir.glob("run-*/report.json"))
+                )
+        # Signal every process at once; leaving the stack then waits for each by PID.
+        for federation in federations:
+            for process in [*federation.supernodes, federation.superlink]:
+                if process is not None and process.popen.poll() is None:
+                    process.popen.send_signal(signal.SIGTERM)
+    report = combine_session(
+        artifacts,
+        configs,
+        session=session,
+        repeat=repeat,
+        heterogeneity=heterogeneity,
+    )
+    report["phase_reports"] = phase_reports
+    report["pids"] = pids
+    report["wall_time_s"] = time.perf_counter() - started
+    (workdir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=None,
+        help="n_train,n_eval,epsilon,feature_shift,label_shift (one per server)",
+    )
+    parser.add_argument("--dataset", default="functional")
+    parser.add_argument("--num-weak-models", type=int, default=1)
+    parser.add_argument("--subsample-size", type=int, default=2)
+    parser.add_argument("--session", default="loopback")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+
+    from ldpfda.config import Settings
+    from ldpfda.server.multiserver import ServerSpec
+
+    specs = []
+    for text in args.server or ["3,2,5,0,0", "3,2,2,0.2,0.5"]:
+        n_train, n_eval, epsilon, feature_shift, label_shift = text.split(",")
+        specs.append(
+            ServerSpec(
+                int(n_train),
+                int(n_eval),
+                float(epsilon),
+                float(feature_shift),
+                float(label_shift),
+            )
+        )
+    base = Settings.reference(
+        dataset=args.dataset,
+        num_weak_models=args.num_weak_models,
+        subsample_size=args.subsample_size,
+        n_test=2000,
+    )
+    report = run_loopback_session(
+        specs, base, args.workdir, session=args.session, timeout=args.timeout
+    )
+    json.dump(
+        {k: report[k] for k in ("test_errors", "rejected_artifacts", "wall_time_s")},
+        sys.stdout,
+        indent=2,
+    )
+    print()
+
+
+if __name__ == "__main__":
+    main()

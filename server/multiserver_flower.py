@@ -1,0 +1,337 @@
+"""A multi-server session on Flower, end to end: run configs, combine step, simulation.
+
+A session of S servers is ``train`` on every server, then ``evaluate`` on every server
+(one Flower run per server and phase, :mod:`ldpfda.server.multiserver_app`), then
+:func:`combine_session`, which needs no clients: it reads the session's artifacts and
+gives every server its own final model and the global model
+(:func:`~ldpfda.server.multiserver.final_models`), with test errors, as one report.
+
+:func:`run_simulation` drives a whole session on Flower's simulation runtime: each
+server is its own local SuperLink (its own ``FLWR_HOME`` and ports) with its own
+virtual SuperNodes, started by ``flwr run <checkout> --federation-config
+"num-supernodes=N"``; every SuperLink is stopped by PID at the end. It needs a source
+checkout (the app directory is the repository root) and the helpers of ``deploy/``.
+``deploy/multiserver_loopback.py`` runs the same session with real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldpfda.client.data import design_test_set, public_featurizer
+from ldpfda.config import Settings
+from ldpfda.server.artifacts import load_directory, session_fingerprint
+from ldpfda.server.mrma import LinearModels, majority_vote
+from ldpfda.server.multiserver import (
+    ServerSpec,
+    check_reference,
+    final_models,
+    worst_case_variance,
+)
+
+__all__ = [
+    "PHASES",
+    "combine_session",
+    "phase_run_config",
+    "run_simulation",
+    "server_settings",
+]
+
+#: The Flower runs of a session, in order; the combine step follows.
+PHASES = ("train", "evaluate")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+#: The run-config keys that describe a server's population in a report.
+_POPULATION_KEYS = (
+    "data.server-id",
+    "data.n-train",
+    "data.n-eval",
+    "privacy.epsilon",
+    "data.feature-shift",
+    "data.label-shift",
+)
+
+
+def server_settings(specs: Sequence[ServerSpec], base: Settings) -> list[Settings]:
+    """The settings of each server of a session (server ids ``0 .. S-1``).
+
+    Raises
+    ------
+    ValueError
+        For settings other than the reference MRMA, or a server with fewer evaluation
+        clients than the session has models.
+    """
+    check_reference(base)
+    if not specs:
+        raise ValueError("a session needs at least one server")
+    configs = [spec.settings(base, s) for s, spec in enumerate(specs)]
+    n_models = len(specs) * base.num_weak_models
+    for cfg in configs:
+        if cfg.n_eval < n_models:
+            raise ValueError(
+                f"server {cfg.server_id} has n_eval={cfg.n_eval}: at least one "
+                f"evaluation client per model of every server ({n_models}) is needed"
+            )
+    return configs
+
+
+def phase_run_config(
+    settings: Settings,
+    *,
+    phase: str,
+    session: str,
+    artifact_dir: str | Path,
+    report_dir: str | Path,
+    repeat: int = 0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``--run-config`` of one server's run of ``phase`` (kebab-case keys)."""
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    return {
+        **settings.to_mapping(),
+        "flower.phase": phase,
+        "flower.session": session,
+        "flower.artifact-dir": str(Path(artifact_dir).resolve()),
+        "flower.report-dir": str(Path(report_dir).resolve()),
+        "flower.repeat": int(repeat),
+        **(extra or {}),
+    }
+
+
+def _models_report(model: LinearModels) -> dict[str, Any]:
+    return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
+
+
+def combine_session(
+    artifact_dir: str | Path,
+    configs: Sequence[Settings],
+    *,
+    session: str,
+    repeat: int = 0,
+    heterogeneity: float = 0.05,
+    test: bool = True,
+) -> dict[str, Any]:
+    """The combine step: final models of every server and the global model.
+
+    Reads the ``models-*`` and ``estimates-*`` artifacts of ``artifact_dir``
+    (:func:`~ldpfda.server.artifacts.load_directory`). Row r of the estimate matrix is
+    server r's estimates (``configs[r]``), column j the j-th model in server-id order;
+    an estimate is used only if it is of the very models artifact the combine step
+    reads (same digest and size), otherwise it is rejected with the reason. A model
+    nobody estimated gets the error 1/2. With ``test``, every server's models are
+    scored on its own population's test set
+    (:func:`~ldpfda.client.data.design_test_set`).
+
+    Returns the report: ``models`` (``"global"`` and ``"server<s>"``),
+    ``test_errors`` (``multi_server``, ``global``, ``voting_all`` per server),
+    ``estimates`` (the matrix, ``null`` where missing), ``estimates_used`` (per
+    evaluating server, the servers whose models its estimates were used for) and
+    ``rejected_artifacts`` (path, or ``path#server<r>`` for one entry, -> reason).
+    """
+    if not configs:
+        raise ValueError("combine_session needs the settings of at least one server")
+    base = configs[0]
+    featurizer, _ = public_featurizer(base, repeat)
+    found = load_directory(
+        artifact_dir,
+        dimension=featurizer.n_features_out,
+        fingerprint=session_fingerprint(base, repeat),
+        session=session,
+    )
+    rejected = dict(found.rejected)
+    owners = sorted(found.models)
+    if not owners:
+        raise RuntimeError(
+            f"no usable models artifact in {artifact_dir}; rejected: {rejected}"
+        )
+    sizes = [len(found.models[r].models) for r in owners]
+    bounds = dict(zip(owners, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+    weak = LinearModels(
+        np.vstack([found.models[r].models.coef for r in owners]),
+        np.concatenate([found.models[r].models.intercept for r in owners]),
+    )
+    estimates = np.full((len(configs), len(weak)), np.nan)
+    variances = np.full_like(estimates, np.inf)
+    used: dict[str, list[int]] = {}
+    for row, cfg in enumerate(configs):
+        name = f"server{cfg.server_id}"
+        used[name] = []
+        artifact = found.estimates.get(cfg.server_id)
+        if artifact is None:
+            continue
+        for owner, entry in sorted(artifact.estimates.items()):
+            where = f"{artifact.path}#server{owner}"
+            if owner not in found.models:
+                rejected[where] = (
+                    f"{artifact.path}: estimates of server {owner}, which has no "
+                    "usable models artifact"
+                )
+            elif entry.models != found.models[owner].digest:
+                rejected[where] = (
+                    f"{artifact.path}: estimates of server {owner} are of models "
+                    f"{entry.models}, but {found.models[owner].path} is "
+                    f"{found.models[owner].digest}"
+                )
+            elif entry.errors.size != len(found.models[owner].models):
+                rejected[where] = (
+                    f"{artifact.path}: {entry.errors.size} estimates of server "
+                    f"{owner}'s {len(found.models[owner].models)} models"
+                )
+            else:
+                cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
+                estimates[row, cols] = entry.errors
+                variances[row, cols] = worst_case_variance(entry.counts, entry.epsilon)
+                used[name].append(owner)
+    names = [f"server{cfg.server_id}" for cfg in configs]
+    models = final_models(
+        weak,
+        np.where(np.isfinite(variances), estimates, 0.5),
+        variances,
+        settings=base,
+        heterogeneity=heterogeneity,
+        names=names,
+    )
+    test_errors: dict[str, dict[str, float]] = {}
+    if test:
+        for cfg, name in zip(configs, names, strict=True):
+            x_test, y_test = design_test_set(cfg, repeat)
+            test_errors[name] = {
+                "multi_server": float(models[name].errors(x_test, y_test)[0]),
+                "global": float(models["global"].errors(x_test, y_test)[0]),
+                "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
+            }
+    return {
+        "session": session,
+        "repeat": int(repeat),
+        "heterogeneity": float(heterogeneity),
+        "servers": {
+            name: {k: cfg.to_mapping()[k] for k in _POPULATION_KEYS}
+            for cfg, name in zip(configs, names, strict=True)
+        },
+        "model_servers": owners,
+        "models": {name: _models_report(m) for name, m in models.items()},
+        "test_errors": test_errors,
+        "estimates": [
+            [None if np.isnan(v) else float(v) for v in row] for row in estimates
+        ],
+        "estimates_used": {
+            name: [f"server{owner}" for owner in owners_used]
+            for name, owners_used in used.items()
+        },
+        "rejected_artifacts": rejected,
+    }
+
+
+def _deploy_helpers() -> tuple[Any, Any]:
+    """The ``loopback`` and ``local_superlink`` modules of the checkout's deploy/."""
+    if not (ROOT / "pyproject.toml").exists():
+        raise RuntimeError("a Flower session needs a source checkout of ldpfda")
+    deploy = str(ROOT / "deploy")
+    if deploy not in sys.path:
+        sys.path.insert(0, deploy)
+    import local_superlink
+    import loopback
+
+    return loopback, local_superlink
+
+
+def run_simulation(
+    specs: Sequence[ServerSpec],
+    base: Settings,
+    workdir: str | Path,
+    *,
+    session: str | None = None,
+    repeat: int = 0,
+    heterogeneity: float = 0.05,
+    timeout: float = 900.0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run a whole session on Flower's simulation runtime and write its report.
+
+    Server s runs ``flwr run`` against its own local SuperLink with
+    ``n_train + n_eval`` virtual SuperNodes, once per phase; then the combine step.
+    The report (:func:`combine_session`, plus every phase report's path and the wall
+    time) is written to ``<workdir>/report.json`` and returned. ``extra`` adds
+    run-config keys to every run (e.g. ``flower.reply-timeout``).
+    """
+    loopback, local_superlink = _deploy_helpers()
+    configs = server_settings(specs, base)
+    workdir = Path(workdir).resolve()
+    session = session or f"session-{int(time.time())}"
+    artifacts = workdir / "artifacts"
+    ports = [
+        (loopback.free_port(), loopback.free_port()) for _ in configs
+    ]  # (SuperLink HTTP API, Control API) of each server's local SuperLink
+    phase_reports: dict[str, dict[str, str]] = {}
+    started = time.perf_counter()
+    try:
+        for phase in PHASES:
+            for cfg, (http, control) in zip(configs, ports, strict=True):
+                name = f"server{cfg.server_id}"
+                home = workdir / name / "flwr-home"
+                report_dir = workdir / name / phase
+                env = loopback.flower_env(home) | {
+                    "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http),
+                    "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+                }
+                config = phase_run_config(
+                    cfg,
+                    phase=phase,
+                    session=session,
+                    artifact_dir=artifacts,
+                    report_dir=report_dir,
+                    repeat=repeat,
+                    extra=extra,
+                )
+                report_dir.mkdir(parents=True, exist_ok=True)
+                done = subprocess.run(
+                    [
+                        loopback._executable("flwr"),
+                        "run",
+                        str(ROOT),
+                        "--federation-config",
+                        f"num-supernodes={cfg.n_train + cfg.n_eval}",
+                        "--run-config",
+                        loopback.run_config_arg(config),
+                    ],
+                    env=env,
+                    cwd=workdir,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(
+                        f"flwr run ({name}, {phase}) failed:\n{done.stdout}\n"
+                        f"{done.stderr}"
+                    )
+                loopback.wait_for_report(report_dir, timeout)
+                phase_reports.setdefault(name, {})[phase] = str(
+                    next(report_dir.glob("run-*/report.json"))
+                )
+    finally:
+        for http, _ in ports:
+            for pid in local_superlink.find_local_superlinks(http):
+                local_superlink.stop_pid(pid)
+    report = combine_session(
+        artifacts,
+        configs,
+        session=session,
+        repeat=repeat,
+        heterogeneity=heterogeneity,
+    )
+    report["phase_reports"] = phase_reports
+    report["wall_time_s"] = time.perf_counter() - started
+    (workdir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return report
