@@ -15,6 +15,7 @@ import numpy as np
 
 from ldpfda.config import (
     DATASETS,
+    LABEL_CORRECTIONS,
     MECHANISMS,
     SERVER_METHODS,
     WEAK_LEARNERS,
@@ -99,6 +100,30 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="share of a training client's epsilon on its label, reference release "
         "only (default: the reference 1/(p+1))",
+    )
+    p.add_argument(
+        "--n-clusters",
+        type=int,
+        default=d.n_clusters,
+        help="label-cluster / label-p2p: k-means clusters of the public features",
+    )
+    p.add_argument(
+        "--pilot-share",
+        type=float,
+        default=d.pilot_share,
+        help="label-cluster: share of each cluster releasing K-RR labels for its prior",
+    )
+    p.add_argument(
+        "--min-cluster-size",
+        type=int,
+        default=d.min_cluster_size,
+        help="label-p2p: smallest cluster s (delta = 1/s^2)",
+    )
+    p.add_argument(
+        "--correction",
+        choices=LABEL_CORRECTIONS,
+        default=d.correction,
+        help="label-only modes: the corrected loss",
     )
     p.add_argument("--n-basis", type=int, default=d.n_basis)
     p.add_argument("--order", type=int, default=d.order)
@@ -189,6 +214,7 @@ def format_table(summaries: list[dict[str, Any]]) -> str:
 
     labels = {
         "moment": "joint moment",
+        "label": "label-only",
         "mrma": "MRMA",
         "mr": "MR only",
         "ma": "MA only",
@@ -219,7 +245,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
         print(f"ldpfda simulate: error: {exc}", file=sys.stderr)
         return 2
     first = settings_list[0]
-    if first.protocol == "moment":
+    if first.protocol == "label":
+        print(
+            f"Label-only {first.mechanism} on the {first.dataset} design: "
+            f"{first.n_train + first.n_eval} clients, each sending public features and "
+            f"one randomized label; {first.correction}-corrected logistic regression; "
+            f"{first.n_test} test points, {first.repeats} repeats, seed {first.seed}"
+        )
+    elif first.protocol == "moment":
         release = (
             f"y~(1, x) with the {first.vector_mechanism} mechanism"
             if first.joint_release
@@ -259,7 +292,10 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         "multiserver",
         help="servers with different populations evaluate each other's models",
         description="Multi-server MRMA in-process: per-server and global test error "
-        "against single-server MRMA and voting across servers (mean +- SE).",
+        "against single-server MRMA and voting across servers (mean +- SE). With "
+        "--flower, one repeat as a Flower session: every server its own simulated "
+        "SuperLink and SuperNodes, a train and an evaluate run per server, models and "
+        "estimates exchanged as artifacts, then the combine step.",
     )
     p.add_argument(
         "--server",
@@ -279,10 +315,25 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         help="assumed spread of a model's error across populations (tau)",
     )
     p.add_argument("--n-test", type=int, default=20_000)
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument(
+        "--repeats", type=int, default=None, help="default 10 (--flower: one)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("results") / "multiserver.json")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--flower",
+        action="store_true",
+        help="run the session on Flower's simulation runtime (needs a source "
+        "checkout); the report goes to --out",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("results") / "multiserver-flower",
+        help="--flower: artifacts, Flower homes and phase reports",
+    )
+    p.add_argument("--session", default=None, help="--flower: session name")
 
 
 def _run_multiserver(args: argparse.Namespace) -> int:
@@ -312,15 +363,19 @@ def _run_multiserver(args: argparse.Namespace) -> int:
             subsample_size=min(args.subsample_size, min(s.n_train for s in specs)),
             n_test=args.n_test,
             seed=args.seed,
-            repeats=args.repeats,
+            repeats=args.repeats or 10,
         )
+        if args.flower and args.repeats not in (None, 1):
+            raise ValueError("--flower runs one repeat; leave out --repeats")
     except (TypeError, ValueError) as exc:
         print(f"ldpfda multiserver: error: {exc}", file=sys.stderr)
         return 2
+    if args.flower:
+        return _run_multiserver_flower(args, specs, base)
     results = [
         run_multiserver_repeat(tuple(specs), base, r, heterogeneity=args.heterogeneity)
         for r in tqdm(
-            range(args.repeats),
+            range(base.repeats),
             disable=args.no_progress,
             file=sys.stderr,
             desc="repeats",
@@ -353,6 +408,36 @@ def _run_multiserver(args: argparse.Namespace) -> int:
         )
     )
     print(f"wrote {args.out}")
+    return 0
+
+
+def _run_multiserver_flower(
+    args: argparse.Namespace, specs: list[Any], base: Settings
+) -> int:
+    from ldpfda.server.multiserver_flower import run_simulation
+
+    try:
+        report = run_simulation(
+            specs,
+            base,
+            args.workdir,
+            session=args.session,
+            heterogeneity=args.heterogeneity,
+        )
+    except (RuntimeError, ValueError) as exc:
+        print(f"ldpfda multiserver --flower: error: {exc}", file=sys.stderr)
+        return 1
+    methods = ("multi_server", "global", "voting_all")
+    print("server".ljust(30) + "".join(m.rjust(14) for m in methods))
+    for (name, row), spec in zip(report["test_errors"].items(), specs, strict=True):
+        label = f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})"
+        print(label.ljust(30) + "".join(f"{row[m]:.3f}".rjust(14) for m in methods))
+    for path, reason in report["rejected_artifacts"].items():
+        print(f"rejected {path}: {reason}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out} (session {report['session']}, "
+          f"{report['wall_time_s']:.0f} s)")
     return 0
 
 

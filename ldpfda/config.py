@@ -23,20 +23,42 @@ from typing import Any
 
 from ldpfda._validation import check_epsilon, check_int, check_real
 
-__all__ = ["DATASETS", "MECHANISMS", "SERVER_METHODS", "Settings", "WEAK_LEARNERS"]
+__all__ = [
+    "DATASETS",
+    "LABEL_CORRECTIONS",
+    "LABEL_MECHANISMS",
+    "MECHANISMS",
+    "SERVER_METHODS",
+    "Settings",
+    "WEAK_LEARNERS",
+]
 
 DATASETS = ("vector", "functional")
 #: What clients release: ``joint-<vector mechanism>`` (one release of
 #: :math:`\tilde y (1, x)` at the whole epsilon, see
 #: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`) or ``reference`` (Laplace on
 #: the coefficients and randomized response on the label, epsilon split between them).
+#: ``label-*`` are the label-only modes (issue 5, features public): see
+#: :data:`LABEL_MECHANISMS`.
 MECHANISMS = (
     "joint-hybrid",
     "joint-piecewise",
     "joint-duchi",
     "joint-laplace",
     "reference",
+    "label-uniform",
+    "label-cluster",
+    "label-p2p",
 )
+#: Label-only modes: features are public, only labels are randomized, the server fits
+#: one corrected logistic regression (:mod:`ldpfda.server.labeldp_engine`).
+#: ``label-uniform``: K-ary randomized response; ``label-cluster``: pilots' K-RR labels
+#: give every cluster a prior, the others randomize with it (RR-with-prior);
+#: ``label-p2p``: the peer-to-peer mechanism for binary labels. Their keys are the
+#: ``labeldp.*`` group.
+LABEL_MECHANISMS = ("label-uniform", "label-cluster", "label-p2p")
+#: Loss corrections of the label-only modes (``labeldp.correction``).
+LABEL_CORRECTIONS = ("forward", "backward")
 #: Server methods; ``auto`` is ``moment`` for joint releases and ``mrma`` for the
 #: reference release.
 SERVER_METHODS = ("auto", "moment", "mrma")
@@ -56,12 +78,19 @@ _GROUPS = {
     "cutoff": "mrma",
     "weak_learner": "mrma",
     "normalize_models": "mrma",
+    "n_clusters": "labeldp",
+    "pilot_share": "labeldp",
+    "min_cluster_size": "labeldp",
+    "correction": "labeldp",
     "dataset": "data",
     "public_features": "data",
     "n_train": "data",
     "n_eval": "data",
     "n_test": "data",
     "repeats": "data",
+    "server_id": "data",
+    "feature_shift": "data",
+    "label_shift": "data",
     "seed": None,
 }
 
@@ -104,6 +133,19 @@ class Settings:
     normalize_models : bool
         Scale every weak model to unit norm before averaging (see
         :func:`ldpfda.server.mrma.average_models`); False averages raw coefficients.
+    n_clusters : int
+        Label-only modes: k-means clusters of the public features (``label-cluster``,
+        ``label-p2p``); at most the number of clients.
+    pilot_share : float
+        ``label-cluster``: share of every cluster's clients (at least one) whose K-RR
+        labels estimate the cluster's label distribution, in (0, 1).
+    min_cluster_size : int
+        ``label-p2p``: clusters smaller than this are merged into the nearest one;
+        the released labels are :math:`(\varepsilon, 1/s^2)`-label-DP for the smallest
+        size :math:`s`.
+    correction : {"forward", "backward"}
+        Label-only modes: the corrected loss of the logistic regression
+        (:mod:`ldpfda.labeldp.learners`).
     dataset : {"vector", "functional"}
         Embedded design.
     public_features : bool
@@ -112,6 +154,14 @@ class Settings:
         :func:`ldpfda.server.engine.public_features`); False estimates it from the
         releases alone.
     n_train, n_eval, n_test, repeats : int
+    server_id : int
+        This server's index in a multi-server session
+        (:mod:`ldpfda.server.multiserver`): its population is drawn from its own data
+        stream and the featurizer is shared by every server. -1 (default) is a
+        single-server run.
+    feature_shift, label_shift : float
+        Distribution shift of this server's population (see
+        :func:`~ldpfda.datasets.synthetic.make_design`); multi-server sessions only.
     seed : int
     """
 
@@ -127,12 +177,19 @@ class Settings:
     cutoff: float = 0.2
     weak_learner: str = "auto"
     normalize_models: bool = True
+    n_clusters: int = 10
+    pilot_share: float = 0.2
+    min_cluster_size: int = 10
+    correction: str = "forward"
     dataset: str = "vector"
     public_features: bool = True
     n_train: int = 500
     n_eval: int = 2500
     n_test: int = 100_000
     repeats: int = 20
+    server_id: int = -1
+    feature_shift: float = 0.0
+    label_shift: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -188,7 +245,7 @@ class Settings:
                 f"weak_learner {self.weak_learner!r} needs released labels; with "
                 f"mechanism {self.mechanism!r} use weak_learner 'moment' (or 'auto')"
             )
-        if self.joint_release and self.label_share is not None:
+        if self.mechanism != "reference" and self.label_share is not None:
             raise ValueError(
                 f"label_share applies to the reference release only, got "
                 f"label_share={self.label_share!r} with mechanism {self.mechanism!r}"
@@ -207,9 +264,64 @@ class Settings:
                 f"got {self.subsample_size}"
             )
         set_(self, "n_eval", check_int(self.n_eval, "n_eval", minimum=m))
+        self._check_labeldp()
         set_(self, "n_test", check_int(self.n_test, "n_test", minimum=1))
         set_(self, "repeats", check_int(self.repeats, "repeats", minimum=1))
+        set_(self, "server_id", check_int(self.server_id, "server_id", minimum=-1))
+        for name in ("feature_shift", "label_shift"):
+            set_(self, name, check_real(getattr(self, name), name))
+            if getattr(self, name) != 0.0 and self.server_id < 0:
+                raise ValueError(
+                    f"{name} describes a server's population in a multi-server "
+                    f"session and needs server_id >= 0, got {name}="
+                    f"{getattr(self, name)!r} with server_id={self.server_id}"
+                )
         set_(self, "seed", check_int(self.seed, "seed", minimum=0))
+
+    def _check_labeldp(self) -> None:
+        """The ``labeldp.*`` keys; population bounds only for a label-only mode."""
+        set_ = object.__setattr__
+        set_(self, "n_clusters", check_int(self.n_clusters, "n_clusters", minimum=1))
+        set_(
+            self,
+            "pilot_share",
+            check_real(
+                self.pilot_share,
+                "pilot_share",
+                low=0.0,
+                high=1.0,
+                low_open=True,
+                high_open=True,
+            ),
+        )
+        set_(
+            self,
+            "min_cluster_size",
+            check_int(self.min_cluster_size, "min_cluster_size", minimum=1),
+        )
+        if self.correction not in LABEL_CORRECTIONS:
+            raise ValueError(
+                f"correction must be one of {LABEL_CORRECTIONS}, "
+                f"got {self.correction!r}"
+            )
+        if not self.label_release:
+            return
+        if self.method != "auto":
+            raise ValueError(
+                f"mechanism {self.mechanism!r} trains one corrected model; method must "
+                f"be 'auto', got {self.method!r}"
+            )
+        if math.isinf(self.epsilon):
+            raise ValueError(
+                f"mechanism {self.mechanism!r} needs a finite epsilon, got inf"
+            )
+        total = self.n_train + self.n_eval
+        for name in ("n_clusters", "min_cluster_size"):
+            if getattr(self, name) > total:
+                raise ValueError(
+                    f"{name} must be <= the number of clients n_train + n_eval "
+                    f"({total}), got {getattr(self, name)}"
+                )
 
     @property
     def is_private(self) -> bool:
@@ -217,19 +329,27 @@ class Settings:
 
     @property
     def joint_release(self) -> bool:
-        """True unless the reference release (Laplace + randomized response)."""
-        return self.mechanism != "reference"
+        r"""True for a joint release of :math:`\tilde y\,(1, x)` (``joint-*``)."""
+        return self.mechanism.startswith("joint-")
+
+    @property
+    def label_release(self) -> bool:
+        """True for a label-only mode (:data:`LABEL_MECHANISMS`, public features)."""
+        return self.mechanism in LABEL_MECHANISMS
 
     @property
     def vector_mechanism(self) -> str:
         """The vector mechanism of a joint release (``"hybrid"``, ...)."""
         if not self.joint_release:
-            raise ValueError("the reference release has no vector mechanism")
+            raise ValueError(f"mechanism {self.mechanism!r} has no vector mechanism")
         return self.mechanism.removeprefix("joint-")
 
     @property
     def protocol(self) -> str:
-        """:attr:`method` with ``"auto"`` resolved: ``"moment"`` or ``"mrma"``."""
+        """:attr:`method` with ``"auto"`` resolved: ``"moment"``, ``"mrma"`` or
+        ``"label"`` (every label-only mode)."""
+        if self.label_release:
+            return "label"
         if self.method != "auto":
             return self.method
         return "moment" if self.joint_release else "mrma"

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ldpfda.client.labeldp_protocol import LabelPayload
 from ldpfda.client.protocol import (
     JointPayload,
     TrainingPayload,
@@ -84,10 +85,12 @@ __all__ = [
     "train_weak",
 ]
 
-#: Methods a run may report, in table order: a ``moment`` run reports ``moment`` (and
-#: ``non_private`` when given clean data); an ``mrma`` run reports all the others.
+#: Methods a run may report, in table order: a ``moment`` run reports ``moment`` and a
+#: label-only run ``label`` (and ``non_private`` when given clean data); an ``mrma`` run
+#: reports all the others.
 METHODS = (
     "moment",
+    "label",
     "mrma",
     "mr",
     "ma",
@@ -102,8 +105,9 @@ METHODS = (
 #: "natarajan"``), chosen on the validation seed of the issue-6 study.
 NATARAJAN_ALPHA = 10.0
 
-#: What a population of clients releases: the reference payload or joint releases.
-Payload = TrainingPayload | JointPayload
+#: What a population of clients releases: the reference payload, joint releases, or
+#: public features with randomized labels (label-only modes).
+Payload = TrainingPayload | JointPayload | LabelPayload
 
 Batch = tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int8]]
 
@@ -261,7 +265,8 @@ def run_protocol(
     ``settings.protocol == "moment"``: every client of both populations releases once
     (:func:`release`) and the server fits the moment classifier on all releases
     (:func:`fit_moment`); the result's ``method`` is ``"moment"``. ``"mrma"``:
-    privatize, train, evaluate, reverse, select, average.
+    privatize, train, evaluate, reverse, select, average. ``"label"`` (the label-only
+    mechanisms): :func:`~ldpfda.server.labeldp_engine.run_label_protocol`.
 
     Parameters
     ----------
@@ -285,6 +290,22 @@ def run_protocol(
         classifier takes its feature second moment from them when
         ``settings.public_features`` is True, and then needs them.
     """
+    if settings.protocol == "label":
+        # Label-only modes (issue 5): public features, randomized labels.
+        from ldpfda.server.labeldp_engine import run_label_protocol
+
+        return run_label_protocol(
+            train,
+            evaluation,
+            settings,
+            seed=seed,
+            server_rng=server_rng,
+            test=test,
+            clean_train=clean_train,
+            chunk_size=chunk_size,
+            ledger=ledger,
+            keep_payload=keep_payload,
+        )
     timings: dict[str, float] = {}
     if ledger is None:
         ids = np.concatenate([_all_ids(train), _all_ids(evaluation)])
@@ -709,7 +730,7 @@ def run_repeat(
         settings.n_train + np.arange(settings.n_eval), x_eval, y_eval, featurizer
     )
     clean = (train.features(), y_train)
-    if settings.protocol == "moment":
+    if settings.protocol in ("moment", "label"):
         clean = (
             np.vstack([clean[0], evaluation.features()]),
             np.concatenate([y_train, y_eval]).astype(np.int8),

@@ -47,7 +47,7 @@ def test_simulate_reference_prints_every_method_and_writes_json(tmp_path, capsys
     data = json.loads(out.read_text())
     assert [s["settings"]["privacy.epsilon"] for s in data["summaries"]] == [2.0, 10.0]
     for summary in data["summaries"]:
-        assert set(summary["test_error"]) == set(METHODS) - {"moment"}
+        assert set(summary["test_error"]) == set(METHODS) - {"moment", "label"}
         assert summary["settings"]["privacy.mechanism"] == "reference"
         assert len(summary["runs"]) == 2
         budget = summary["settings"]["privacy.epsilon"]

@@ -38,7 +38,7 @@ SMALL = Settings.reference(
 )
 #: The default protocol at the same sizes.
 MOMENT = Settings(epsilon=2.0, n_train=200, n_eval=600, n_test=5000, seed=3)
-MRMA_METHODS = set(METHODS) - {"moment"}
+MRMA_METHODS = set(METHODS) - {"moment", "label"}
 #: Public, unlabeled features of the vector design for direct run_protocol calls.
 PUBLIC = VectorDesign().sample(500, 12)[0]
 

@@ -1,0 +1,421 @@
+r"""What a client releases in the label-only modes (issue 5), as vectorised functions.
+
+In these modes (``privacy.mechanism = "label-uniform" | "label-cluster" | "label-p2p"``)
+a client's features (its curve's scaled B-spline coefficients) are **public**: it sends
+them in the clear and they cost no epsilon. Only its label is private, and it leaves the
+client already randomized. Row ``i`` of every array belongs to client
+``client_ids[i]``; a client's noise comes from its own keyed stream (run seed, client
+id, purpose), so it gives the same answer alone (a Flower SuperNode) or in a batch (the
+in-process engine).
+
+**RR with a prior** (:func:`release_labels`). The server gives client :math:`i` a
+label distribution :math:`q_i` (its cluster's prior, or the uniform one). The client
+keeps its label with probability :math:`1-\lambda_i` and otherwise draws one from
+:math:`q_i`:
+
+.. math:: P(\tilde y \mid y) = (1-\lambda_i)\,\mathbb 1[\tilde y = y]
+          + \lambda_i\, q_i(\tilde y),
+          \qquad \lambda_i = \frac{1}{1 + q_{i,\min}(e^\varepsilon - 1)},
+
+the largest :math:`\lambda_i` that the client's own epsilon allows
+(:func:`~ldpfda.labeldp.accounting.resampling_probability`): the ratio of the output
+probabilities under two labels is at most
+:math:`1 + (1-\lambda_i)/(\lambda_i q_{i,\min}) = e^\varepsilon`
+(:func:`~ldpfda.labeldp.accounting.resampling_epsilon`). The client computes
+:math:`\lambda_i` itself from its budget and the prior it received, so no prior a
+server sends can make it spend more than :math:`\varepsilon`; a prior with a zero entry
+is refused. With the uniform prior this is K-ary randomized response
+(:math:`\lambda = K/(e^\varepsilon + K - 1)`, UniformRR).
+
+**Peer-to-peer** (binary labels; :func:`p2p_randomize`, :func:`p2p_forward`). A client
+randomizes its bit by randomized response at :math:`\varepsilon_0` and hands it to the
+relay; later it receives the noisy bits of its cluster, draws one uniformly (with
+replacement, possibly its own) and reports it. The reported bits are
+:math:`(\varepsilon, \delta = 1/s^2)`-label-DP toward the analyst
+(:func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`), while the relay sees
+:math:`\varepsilon_0`-LDP bits. Forwarding is post-processing: it costs nothing.
+
+References
+----------
+H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy via
+clustering", AISTATS 2022 (Algorithms 1 and 2). S. L. Warner, "Randomized response",
+JASA 1965.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
+from ldpfda.exceptions import BudgetExceededError
+from ldpfda.labeldp.accounting import resampling_probability
+from ldpfda.labeldp.mechanisms import check_labels
+from ldpfda.labeldp.peer_to_peer import p2p_guarantee
+from ldpfda.labeldp.transition import check_distributions
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.privacy.random import ClientStreams, RandomLike
+from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
+
+__all__ = [
+    "P2P_DRAW_STREAM",
+    "P2P_RR",
+    "P2P_RR_STREAM",
+    "PRIOR_RR",
+    "PRIOR_STREAM",
+    "UNIFORM_RR",
+    "LabelPayload",
+    "check_public_features",
+    "label_events",
+    "p2p_event",
+    "p2p_forward",
+    "p2p_randomize",
+    "pick_peers",
+    "prior_probabilities",
+    "randomize_bits",
+    "release_labels",
+    "uniform_priors",
+]
+
+PRIOR_STREAM = "labeldp/prior-rr"
+P2P_RR_STREAM = "labeldp/p2p-rr"
+P2P_DRAW_STREAM = "labeldp/p2p-draw"
+
+#: Event of a label randomized with the uniform prior (K-ary randomized response).
+UNIFORM_RR = "label_uniform_rr"
+#: Event of a label randomized with a cluster's prior.
+PRIOR_RR = "label_prior_rr"
+#: Event of the peer-to-peer release (the name of
+#: :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`'s event).
+P2P_RR = "peer_to_peer_rr"
+
+#: Tolerance under which a prior counts as uniform.
+_UNIFORM_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class LabelPayload:
+    r"""What the server holds after a label-only run, ordered by client id.
+
+    Attributes
+    ----------
+    client_ids : ndarray of shape (n,)
+    features : ndarray of shape (n, p)
+        Public scaled features.
+    labels : ndarray of shape (n,)
+        Released labels (randomized, or forwarded by a peer).
+    priors : ndarray of shape (n, K)
+        The prior of each label's channel: :math:`\tilde y` was kept with probability
+        :math:`1 - \lambda_i` and otherwise drawn from this row.
+    epsilon : float
+        The epsilon of the channel, from which :math:`\lambda_i` follows
+        (:func:`prior_probabilities`): the run's epsilon, or :math:`\varepsilon_0` of
+        the peer-to-peer randomized response.
+    """
+
+    client_ids: NDArray[np.int64]
+    features: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    priors: NDArray[np.float64]
+    epsilon: float
+
+    def __len__(self) -> int:
+        return int(self.client_ids.size)
+
+    @property
+    def resample_probabilities(self) -> NDArray[np.float64]:
+        r""":math:`\lambda_i` of every label's channel."""
+        return prior_probabilities(self.priors, epsilon=self.epsilon)
+
+    def head(self) -> LabelPayload:
+        """An empty payload with the same shapes (for results kept without data)."""
+        return LabelPayload(
+            self.client_ids[:0],
+            self.features[:0],
+            self.labels[:0],
+            self.priors[:0],
+            self.epsilon,
+        )
+
+
+def check_public_features(features: ArrayLike) -> NDArray[np.float64]:
+    """Scaled features ``(n, p)``: finite and within [-1, 1] (the featurizer's box)."""
+    x = check_finite_array(features, "features", ndim=2)
+    if np.any(np.abs(x) > 1.0 + 1e-12):
+        raise ValueError(
+            "features must be rescaled into [-1, 1] by the run's featurizer "
+            f"(got max |x| = {np.abs(x).max():.6g})"
+        )
+    return x
+
+
+def uniform_priors(n: int, n_classes: int) -> NDArray[np.float64]:
+    """``n`` copies of the uniform prior over ``n_classes`` labels."""
+    return np.full((n, n_classes), 1.0 / n_classes)
+
+
+def _check_priors(priors: ArrayLike, n: int) -> NDArray[np.float64]:
+    q = np.asarray(priors, dtype=float)
+    if q.ndim == 1:
+        q = np.broadcast_to(q, (n, q.size))
+    q = check_distributions(q, "priors")
+    if q.shape[0] != n:
+        raise ValueError(f"priors has {q.shape[0]} rows for {n} clients")
+    if np.any(q <= 0.0):
+        raise ValueError(
+            "priors must be > 0 everywhere: with a zero probability randomized "
+            f"response with a prior is not differentially private (got {q.min()!r})"
+        )
+    return q
+
+
+def prior_probabilities(priors: ArrayLike, *, epsilon: float) -> NDArray[np.float64]:
+    r""":math:`\lambda_i = 1/(1 + q_{i,\min}(e^\varepsilon - 1))` of every prior row.
+
+    :func:`~ldpfda.labeldp.accounting.resampling_probability` per distinct
+    :math:`q_{i,\min}`; ``priors`` is ``(n, K)`` with positive rows.
+    """
+    q = np.atleast_2d(np.asarray(priors, dtype=float))
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    q_min, inverse = np.unique(q.min(axis=1), return_inverse=True)
+    lam = np.array(
+        [resampling_probability(epsilon=epsilon, q_min=float(m)) for m in q_min]
+    )
+    return lam[inverse.reshape(-1)]
+
+
+def _prior_groups(q: NDArray[np.float64]) -> tuple[NDArray, NDArray[np.int64]]:
+    """Distinct prior rows and the group of every client."""
+    rows, inverse = np.unique(q, axis=0, return_inverse=True)
+    return rows, inverse.reshape(-1)
+
+
+def _event(prior: NDArray[np.float64], epsilon: float) -> ReleaseEvent:
+    k = prior.size
+    lam = resampling_probability(epsilon=epsilon, q_min=float(prior.min()))
+    if np.all(np.abs(prior - 1.0 / k) <= _UNIFORM_TOL):
+        return ReleaseEvent.of(
+            UNIFORM_RR, epsilon, n_classes=k, resample_probability=lam
+        )
+    return ReleaseEvent.of(
+        PRIOR_RR,
+        epsilon,
+        n_classes=k,
+        resample_probability=lam,
+        q_min=float(prior.min()),
+    )
+
+
+def label_events(priors: ArrayLike, *, epsilon: float) -> list[ReleaseEvent]:
+    """What :func:`release_labels` records for each row of ``priors`` (one per row)."""
+    q = _check_priors(priors, np.atleast_2d(np.asarray(priors)).shape[0])
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    rows, inverse = _prior_groups(q)
+    events = [_event(row, epsilon) for row in rows]
+    return [events[g] for g in inverse]
+
+
+def release_labels(
+    labels: ArrayLike,
+    priors: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    epsilon: float,
+    ledger: PrivacyLedger | None = None,
+    release: int = 0,
+) -> NDArray[np.int64]:
+    r"""Each client randomizes its label with its prior (see the module docstring).
+
+    Parameters
+    ----------
+    labels : array of shape (n,)
+        True labels in :math:`\{0, \dots, K-1\}`, :math:`K` = the priors' width.
+    priors : array of shape (n, K) or (K,)
+        The prior :math:`q_i` of every client (one row for all), positive rows that sum
+        to 1. The uniform prior gives K-ary randomized response.
+    client_ids : array of shape (n,)
+    seed : int
+        The run seed (keys every client's stream ``labeldp/prior-rr#<release>``).
+    epsilon : float
+        Each client's epsilon for this release, in (0, inf).
+    ledger : PrivacyLedger, optional
+        Charged with one event per client (:func:`label_events`) before anything is
+        released; if any client cannot afford it, nobody releases
+        (:class:`~ldpfda.BudgetExceededError`).
+    release : int
+        Index of this release for these clients (fresh noise for each index).
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+        The randomized labels.
+    """
+    ids = _client_ids(client_ids)
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    q = _check_priors(priors, ids.size)
+    y = check_labels(labels, q.shape[1])
+    if y.size != ids.size:
+        raise ValueError(f"labels has {y.size} entries for {ids.size} clients")
+    rows, group = _prior_groups(q)
+    if ledger is not None:
+        _charge_groups(ledger, [_event(row, epsilon) for row in rows], group, ids)
+    lam = prior_probabilities(rows, epsilon=epsilon)[group]
+    u = (
+        ClientStreams(seed, ids)
+        .stream(f"{PRIOR_STREAM}#{release}")
+        .uniform((ids.size, 2))
+    )
+    cdf = np.cumsum(q, axis=1)
+    drawn = np.minimum((u[:, 1:] >= cdf).sum(axis=1), q.shape[1] - 1)
+    return np.where(u[:, 0] < lam, drawn, y)
+
+
+def _charge_groups(
+    ledger: PrivacyLedger,
+    events: list[ReleaseEvent],
+    group: NDArray[np.int64],
+    ids: NDArray[np.int64],
+) -> None:
+    """Charge ``events[group[i]]`` to client ``ids[i]``, for all or for nobody."""
+    cost = np.array([e.epsilon for e in events])[group]
+    for value in np.unique(cost):
+        broke = ~ledger.can_spend(float(value), ids[cost == value])
+        if np.any(broke):
+            first = int(ids[cost == value][broke][0])
+            raise BudgetExceededError(
+                f"label release of epsilon={value:.6g} would exceed the budget "
+                f"{ledger.budget:.6g} of {int(broke.sum())} client(s), e.g. client "
+                f"{first} (already spent {ledger.spent(first):.6g})"
+            )
+    for g, event in enumerate(events):
+        ledger.charge(event, ids[group == g])
+
+
+def _client_ids(client_ids: ArrayLike) -> NDArray[np.int64]:
+    ids = np.asarray(client_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"client_ids must be integers, got dtype {ids.dtype}")
+    return ids.astype(np.int64).reshape(-1)
+
+
+# -- peer to peer ----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
+    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
+    return ReleaseEvent.of(
+        P2P_RR,
+        eps,
+        delta=delta,
+        local_epsilon=local_epsilon,
+        min_cluster_size=min(sizes),
+    )
+
+
+def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
+    r"""What one peer-to-peer release costs: the exact :math:`(\varepsilon, \delta)`.
+
+    ``epsilon`` of the event is :func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`
+    toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`), with
+    ``local_epsilon`` :math:`\varepsilon_0` (what the relay sees) and ``delta`` as
+    parameters: the event of :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`.
+    """
+    eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
+    sizes = np.asarray(cluster_sizes)
+    if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or sizes.size == 0:
+        raise ValueError(
+            f"cluster_sizes must be a non-empty 1-D integer array, got {sizes!r}"
+        )
+    if np.any(sizes < 1):
+        raise ValueError(f"cluster_sizes must be >= 1, got {int(sizes.min())}")
+    return _p2p_event(eps0, tuple(sorted(int(s) for s in sizes)))
+
+
+def p2p_randomize(
+    labels: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    local_epsilon: float,
+    cluster_sizes: ArrayLike,
+    ledger: PrivacyLedger | None = None,
+    release: int = 0,
+) -> NDArray[np.int8]:
+    r"""Step 1 of the peer-to-peer mechanism: every client's bit by randomized response.
+
+    Each client flips its bit with probability :math:`1/(1 + e^{\varepsilon_0})`, noise
+    from its stream ``labeldp/p2p-rr#<release>``. The ledger is charged
+    :func:`p2p_event` (the guarantee of the forwarded bits for these ``cluster_sizes``)
+    before anything is released.
+    """
+    ids = _client_ids(client_ids)
+    y = check_binary_labels(labels)
+    if y.size != ids.size:
+        raise ValueError(f"labels has {y.size} entries for {ids.size} clients")
+    event = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
+    if ledger is not None:
+        ledger.charge(event, ids)
+    stream = ClientStreams(seed, ids).stream(f"{P2P_RR_STREAM}#{release}")
+    mechanism = BinaryRandomizedResponse(epsilon=float(local_epsilon))
+    return randomize_bits(y, mechanism, stream)
+
+
+def randomize_bits(
+    labels: NDArray[np.int8], mechanism: BinaryRandomizedResponse, rng: RandomLike
+) -> NDArray[np.int8]:
+    """Binary randomized response of ``labels`` with uniforms from ``rng``."""
+    return mechanism.randomise(labels, rng).astype(np.int8)
+
+
+def pick_peers(u: ArrayLike, counts: ArrayLike) -> NDArray[np.int64]:
+    r"""The peer each client draws: :math:`\min(\lfloor u_i n_i\rfloor, n_i - 1)`.
+
+    ``u`` are uniforms in [0, 1), ``counts`` the size :math:`n_i \ge 1` of each
+    client's block of peers (the draw of
+    :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`).
+    """
+    n = np.asarray(counts, dtype=np.int64)
+    return np.minimum((np.asarray(u, dtype=float) * n).astype(np.int64), n - 1)
+
+
+def p2p_forward(
+    peer_labels: ArrayLike,
+    offsets: ArrayLike,
+    counts: ArrayLike,
+    *,
+    client_ids: ArrayLike,
+    seed: int,
+    release: int = 0,
+) -> NDArray[np.int8]:
+    r"""Step 2: every client reports the noisy bit of a peer it draws uniformly.
+
+    Client ``i``'s peers are ``peer_labels[offsets[i] : offsets[i] + counts[i]]`` (its
+    cluster's noisy bits, ordered by client id, its own among them); it draws one with
+    replacement using its stream ``labeldp/p2p-draw#<release>``. Post-processing of
+    released bits: no epsilon is charged.
+    """
+    ids = _client_ids(client_ids)
+    bits = check_binary_labels(peer_labels, "peer_labels")
+    start = np.asarray(offsets).reshape(-1)
+    size = np.asarray(counts).reshape(-1)
+    for name, value in (("offsets", start), ("counts", size)):
+        if value.dtype.kind not in "iu" or value.size != ids.size:
+            raise ValueError(
+                f"{name} must hold one integer per client ({ids.size}), got {value!r}"
+            )
+    if np.any(size < 1) or np.any(start < 0) or np.any(start + size > bits.size):
+        raise ValueError(
+            "every client needs a non-empty block of peers within peer_labels"
+        )
+    u = (
+        ClientStreams(seed, ids)
+        .stream(f"{P2P_DRAW_STREAM}#{release}")
+        .uniform((ids.size,))
+    )
+    return bits[start + pick_peers(u, size)]
