@@ -75,7 +75,6 @@ from ldpfda.server.server_app import (
     FlowerOptions,
     ReplyError,
     Round,
-    _absence,
     _array,
     _ask,
     _charge,
@@ -87,8 +86,8 @@ from ldpfda.server.server_app import (
     _require,
     _Status,
     _test_set,
+    identify_clients,
     logger,
-    parse_identity,
     wait_for_nodes,
 )
 
@@ -198,44 +197,6 @@ class _Rounds:
         return {c: values[0] for c, values in rows.items()}
 
 
-def _identify(
-    grid: Grid, nodes: list[int], total: int, options: FlowerOptions
-) -> tuple[Round, dict[int, int], dict[int, int], dict[int, dict[str, float]]]:
-    """The identify round: (round, node of each client, claims, ledger figures)."""
-    identify = Round(IDENTIFY, asked=list(nodes))
-    node_of: dict[int, int] = {}
-    claimed: dict[int, int] = {}
-    reported: dict[int, dict[str, float]] = {}
-    replies = _ask(
-        grid, {n: RecordDict() for n in nodes}, IDENTIFY, options.reply_timeout
-    )
-    for node in nodes:  # by node id: of two nodes claiming a client, the first
-        reply = replies.get(node)
-        absence = _absence(reply, options.reply_timeout)
-        if absence is not None:
-            identify.miss(node, absence)
-            continue
-        assert reply is not None
-        try:
-            client_id, figures = parse_identity(reply)
-        except ReplyError as exc:
-            identify.reject(node, str(exc))
-            continue
-        claimed[node] = client_id
-        if client_id >= total:
-            identify.reject(node, f"unknown: client {client_id} is not in this run")
-        elif client_id in node_of:
-            identify.reject(
-                node,
-                f"duplicate: client {client_id} is already node {node_of[client_id]}",
-            )
-        else:
-            node_of[client_id] = node
-            reported[client_id] = figures
-            identify.answered.append(node)
-    return identify, node_of, claimed, reported
-
-
 def _prior_request(q: NDArray[np.float64], epsilon: float) -> tuple[RecordDict, list]:
     content = RecordDict({"prior": ArrayRecord({"q": Array(np.asarray(q, float))})})
     return content, label_events(q[None, :], epsilon=epsilon)
@@ -274,7 +235,9 @@ def run_label_server(
         )
         timings["wait_for_nodes_s"] = time.perf_counter() - t0
         status("identify", nodes=len(nodes))
-        identify, node_of, claimed, reported = _identify(grid, nodes, total, options)
+        identify, node_of, claimed, reported = identify_clients(
+            grid, nodes, total, options.reply_timeout
+        )
         rounds = _Rounds(grid, options, ledger, node_of, reported)
 
         status("features", clients=len(node_of))

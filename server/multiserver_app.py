@@ -60,9 +60,7 @@ from ldpfda.server.mrma import LinearModels, estimate_errors
 from ldpfda.server.multiserver import check_reference, evaluation_groups, training_rng
 from ldpfda.server.server_app import (
     FlowerOptions,
-    ReplyError,
     Round,
-    _absence,
     _ask,
     _charge,
     _collect,
@@ -72,9 +70,9 @@ from ldpfda.server.server_app import (
     _release_parser,
     _require,
     _Status,
+    identify_clients,
     logger,
     parse_feedback,
-    parse_identity,
     wait_for_nodes,
 )
 
@@ -121,34 +119,11 @@ def _start(grid: Grid, session: _Session) -> None:
     )
     session.connected = len(nodes)
     session.status("identify", nodes=len(nodes))
-    identify = Round(IDENTIFY, asked=list(nodes))
-    replies = _ask(
-        grid, {n: RecordDict() for n in nodes}, IDENTIFY, options.reply_timeout
+    identify, node_of, _, reported = identify_clients(
+        grid, nodes, total, options.reply_timeout
     )
-    for node in nodes:  # by node id: of two nodes claiming a client, the first
-        reply = replies.get(node)
-        absence = _absence(reply, options.reply_timeout)
-        if absence is not None:
-            identify.miss(node, absence)
-            continue
-        assert reply is not None
-        try:
-            client_id, figures = parse_identity(reply)
-        except ReplyError as exc:
-            identify.reject(node, str(exc))
-            continue
-        if client_id >= total:
-            identify.reject(node, f"unknown: client {client_id} is not in this run")
-        elif client_id in session.node_of:
-            identify.reject(
-                node,
-                f"duplicate: client {client_id} is already node "
-                f"{session.node_of[client_id]}",
-            )
-        else:
-            session.node_of[client_id] = node
-            session.reported[client_id] = figures
-            identify.answered.append(node)
+    session.node_of.update(node_of)
+    session.reported.update(reported)
     session.rounds[IDENTIFY] = identify
     session.timings["identify_s"] = time.perf_counter() - t0
 

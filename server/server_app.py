@@ -783,6 +783,48 @@ def _test_set(
     return data.features(featurizer, grid), data.labels
 
 
+def identify_clients(
+    grid: Grid, nodes: list[int], total: int, reply_timeout: float
+) -> tuple[Round, dict[int, int], dict[int, int], dict[int, dict[str, float]]]:
+    """The identify round: who is who, and what each client says it has spent.
+
+    Returns the round, the node of every identified client, the client id every
+    answering node claimed, and every identified client's ledger figures. Of two nodes
+    claiming one client id the lower node id stands and the other is rejected as a
+    duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
+    """
+    identify = Round(IDENTIFY, asked=list(nodes))
+    node_of: dict[int, int] = {}
+    claimed: dict[int, int] = {}
+    reported: dict[int, dict[str, float]] = {}
+    replies = _ask(grid, {n: RecordDict() for n in nodes}, IDENTIFY, reply_timeout)
+    for node in sorted(nodes):
+        reply = replies.get(node)
+        absence = _absence(reply, reply_timeout)
+        if absence is not None:
+            identify.miss(node, absence)
+            continue
+        assert reply is not None
+        try:
+            client_id, figures = parse_identity(reply)
+        except ReplyError as exc:
+            identify.reject(node, str(exc))
+            continue
+        claimed[node] = client_id
+        if client_id >= total:
+            identify.reject(node, f"unknown: client {client_id} is not in this run")
+        elif client_id in node_of:
+            identify.reject(
+                node,
+                f"duplicate: client {client_id} is already node {node_of[client_id]}",
+            )
+        else:
+            node_of[client_id] = node
+            reported[client_id] = figures
+            identify.answered.append(node)
+    return identify, node_of, claimed, reported
+
+
 def run_server(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> tuple[ProtocolResult, dict[str, Any]]:
@@ -832,37 +874,10 @@ def run_server(
         # Who is who: client ids decide the groups, as in run_repeat.
         status("identify", nodes=len(nodes))
         t0 = time.perf_counter()
-        identify = Round(IDENTIFY, asked=list(nodes))
-        node_of: dict[int, int] = {}
-        claimed: dict[int, int] = {}  # node -> the client id it says it is
-        replies = _ask(
-            grid, {n: RecordDict() for n in nodes}, IDENTIFY, options.reply_timeout
+        identify, node_of, claimed, identified = identify_clients(
+            grid, nodes, total, options.reply_timeout
         )
-        for node in nodes:  # by node id: of two nodes claiming a client, the first
-            reply = replies.get(node)
-            absence = _absence(reply, options.reply_timeout)
-            if absence is not None:
-                identify.miss(node, absence)
-                continue
-            assert reply is not None
-            try:
-                client_id, figures = parse_identity(reply)
-            except ReplyError as exc:
-                identify.reject(node, str(exc))
-                continue
-            claimed[node] = client_id
-            if client_id >= total:
-                identify.reject(node, f"unknown: client {client_id} is not in this run")
-            elif client_id in node_of:
-                identify.reject(
-                    node,
-                    f"duplicate: client {client_id} is already node "
-                    f"{node_of[client_id]}",
-                )
-            else:
-                node_of[client_id] = node
-                reported[client_id] = figures
-                identify.answered.append(node)
+        reported.update(identified)
         timings["identify_s"] = time.perf_counter() - t0
         train_ids = [c for c in sorted(node_of) if c < n_train]
         eval_ids = [c for c in sorted(node_of) if c >= n_train]

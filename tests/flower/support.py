@@ -9,6 +9,7 @@ made silent (their replies are dropped, as for a node that died) to test fault h
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -127,3 +128,17 @@ class FakeGrid(Grid):
                 reply.metadata.__dict__["_src_node_id"] = node
                 replies.append(reply)
         return replies
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, reaped or not, has stopped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            # The command name (field 2) may hold spaces; the state follows its ")".
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:  # gone between the two checks
+        return False

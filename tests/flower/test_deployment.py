@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -10,19 +9,9 @@ import pytest
 
 from ldpfda.server.server_app import parse_run_config
 
-from .support import ROOT, app_config
+from .support import ROOT, alive, app_config
 
 pytestmark = pytest.mark.slow
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A reaped child is gone; an unreaped one is a zombie, i.e. stopped as well.
-    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-        return stat.read().split()[2] != "Z"
 
 
 def _config(tmp_path, n_train, n_eval, n_models, **extra):
@@ -66,7 +55,7 @@ def test_loopback_deployment_survives_a_bad_node_and_a_killed_node(tmp_path, cap
     )
     with federation:
         pids = [federation.superlink.pid] + [p.pid for p in federation.supernodes]
-        assert all(_alive(pid) for pid in pids)
+        assert all(alive(pid) for pid in pids)
         federation.submit(ROOT, config)
         deadline = time.monotonic() + 240
         while run_stage(tmp_path / "reports") not in ("privatize", "train", "evaluate"):
@@ -78,9 +67,9 @@ def test_loopback_deployment_survives_a_bad_node_and_a_killed_node(tmp_path, cap
             4
         ]  # client 4 evaluates, after the training round
         victim.kill()
-        assert not _alive(victim.pid)
+        assert not alive(victim.pid)
         report = wait_for_report(tmp_path / "reports", timeout=300)
-    assert not any(_alive(pid) for pid in pids), "every process is stopped by PID"
+    assert not any(alive(pid) for pid in pids), "every process is stopped by PID"
     assert INSECURE_WARNING in capfd.readouterr().err, "insecure mode must warn"
 
     part = report["participation"]

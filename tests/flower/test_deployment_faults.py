@@ -21,7 +21,6 @@ reply it did not use with the client and the reason, and every process must be s
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -30,24 +29,12 @@ import pytest
 
 from ldpfda.server.server_app import parse_run_config
 
-from .support import ROOT, app_config
+from .support import ROOT, alive, app_config
 
 pytestmark = pytest.mark.slow
 
 #: Seconds the server waits for each round; the hanging node answers after it.
 REPLY_TIMEOUT = 60.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # not a zombie
-    except FileNotFoundError:
-        return False
 
 
 def _descendants(pids: list[int]) -> set[int]:
@@ -71,7 +58,7 @@ def _descendants(pids: list[int]) -> set[int]:
 def _gone(pids: set[int], timeout: float = 20.0) -> set[int]:
     """The processes of ``pids`` still alive after up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while (alive := {p for p in pids if _alive(p)}) and time.monotonic() < deadline:
+    while (alive := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     return alive
 

@@ -4,7 +4,6 @@ processes; models and estimates move between the servers as artifacts."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,9 @@ import pytest
 from ldpfda.config import Settings
 from ldpfda.server.multiserver import ServerSpec
 
+from .support import alive
+
 pytestmark = pytest.mark.slow
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:  # gone between the two checks
-        return False
 
 
 def test_two_server_session_over_loopback(tmp_path):
@@ -38,7 +27,7 @@ def test_two_server_session_over_loopback(tmp_path):
 
     pids = [pid for server in report["pids"].values() for pid in server]
     assert len(pids) == 2 * (1 + 4), "2 SuperLinks with 4 SuperNodes each"
-    assert not any(_alive(pid) for pid in pids), "every process is stopped by PID"
+    assert not any(alive(pid) for pid in pids), "every process is stopped by PID"
 
     # Per-server and global models, each server scored on its own population.
     assert set(report["models"]) == {"global", "server0", "server1"}
