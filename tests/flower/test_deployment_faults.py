@@ -58,9 +58,9 @@ def _descendants(pids: list[int]) -> set[int]:
 def _gone(pids: set[int], timeout: float = 20.0) -> set[int]:
     """The processes of ``pids`` still alive after up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while (alive := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+    while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return alive
+    return running
 
 
 def test_loopback_run_completes_with_faulty_and_malicious_nodes(tmp_path):
