@@ -287,6 +287,53 @@ _DOC_PARAMETERS = """
 class _CorrectedLogisticBase(_LogisticBase):
     """A learner that needs the release's channel (distributions, clusters, beta)."""
 
+    #: Whether the loss needs the rows of the inverse channel (backward correction).
+    _needs_targets = False
+
+    def fit_channels(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        *,
+        priors: ArrayLike,
+        resample_probabilities: ArrayLike,
+    ) -> Any:
+        r"""Fit with one channel per example.
+
+        Example :math:`i` went through
+        :math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top`: row ``i`` of
+        ``priors`` is :math:`q_i`, entry ``i`` of ``resample_probabilities`` is
+        :math:`\lambda_i \in [0, 1)`, and the correction is the unbiased one
+        (:math:`\beta_i = \lambda_i`). This is :meth:`fit` when examples of one
+        release mix channels (label-only federated modes: pilots with the uniform
+        prior, the others with their cluster's). Same loss, penalty and choice of
+        ``C``.
+        """
+        self._check_params()
+        x = check_array(X, dtype=np.float64)
+        q = check_distributions(priors, "priors")
+        k = q.shape[1]
+        labels = check_labels(y, k, "y")
+        lam = np.asarray(resample_probabilities, dtype=float).reshape(-1)
+        n = x.shape[0]
+        if not labels.size == q.shape[0] == lam.size == n:
+            raise ValueError(
+                f"X, y, priors and resample_probabilities differ in length: {n}, "
+                f"{labels.size}, {q.shape[0]}, {lam.size}"
+            )
+        if np.any(~np.isfinite(lam)) or np.any(lam < 0) or np.any(lam >= 1):
+            raise ValueError("resample_probabilities must be in [0, 1)")
+        onehot = np.eye(k)[labels]
+        # Column ~y_i of T_i: (1 - lam_i) e_{~y_i} + lam_i q_i(~y_i) 1.
+        column = (1 - lam)[:, None] * onehot + (lam * q[np.arange(n), labels])[:, None]
+        with np.errstate(divide="ignore"):
+            arrays = {"log_t": np.log(column)}
+        if self._needs_targets:
+            # Row ~y_i of T_i^{-1} = (I - lam_i 1 q_i^T) / (1 - lam_i).
+            arrays["targets"] = (onehot - lam[:, None] * q) / (1 - lam)[:, None]
+        self._fit_arrays(x, arrays, k)
+        return self
+
     def fit_release(
         self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
     ) -> Any:
@@ -302,6 +349,7 @@ class _CorrectedLogisticBase(_LogisticBase):
 
 
 class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
+    _needs_targets = True
     __doc__ = (
         r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
 

@@ -46,11 +46,12 @@ bits or the draws. The ledger records that guarantee, with :math:`\varepsilon_0`
 **Training.** Example :math:`i` went through the channel
 :math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top` (uniform :math:`q_i` for
 pilots, uniform-RR clients and peer-to-peer reports; its cluster's prior otherwise).
-:class:`ForwardChannelLogisticRegression` (default, ``labeldp.correction = "forward"``)
-maximises the likelihood of the released labels through :math:`T_i`;
-:class:`BackwardChannelLogisticRegression` minimises the unbiased backward-corrected
-loss. ``C`` is chosen from ``DEFAULT_CS`` by the held-out likelihood of the released
-labels (post-processing).
+:meth:`ForwardCorrectedLogisticRegression.fit_channels
+<ldpfda.labeldp.learners.ForwardCorrectedLogisticRegression.fit_channels>` (default,
+``labeldp.correction = "forward"``) maximises the likelihood of the released labels
+through :math:`T_i`; the backward learner's ``fit_channels`` minimises the unbiased
+backward-corrected loss. ``C`` is chosen from ``DEFAULT_CS`` by the held-out likelihood
+of the released labels (post-processing).
 
 References
 ----------
@@ -66,7 +67,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sklearn.utils.validation import check_array
 
 from ldpfda.client.labeldp_protocol import (
     LabelPayload,
@@ -83,13 +83,11 @@ from ldpfda.labeldp.learners import (
 )
 from ldpfda.labeldp.mechanisms import (
     assign_clusters,
-    check_labels,
     cluster_distributions,
     cluster_label_counts,
 )
 from ldpfda.labeldp.peer_to_peer import p2p_guarantee, p2p_local_epsilon
 from ldpfda.labeldp.selection import DEFAULT_FLOORS, Choice, choose_resampling
-from ldpfda.labeldp.transition import check_distributions
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.server.engine import ClientPopulation, ProtocolResult, score
@@ -97,8 +95,6 @@ from ldpfda.server.mrma import LinearModels, fit_linear
 
 __all__ = [
     "N_CLASSES",
-    "BackwardChannelLogisticRegression",
-    "ForwardChannelLogisticRegression",
     "cluster_features",
     "cluster_plan_summary",
     "cluster_priors",
@@ -118,90 +114,6 @@ N_CLASSES = 2
 #: Floors of :func:`cluster_priors`: positive, so that every prior is > 0 and every
 #: client spends exactly epsilon (a zero entry would force lambda = 1).
 PRIOR_FLOORS = tuple(f for f in DEFAULT_FLOORS if f > 0)
-
-
-# -- learners with one channel per example ---------------------------------------------
-
-
-def _channel_arrays(
-    X: ArrayLike,
-    y: ArrayLike,
-    priors: ArrayLike,
-    resample_probabilities: ArrayLike,
-    *,
-    backward: bool,
-) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]], int]:
-    x = check_array(X, dtype=np.float64)
-    q = check_distributions(priors, "priors")
-    k = q.shape[1]
-    labels = check_labels(y, k, "y")
-    lam = np.asarray(resample_probabilities, dtype=float).reshape(-1)
-    n = x.shape[0]
-    if not labels.size == q.shape[0] == lam.size == n:
-        raise ValueError(
-            f"X, y, priors and resample_probabilities differ in length: {n}, "
-            f"{labels.size}, {q.shape[0]}, {lam.size}"
-        )
-    if np.any(~np.isfinite(lam)) or np.any(lam < 0) or np.any(lam >= 1):
-        raise ValueError("resample_probabilities must be in [0, 1)")
-    onehot = np.eye(k)[labels]
-    # Column ~y_i of T_i: (1 - lam_i) e_{~y_i} + lam_i q_i(~y_i) 1.
-    column = (1 - lam)[:, None] * onehot + (lam * q[np.arange(n), labels])[:, None]
-    with np.errstate(divide="ignore"):
-        arrays = {"log_t": np.log(column)}
-    if backward:
-        # Row ~y_i of T_i^{-1} = (I - lam_i 1 q_i^T) / (1 - lam_i).
-        arrays["targets"] = (onehot - lam[:, None] * q) / (1 - lam)[:, None]
-    return x, arrays, k
-
-
-class ForwardChannelLogisticRegression(ForwardCorrectedLogisticRegression):
-    r""":class:`~ldpfda.labeldp.ForwardCorrectedLogisticRegression` with one channel
-    :math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top` per example.
-
-    The label-only modes mix channels with different :math:`\lambda` (pilots and the
-    others), which one ``beta`` cannot express; :meth:`fit_channels` takes every
-    example's prior and :math:`\lambda_i`. Same loss, penalty and choice of ``C``.
-    """
-
-    def fit_channels(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        *,
-        priors: ArrayLike,
-        resample_probabilities: ArrayLike,
-    ) -> ForwardChannelLogisticRegression:
-        """Fit on released labels ``y``; row ``i`` of ``priors`` is :math:`q_i`."""
-        self._check_params()
-        x, arrays, k = _channel_arrays(
-            X, y, priors, resample_probabilities, backward=False
-        )
-        self._fit_arrays(x, arrays, k)
-        return self
-
-
-class BackwardChannelLogisticRegression(BackwardCorrectedLogisticRegression):
-    r""":class:`~ldpfda.labeldp.BackwardCorrectedLogisticRegression` with one channel
-    per example (the unbiased correction :math:`\beta_i = \lambda_i`); see
-    :class:`ForwardChannelLogisticRegression`.
-    """
-
-    def fit_channels(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        *,
-        priors: ArrayLike,
-        resample_probabilities: ArrayLike,
-    ) -> BackwardChannelLogisticRegression:
-        """Fit on released labels ``y``; row ``i`` of ``priors`` is :math:`q_i`."""
-        self._check_params()
-        x, arrays, k = _channel_arrays(
-            X, y, priors, resample_probabilities, backward=True
-        )
-        self._fit_arrays(x, arrays, k)
-        return self
 
 
 # -- the server's steps ----------------------------------------------------------------
@@ -360,9 +272,9 @@ def fit_label_model(
     seeded from ``rng``.
     """
     cls = (
-        ForwardChannelLogisticRegression
+        ForwardCorrectedLogisticRegression
         if settings.correction == "forward"
-        else BackwardChannelLogisticRegression
+        else BackwardCorrectedLogisticRegression
     )
     estimator = cls(Cs=DEFAULT_CS, random_state=int(rng.integers(2**31 - 1)))
     estimator.fit_channels(

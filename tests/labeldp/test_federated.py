@@ -31,6 +31,7 @@ from ldpfda.client.labeldp_protocol import (
 from ldpfda.config import Settings
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.labeldp import (
+    BackwardCorrectedLogisticRegression,
     ForwardCorrectedLogisticRegression,
     peer_to_peer_rr,
     resampling_epsilon,
@@ -40,7 +41,6 @@ from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.server.engine import run_repeat
 from ldpfda.server.labeldp_engine import (
-    ForwardChannelLogisticRegression,
     merge_small_clusters,
     p2p_blocks,
     pilot_histograms,
@@ -214,7 +214,11 @@ def test_small_clusters_are_merged_into_the_nearest():
         merge_small_clusters(x, c, min_size=100)
 
 
-def test_channel_learner_equals_the_library_learner_on_one_channel():
+@pytest.mark.parametrize(
+    "learner",
+    [ForwardCorrectedLogisticRegression, BackwardCorrectedLogisticRegression],
+)
+def test_channel_fit_equals_the_release_fit_on_one_channel(learner):
     gen = np.random.default_rng(2)
     x = gen.uniform(-1, 1, (400, 3))
     y = (x @ [1.0, -2.0, 0.5] + 0.3 * gen.standard_normal(400) > 0).astype(int)
@@ -222,15 +226,13 @@ def test_channel_learner_equals_the_library_learner_on_one_channel():
     noisy = release_labels(
         y, [0.5, 0.5], client_ids=np.arange(400), seed=0, epsilon=1.0
     )
-    ours = ForwardChannelLogisticRegression(C=1.0).fit_channels(
+    ours = learner(C=1.0).fit_channels(
         x,
         noisy,
         priors=np.full((400, 2), 0.5),
         resample_probabilities=np.full(400, lam),
     )
-    library = ForwardCorrectedLogisticRegression(C=1.0).fit(
-        x, noisy, distributions=[[0.5, 0.5]], beta=lam
-    )
+    library = learner(C=1.0).fit(x, noisy, distributions=[[0.5, 0.5]], beta=lam)
     np.testing.assert_allclose(ours.coef_, library.coef_, atol=1e-8)
     np.testing.assert_allclose(ours.intercept_, library.intercept_, atol=1e-8)
 
