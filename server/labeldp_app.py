@@ -35,7 +35,6 @@ the server must run the relay separately (trust model in docs/flower.md).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,7 +79,6 @@ from ldpfda.server.server_app import (
     _charge,
     _collect,
     _content,
-    _jsonable,
     _ledger_info,
     _rejections,
     _require,
@@ -88,7 +86,9 @@ from ldpfda.server.server_app import (
     _test_set,
     identify_clients,
     logger,
+    privacy_section,
     wait_for_nodes,
+    write_run,
 )
 
 __all__ = ["parse_features", "parse_label", "run_label_server"]
@@ -297,35 +297,20 @@ def run_label_server(
                 },
             }
         )
-        charged = ledger.spent_all()
         report["privacy"] = {
-            "budget_per_client": eps,
-            "server_accounting": ledger.summary(),
+            **privacy_section(eps, ledger, reported, sorted(node_of)),
             "labeldp": info,
-            "clients": {
-                str(c): {
-                    "charged_by_server": float(charged[c]),
-                    "reported_spent": reported[c]["spent"] if c in reported else None,
-                    "reported_budget": reported[c]["budget"] if c in reported else None,
-                }
-                for c in sorted(node_of)
-            },
         }
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(
-            json.dumps(_jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
-        )
-        np.savez(
-            out / "model.npz",
-            coef=result.final.coef[0],
-            intercept=result.final.intercept,
-        )
-        np.savez(
-            out / "payload.npz",
-            client_ids=payload.client_ids,
-            features=payload.features,
-            labels=payload.labels,
-            priors=payload.priors,
+        write_run(
+            out,
+            report,
+            result.final,
+            {
+                "client_ids": payload.client_ids,
+                "features": payload.features,
+                "labels": payload.labels,
+                "priors": payload.priors,
+            },
         )
         status("done", report=str((out / "report.json").resolve()))
         logger.info("ldpfda: report written to %s", (out / "report.json").resolve())

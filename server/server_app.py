@@ -825,6 +825,40 @@ def identify_clients(
     return identify, node_of, claimed, reported
 
 
+def privacy_section(
+    budget: float,
+    ledger: PrivacyLedger,
+    reported: Mapping[int, Mapping[str, float]],
+    clients: list[int],
+) -> dict[str, Any]:
+    """The report's ``privacy`` block: the server's charges and each client's word."""
+    charged = ledger.spent_all()
+    return {
+        "budget_per_client": budget,
+        "server_accounting": ledger.summary(),
+        "clients": {
+            str(c): {
+                "charged_by_server": float(charged[c]),
+                "reported_spent": reported[c]["spent"] if c in reported else None,
+                "reported_budget": reported[c]["budget"] if c in reported else None,
+            }
+            for c in clients
+        },
+    }
+
+
+def write_run(
+    out: Path, report: Mapping[str, Any], final: Any, payload: Mapping[str, NDArray]
+) -> None:
+    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(
+        json.dumps(_jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
+    )
+    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
+    np.savez(out / "payload.npz", **payload)
+
+
 def run_server(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> tuple[ProtocolResult, dict[str, Any]]:
@@ -974,29 +1008,10 @@ def run_server(
                 },
             }
         )
-        charged = ledger.spent_all()
-        report["privacy"] = {
-            "budget_per_client": settings.epsilon,
-            "server_accounting": ledger.summary(),
-            "clients": {
-                str(c): {
-                    "charged_by_server": float(charged[c]),
-                    "reported_spent": reported[c]["spent"] if c in reported else None,
-                    "reported_budget": reported[c]["budget"] if c in reported else None,
-                }
-                for c in sorted(node_of)
-            },
-        }
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(
-            json.dumps(_jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
+        report["privacy"] = privacy_section(
+            settings.epsilon, ledger, reported, sorted(node_of)
         )
-        np.savez(
-            out / "model.npz",
-            coef=result.final.coef[0],
-            intercept=result.final.intercept,
-        )
-        np.savez(out / "payload.npz", **_payload_arrays(payload))
+        write_run(out, report, result.final, _payload_arrays(payload))
         status("done", report=str((out / "report.json").resolve()))
         logger.info("ldpfda: report written to %s", (out / "report.json").resolve())
         return result, report
