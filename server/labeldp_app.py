@@ -72,7 +72,6 @@ from ldpfda.server.labeldp_engine import (
 )
 from ldpfda.server.server_app import (
     FlowerOptions,
-    ReplyError,
     Round,
     _array,
     _ask,
@@ -84,9 +83,11 @@ from ldpfda.server.server_app import (
     _require,
     _Status,
     _test_set,
+    bounded_row,
     identify_clients,
     logger,
     privacy_section,
+    single_value,
     wait_for_nodes,
     write_run,
 )
@@ -109,18 +110,9 @@ def parse_features(
     """
     content = _content(message)
     x = _array(content, "features", "x")
-    if x.shape != (1, n_features):
-        raise ReplyError(
-            "shape", f"features must have shape (1, {n_features}), got {x.shape}"
-        )
-    x = x.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise ReplyError("nan", "features contain NaN or infinite values")
-    if np.any(np.abs(x) > 1.0 + 1e-12):
-        raise ReplyError(
-            "range", f"features outside [-1, 1]: got max |x| = {np.abs(x).max():.6g}"
-        )
-    return x[0], _ledger_info(content, "ledger", client_id)
+    # The featurizer's range, with room for the last bit of its rounding.
+    row = bounded_row(x, n_features, "features", (-1.0 - 1e-12, 1.0 + 1e-12))
+    return row, _ledger_info(content, "ledger", client_id)
 
 
 def parse_label(
@@ -135,14 +127,14 @@ def parse_label(
     """
     content = _content(message)
     label = _array(content, "label", "label")
-    if label.shape != (1,):
-        raise ReplyError("shape", f"label must have shape (1,), got {label.shape}")
-    value = float(label[0])
-    if value not in range(n_classes):
-        raise ReplyError(
-            "label", f"label must be in {{0, ..., {n_classes - 1}}}, got {label[0]!r}"
-        )
-    return int(value), _ledger_info(content, "ledger", client_id)
+    value = single_value(
+        label,
+        "label",
+        range(n_classes),
+        "label",
+        f"label must be in {{0, ..., {n_classes - 1}}}",
+    )
+    return value, _ledger_info(content, "ledger", client_id)
 
 
 class _Rounds:

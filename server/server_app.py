@@ -323,6 +323,51 @@ def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
     return client_id, _ledger_info(content, "identity", client_id)
 
 
+def bounded_row(
+    array: NDArray, width: int, what: str, bounds: tuple[float, float]
+) -> NDArray[np.float64]:
+    """The one row of a ``(1, width)`` reply array, finite and within ``bounds``.
+
+    Raises
+    ------
+    ReplyError
+        ``shape``, ``nan`` or ``range``, naming ``what``.
+    """
+    if array.shape != (1, width):
+        raise ReplyError(
+            "shape", f"{what} must have shape (1, {width}), got {array.shape}"
+        )
+    x = array.astype(np.float64)
+    if not np.all(np.isfinite(x)):
+        raise ReplyError("nan", f"{what} contain NaN or infinite values")
+    low, high = bounds
+    if np.any(x < low) or np.any(x > high):
+        raise ReplyError(
+            "range",
+            f"{what} outside the mechanism's range [{low:.6g}, {high:.6g}]: "
+            f"got [{x.min():.6g}, {x.max():.6g}]",
+        )
+    return x[0]
+
+
+def single_value(
+    array: NDArray, what: str, allowed: range, kind: str, description: str
+) -> int:
+    """The one entry of a ``(1,)`` reply array, which must be an int in ``allowed``.
+
+    Raises
+    ------
+    ReplyError
+        ``shape``, or ``kind`` with ``description`` of what was expected.
+    """
+    if array.shape != (1,):
+        raise ReplyError("shape", f"{what} must have shape (1,), got {array.shape}")
+    value = float(array[0])
+    if value not in allowed:
+        raise ReplyError(kind, f"{description}, got {array[0]!r}")
+    return int(value)
+
+
 def parse_payload(
     message: Message,
     *,
@@ -343,26 +388,11 @@ def parse_payload(
     content = _content(message)
     features = _array(content, "payload", "features")
     labels = _array(content, "payload", "labels")
-    if features.shape != (1, n_features):
-        raise ReplyError(
-            "shape", f"features must have shape (1, {n_features}), got {features.shape}"
-        )
-    x = features.astype(np.float64)
-    if not np.all(np.isfinite(x)):
-        raise ReplyError("nan", "features contain NaN or infinite values")
-    low, high = feature_range
-    if np.any(x < low) or np.any(x > high):
-        raise ReplyError(
-            "range",
-            f"features outside the mechanism's range [{low:.6g}, {high:.6g}]: "
-            f"got [{x.min():.6g}, {x.max():.6g}]",
-        )
-    if labels.shape != (1,):
-        raise ReplyError("shape", f"labels must have shape (1,), got {labels.shape}")
-    label = float(labels[0])
-    if label not in (0.0, 1.0):
-        raise ReplyError("label", f"randomized label must be 0 or 1, got {labels[0]!r}")
-    return x[0], int(label), _ledger_info(content, "ledger", client_id)
+    x = bounded_row(features, n_features, "features", feature_range)
+    label = single_value(
+        labels, "labels", range(2), "label", "randomized label must be 0 or 1"
+    )
+    return x, label, _ledger_info(content, "ledger", client_id)
 
 
 def parse_joint_payload(
@@ -385,22 +415,8 @@ def parse_joint_payload(
     """
     content = _content(message)
     releases = _array(content, "payload", "releases")
-    if releases.shape != (1, n_features + 1):
-        raise ReplyError(
-            "shape",
-            f"releases must have shape (1, {n_features + 1}), got {releases.shape}",
-        )
-    z = releases.astype(np.float64)
-    if not np.all(np.isfinite(z)):
-        raise ReplyError("nan", "releases contain NaN or infinite values")
-    low, high = output_range
-    if np.any(z < low) or np.any(z > high):
-        raise ReplyError(
-            "range",
-            f"releases outside the mechanism's range [{low:.6g}, {high:.6g}]: "
-            f"got [{z.min():.6g}, {z.max():.6g}]",
-        )
-    return z[0], _ledger_info(content, "ledger", client_id)
+    z = bounded_row(releases, n_features + 1, "releases", output_range)
+    return z, _ledger_info(content, "ledger", client_id)
 
 
 def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, float]]:
@@ -413,12 +429,8 @@ def parse_feedback(message: Message, *, client_id: int) -> tuple[int, dict[str, 
     """
     content = _content(message)
     bit = _array(content, "feedback", "bit")
-    if bit.shape != (1,):
-        raise ReplyError("shape", f"bit must have shape (1,), got {bit.shape}")
-    value = float(bit[0])
-    if value not in (0.0, 1.0):
-        raise ReplyError("bit", f"feedback must be a bit (0 or 1), got {bit[0]!r}")
-    return int(value), _ledger_info(content, "ledger", client_id)
+    value = single_value(bit, "bit", range(2), "bit", "feedback must be a bit (0 or 1)")
+    return value, _ledger_info(content, "ledger", client_id)
 
 
 # -- the run ---------------------------------------------------------------------------
