@@ -65,7 +65,8 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,7 @@ __all__ = [
     "app",
     "client_setup",
     "load_ledger",
+    "node_ledger",
     "save_ledger",
 ]
 
@@ -288,6 +290,20 @@ def load_ledger(context: Context, client_id: int, budget: float) -> PrivacyLedge
     return ledger
 
 
+@contextmanager
+def node_ledger(context: Context, setup: ClientSetup) -> Iterator[PrivacyLedger]:
+    """The node's ledger for one release, saved afterwards even if the release fails.
+
+    A refused release charges nothing, and a charged one is on disk (or in the run
+    state) before the reply leaves.
+    """
+    ledger = load_ledger(context, setup.client_id, setup.budget)
+    try:
+        yield ledger
+    finally:
+        save_ledger(context, ledger)
+
+
 def save_ledger(context: Context, ledger: PrivacyLedger) -> None:
     """Store every release of ``ledger`` (in ``Context.state`` or ``ledger-dir``)."""
     client_id = int(ledger.client_ids[0])
@@ -346,9 +362,8 @@ def _privatize(message: Message, context: Context) -> RecordDict:
     if setup.settings.joint_release:
         return _privatize_joint(context, setup)
     features, labels = _client_data(context, setup)
-    ledger = load_ledger(context, setup.client_id, setup.budget)
     settings = setup.settings
-    try:
+    with node_ledger(context, setup) as ledger:
         payload = privatize(
             features,
             labels,
@@ -359,8 +374,6 @@ def _privatize(message: Message, context: Context) -> RecordDict:
             ledger=ledger,
             release=_releases(ledger, LaplaceMechanism.name),
         )
-    finally:
-        save_ledger(context, ledger)
     released_y = payload.labels.astype(np.int8)
     if setup.misbehave == "label":
         released_y[:] = 2
@@ -387,9 +400,8 @@ def _privatize(message: Message, context: Context) -> RecordDict:
 def _privatize_joint(context: Context, setup: ClientSetup) -> RecordDict:
     """The joint release: one perturbed y~(1, x) at the whole run epsilon."""
     features, labels = _client_data(context, setup)
-    ledger = load_ledger(context, setup.client_id, setup.budget)
     settings = setup.settings
-    try:
+    with node_ledger(context, setup) as ledger:
         payload = privatize_joint(
             features,
             labels,
@@ -400,8 +412,6 @@ def _privatize_joint(context: Context, setup: ClientSetup) -> RecordDict:
             ledger=ledger,
             release=_releases(ledger, SignedFeatureMechanism.name),
         )
-    finally:
-        save_ledger(context, ledger)
     signed = (2.0 * labels[:, None] - 1.0) * np.hstack([np.ones((1, 1)), features])
     released = _misbehave(
         setup,
@@ -467,8 +477,7 @@ def _evaluate(message: Message, context: Context) -> RecordDict:
     setup = client_setup(context)
     features, labels = _client_data(context, setup)
     coef, intercept = _model(message, features.shape[1])
-    ledger = load_ledger(context, setup.client_id, setup.budget)
-    try:
+    with node_ledger(context, setup) as ledger:
         bit = answer_evaluation(
             coef,
             intercept,
@@ -480,8 +489,6 @@ def _evaluate(message: Message, context: Context) -> RecordDict:
             ledger=ledger,
             release=_releases(ledger, FeedbackBit.name),
         )
-    finally:
-        save_ledger(context, ledger)
     bit = bit.astype(np.int8)
     if setup.misbehave == "bit":
         bit[:] = 3

@@ -49,7 +49,7 @@ from ldpfda.client.client_app import (
     app,
     client_setup,
     load_ledger,
-    save_ledger,
+    node_ledger,
 )
 from ldpfda.client.labeldp_protocol import (
     P2P_RR,
@@ -125,8 +125,7 @@ def _label(message: Message, context: Context) -> RecordDict:
     ):
         raise ValueError(f"label-uniform takes the uniform prior, got {q.tolist()}")
     _, labels = _client_data(context, setup)
-    ledger = load_ledger(context, setup.client_id, setup.budget)
-    try:
+    with node_ledger(context, setup) as ledger:
         label = release_labels(
             labels,
             q[None, :],
@@ -136,8 +135,6 @@ def _label(message: Message, context: Context) -> RecordDict:
             ledger=ledger,
             release=_releases(ledger, UNIFORM_RR) + _releases(ledger, PRIOR_RR),
         )
-    finally:
-        save_ledger(context, ledger)
     return _label_reply(label.astype(np.int64), _ledger_record(ledger))
 
 
@@ -153,8 +150,7 @@ def _p2p_randomize(message: Message, context: Context) -> RecordDict:
             f"(labeldp.min-cluster-size), got cluster sizes {sizes.tolist()}"
         )
     _, labels = _client_data(context, setup)
-    ledger = load_ledger(context, setup.client_id, setup.budget)
-    try:
+    with node_ledger(context, setup) as ledger:
         bit = p2p_randomize(
             labels,
             client_ids=[setup.client_id],
@@ -164,8 +160,6 @@ def _p2p_randomize(message: Message, context: Context) -> RecordDict:
             ledger=ledger,
             release=_releases(ledger, P2P_RR),
         )
-    finally:
-        save_ledger(context, ledger)
     return _label_reply(bit.astype(np.int8), _ledger_record(ledger))
 
 
