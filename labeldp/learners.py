@@ -91,6 +91,21 @@ def _log_columns(t: NDArray[np.float64], clusters: NDArray, labels: NDArray) -> 
         return np.log(t[clusters, :, labels])
 
 
+def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+    r"""Cross-entropy against target rows :math:`a_i` (summing to 1, entries may be
+    negative): :math:`\mathrm{lse}(z_i) - a_i^\top z_i`, gradient
+    :math:`\mathrm{softmax}(z_i) - a_i`. One-hot rows give the plain loss, rows of the
+    inverse channel the backward-corrected one."""
+    targets = arrays["targets"][index]
+
+    def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
+        lse = _logsumexp(z)
+        losses = lse - np.einsum("ik,ik->i", targets, z)
+        return losses, np.exp(z - lse[:, None]) - targets
+
+    return loss_grad
+
+
 class _LogisticBase(ClassifierMixin, BaseEstimator):
     """Shared fitting machinery; subclasses build the per-example loss."""
 
@@ -392,16 +407,7 @@ class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
         self._fit_arrays(x, arrays, q.shape[1])
         return self
 
-    @staticmethod
-    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
-        targets = arrays["targets"][index]
-
-        def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
-            lse = _logsumexp(z)
-            losses = lse - np.einsum("ik,ik->i", targets, z)
-            return losses, np.exp(z - lse[:, None]) - targets
-
-        return loss_grad
+    _loss_grad = staticmethod(_soft_cross_entropy)
 
 
 class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
@@ -514,19 +520,10 @@ class NoisyLabelLogisticRegression(_LogisticBase):
         onehot = np.eye(k)[labels]
         with np.errstate(divide="ignore"):
             log_t = np.log(onehot)
-        self._fit_arrays(x, {"onehot": onehot, "log_t": log_t}, k)
+        self._fit_arrays(x, {"targets": onehot, "log_t": log_t}, k)
         return self
 
-    @staticmethod
-    def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
-        onehot = arrays["onehot"][index]
-
-        def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
-            lse = _logsumexp(z)
-            losses = lse - np.einsum("ik,ik->i", onehot, z)
-            return losses, np.exp(z - lse[:, None]) - onehot
-
-        return loss_grad
+    _loss_grad = staticmethod(_soft_cross_entropy)
 
 
 #: A log-spaced grid of ``C`` for the held-out selection.
