@@ -455,6 +455,38 @@ def fit_moment(
     return _fit(payload, make_learner(payload, settings, public, learner="moment"))
 
 
+def single_model_result(
+    final: LinearModels,
+    *,
+    method: str,
+    payload: Any,
+    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None,
+    privacy: dict[str, Any],
+) -> ProtocolResult:
+    """The result of a one-model server (no weak models, estimates or weights).
+
+    Its one model is also its ``weak`` and ``reversed_models``; the non-private
+    reference is fitted when ``clean_train`` is given.
+    """
+    baselines = {}
+    if clean_train is not None:
+        baselines["non_private"] = fit_linear(*clean_train)
+    return ProtocolResult(
+        final=final,
+        weak=final,
+        reversed_models=final,
+        reversed=np.zeros(1, dtype=bool),
+        estimated_errors=np.full(1, np.nan),
+        weights=np.ones(1),
+        kept=np.ones(1, dtype=bool),
+        selection_rule="none",
+        payload=payload,
+        baselines=baselines,
+        privacy=privacy,
+        method=method,
+    )
+
+
 def moment_result(
     payload: Payload,
     settings: Settings,
@@ -471,22 +503,12 @@ def moment_result(
     ``reversed_models`` (there are no weak models, estimates or weights).
     """
     final = fit_moment(payload, settings, public)
-    baselines = {}
-    if clean_train is not None:
-        baselines["non_private"] = fit_linear(*clean_train)
-    return ProtocolResult(
-        final=final,
-        weak=final,
-        reversed_models=final,
-        reversed=np.zeros(1, dtype=bool),
-        estimated_errors=np.full(1, np.nan),
-        weights=np.ones(1),
-        kept=np.ones(1, dtype=bool),
-        selection_rule="none",
-        payload=payload if keep_payload else _head(payload),
-        baselines=baselines,
-        privacy=privacy or {},
+    return single_model_result(
+        final,
         method="moment",
+        payload=payload if keep_payload else _head(payload),
+        clean_train=clean_train,
+        privacy=privacy or {},
     )
 
 

@@ -90,8 +90,13 @@ from ldpfda.labeldp.peer_to_peer import p2p_guarantee, p2p_local_epsilon
 from ldpfda.labeldp.selection import DEFAULT_FLOORS, Choice, choose_resampling
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
-from ldpfda.server.engine import ClientPopulation, ProtocolResult, score
-from ldpfda.server.mrma import LinearModels, fit_linear
+from ldpfda.server.engine import (
+    ClientPopulation,
+    ProtocolResult,
+    score,
+    single_model_result,
+)
+from ldpfda.server.mrma import LinearModels
 
 __all__ = [
     "N_CLASSES",
@@ -303,22 +308,12 @@ def label_result(
     The non-private reference is fitted when ``clean_train`` is given.
     """
     final, _ = fit_label_model(payload, settings, rng)
-    baselines = {}
-    if clean_train is not None:
-        baselines["non_private"] = fit_linear(*clean_train)
-    return ProtocolResult(
-        final=final,
-        weak=final,
-        reversed_models=final,
-        reversed=np.zeros(1, dtype=bool),
-        estimated_errors=np.full(1, np.nan),
-        weights=np.ones(1),
-        kept=np.ones(1, dtype=bool),
-        selection_rule="none",
-        payload=payload if keep_payload else payload.head(),
-        baselines=baselines,
-        privacy=privacy,
+    return single_model_result(
+        final,
         method="label",
+        payload=payload if keep_payload else payload.head(),
+        clean_train=clean_train,
+        privacy=privacy,
     )
 
 
