@@ -61,9 +61,10 @@ def _cluster_rr(floor: float):
     return lambda labels, gen: mech.release(labels, clusters=CLUSTERS, rng=gen)
 
 
-def test_cluster_rr_keeps_its_epsilon():
-    result = audit(
-        _cluster_rr(0.2),
+def _audit_cluster_rr(floor: float):
+    """Audit ClusterRR with uniform floor ``floor`` on D vs D' against its claim."""
+    return audit(
+        _cluster_rr(floor),
         D,
         D_PRIME,
         _cluster_events(),
@@ -71,6 +72,10 @@ def test_cluster_rr_keeps_its_epsilon():
         n=N_DRAWS,
         seed=11,
     )
+
+
+def test_cluster_rr_keeps_its_epsilon():
+    result = _audit_cluster_rr(0.2)
     assert not result.violated, result
 
 
@@ -81,15 +86,7 @@ def test_cluster_rr_audit_flags_too_little_histogram_noise(monkeypatch):
         return true_noise(counts, sigma=sigma / 4.0, rng=rng)
 
     monkeypatch.setattr(mechanisms, "noisy_cluster_histograms", quarter_noise)
-    result = audit(
-        _cluster_rr(0.2),
-        D,
-        D_PRIME,
-        _cluster_events(),
-        epsilon=EPS_HIST + EPS_RESAMPLE,
-        n=N_DRAWS,
-        seed=11,
-    )
+    result = _audit_cluster_rr(0.2)
     assert result.violated, result
 
 
@@ -100,15 +97,7 @@ def test_cluster_rr_audit_flags_lambda_from_the_wrong_q_min(monkeypatch):
         return resampling_probability(epsilon=epsilon, q_min=0.5)
 
     monkeypatch.setattr(mechanisms, "resampling_probability", uniform_q_min)
-    result = audit(
-        _cluster_rr(0.02),
-        D,
-        D_PRIME,
-        _cluster_events(),
-        epsilon=EPS_HIST + EPS_RESAMPLE,
-        n=N_DRAWS,
-        seed=11,
-    )
+    result = _audit_cluster_rr(0.02)
     assert result.violated, result
 
 
