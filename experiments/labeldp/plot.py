@@ -4,8 +4,8 @@
 
 Writes ``summary.csv`` (mean and standard deviation of the normalized accuracy over
 trials), ``summary.json`` and ``figures/*.png`` into the results folder. ``--export``
-also copies the main figure and a Markdown table into ``experiments/labeldp/`` for the
-experiments page.
+also copies the figures of :data:`EXPORTED_FIGURES` and the Markdown tables
+(``results.md``) into ``experiments/labeldp/`` for the experiments page.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -47,7 +46,6 @@ def summarise(results_dir: Path) -> dict[str, Any]:
         r["dataset"]: r["accuracy"] for r in rows if r["method"] == "nonprivate"
     }
     groups: dict[tuple, list[float]] = defaultdict(list)
-    best: dict[tuple, float] = defaultdict(lambda: -math.inf)
     for r in rows:
         if r["method"] == "nonprivate" or r["dataset"] not in nonprivate:
             continue
@@ -62,18 +60,6 @@ def summarise(results_dir: Path) -> dict[str, Any]:
             r["n_clusters"],
         )
         groups[key].append(norm)
-        if r["method"] == "uniform_rr":
-            bkey = (
-                r["dataset"],
-                r["study"],
-                r["method"],
-                "best",
-                r["epsilon"],
-                r["n_clusters"],
-                r["trial"],
-                r["learner"],
-            )
-            best[bkey] = norm
     # "best" learner of UniformRR: the learner with the highest mean over trials.
     means = {key: float(np.mean(v)) for key, v in groups.items()}
     for key in list(groups):
@@ -222,6 +208,21 @@ def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
                     label=label,
                     markersize=4,
                 )
+            eps_abl = abl[0]["epsilon"]
+            uniform = [
+                r
+                for r in _lookup(
+                    table, dataset=dataset, study="main", method="uniform_rr"
+                )
+                if r["epsilon"] == eps_abl and r["learner"] == "forward"
+            ]
+            if uniform:
+                ax.axhline(
+                    uniform[0]["normalized_mean"],
+                    color="tab:green",
+                    ls=":",
+                    label="UniformRR, forward (no clusters)",
+                )
             ax.set_xscale("log")
             ax.set_xlabel("number of k-means clusters (log scale)")
             ax.set_ylabel("normalized test accuracy")
@@ -238,6 +239,14 @@ def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
     return written
 
 
+#: The figures the experiments page shows (the only generated images kept in git).
+EXPORTED_FIGURES = (
+    "fashion_mnist_accuracy_vs_epsilon.png",
+    "fashion_mnist_cluster_ablation.png",
+    "digits_accuracy_vs_epsilon.png",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -245,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--export",
         action="store_true",
-        help="copy the main figure and table into experiments/labeldp/",
+        help="copy the figures of EXPORTED_FIGURES and the tables into "
+        "experiments/labeldp/",
     )
     args = parser.parse_args(argv)
     results = args.results_dir or (
@@ -259,10 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print("wrote", path)
     if args.export:
-        shutil.copy(
-            results / "figures" / "fashion_mnist_accuracy_vs_epsilon.png",
-            HERE / "fashion_mnist_accuracy_vs_epsilon.png",
-        )
+        for name in EXPORTED_FIGURES:
+            shutil.copy(results / "figures" / name, HERE / name)
         rows = load_points(results / "points.jsonl")
         header = (
             "# Label-DP study: measured results\n\n"
@@ -274,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             "UniformRR 'best learner' is picked in hindsight (highest mean).\n"
         )
         (HERE / "results.md").write_text(header + text)
-        print("exported the figure and results.md to", HERE)
+        print("exported the figures and results.md to", HERE)
     return 0
 
 
