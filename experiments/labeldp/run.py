@@ -93,7 +93,7 @@ _DATA: dict[str, Any] = {}
 
 
 def _dataset(name: str, settings: dict[str, Any]) -> Any:
-    from experiments.labeldp.data import load_dataset
+    from ldpfda.experiments.labeldp.data import load_dataset
 
     if name not in _DATA:
         cfg = settings["data"].get(name, {})
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                     for future in finished:
                         record(pending.pop(future), future.result())
     print(f"done in {time.perf_counter() - started:.0f} s; results in {points}")
-    from experiments.labeldp.plot import summarise
+    from ldpfda.experiments.labeldp.plot import summarise
 
     summarise(out)
     return 0

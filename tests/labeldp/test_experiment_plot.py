@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.labeldp import plot
+from ldpfda.experiments.labeldp import plot
 
 NONPRIVATE = 0.8
 
