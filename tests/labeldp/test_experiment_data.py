@@ -66,3 +66,17 @@ def test_config_and_task_list(quick):
         assert settings["epsilons"] == [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0]
         assert n_trials == 5
         assert settings["ablation_clusters"] == [1, 2, 5, 10, 20, 50, 100, 200]
+
+
+def test_cluster_majority_ceiling():
+    from ldpfda.experiments.labeldp.oracle import cluster_majority_accuracy
+
+    # Two clusters at -5 and +5; the left one holds labels 0, 0, 1 and the right one
+    # 2, 2, 2: test points are labelled 0 on the left and 2 on the right.
+    x = np.array([[-5.0], [-5.1], [-4.9], [5.0], [5.1], [4.9]])
+    y = np.array([0, 0, 1, 2, 2, 2])
+    clusters = np.array([0, 0, 0, 1, 1, 1])
+    x_test = np.array([[-4.0], [-6.0], [6.0], [0.5]])
+    y_test = np.array([0, 1, 2, 2])
+    acc = cluster_majority_accuracy(x, y, clusters, x_test, y_test, n_classes=3)
+    assert acc == pytest.approx(3 / 4)
