@@ -270,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         print("wrote", path)
     if args.export:
         for name in EXPORTED_FIGURES:
-            shutil.copy(results / "figures" / name, HERE / name)
+            source = results / "figures" / name
+            if source.exists():
+                shutil.copy(source, HERE / name)
+            else:  # a study run on fewer datasets: keep the page's older figure
+                print("not exported (no such figure in this run):", name)
         rows = load_points(results / "points.jsonl")
         header = (
             "# Label-DP study: measured results\n\n"

@@ -81,7 +81,11 @@ def results(tmp_path, monkeypatch):
     monkeypatch.setattr(
         plot,
         "EXPORTED_FIGURES",
-        ("digits_accuracy_vs_epsilon.png", "digits_cluster_ablation.png"),
+        (
+            "digits_accuracy_vs_epsilon.png",
+            "digits_cluster_ablation.png",
+            "fashion_mnist_accuracy_vs_epsilon.png",  # not in this run: skipped
+        ),
     )
     return folder, page
 
@@ -109,5 +113,6 @@ def test_export_writes_the_page_files(results):
     assert plot.main(["--results-dir", str(folder), "--export"]) == 0
     assert (page / "digits_accuracy_vs_epsilon.png").stat().st_size > 0
     assert (page / "digits_cluster_ablation.png").stat().st_size > 0
+    assert not (page / "fashion_mnist_accuracy_vs_epsilon.png").exists()
     text = (page / "results.md").read_text()
     assert "0.925" in text  # the rule's normalized mean, (0.72 + 0.76) / 2 / 0.8
