@@ -1,4 +1,4 @@
-"""A ceiling for cluster-based label DP: the clean cluster-majority classifier.
+"""What the clusters' labels are worth: the clean cluster-majority classifier.
 
     python -m ldpfda.experiments.labeldp.oracle [--dataset NAME] [--clusters 100 200]
 
