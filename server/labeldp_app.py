@@ -63,12 +63,10 @@ from ldpfda.server.engine import ProtocolResult, score
 from ldpfda.server.labeldp_engine import (
     N_CLASSES,
     cluster_features,
-    cluster_plan_summary,
     label_result,
     p2p_blocks,
     p2p_summary,
-    select_pilots,
-    server_priors,
+    prior_rr_rounds,
 )
 from ldpfda.server.server_app import (
     FlowerOptions,
@@ -324,38 +322,23 @@ def _label_rounds(
     Returns every client's released label (-1 if none), its channel's prior, the
     channel's epsilon and what the report says about the mode.
     """
-    eps, k = settings.epsilon, N_CLASSES
-    labels = np.full(ids.size, -1, dtype=np.int64)
-    priors = uniform_priors(ids.size, k)
-    info: dict[str, Any] = {"mechanism": settings.mechanism}
+    eps = settings.epsilon
     label_parser = lambda reply, c: parse_label(reply, client_id=c)  # noqa: E731
 
-    def release(name: str, index: NDArray[np.int64]) -> None:
-        requests = {int(ids[i]): _prior_request(priors[i], eps) for i in index}
-        got = rounds.ask(name, LABEL, requests, label_parser, "labelling")
-        for i in index:
-            labels[i] = got.get(int(ids[i]), -1)
+    def release(
+        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
+    ) -> NDArray[np.int64]:
+        requests = {
+            int(ids[i]): _prior_request(prior, eps)
+            for i, prior in zip(index, prior_rows, strict=True)
+        }
+        got = rounds.ask(stage, LABEL, requests, label_parser, "labelling")
+        return np.array([got.get(int(ids[i]), -1) for i in index], dtype=np.int64)
 
-    if settings.mechanism == "label-uniform":
-        release(LABEL, np.arange(ids.size))
+    if settings.mechanism in ("label-uniform", "label-cluster"):
+        labels, priors, info = prior_rr_rounds(settings, ids, x, server_rng, release)
         return labels, priors, eps, info
-    if settings.mechanism == "label-cluster":
-        clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
-        pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
-        release("label-pilots", np.flatnonzero(pilots))
-        answered = pilots & (labels >= 0)
-        q, choice = server_priors(
-            labels[answered],
-            clusters[answered],
-            clusters[~pilots],
-            settings,
-            n_clusters=int(clusters.max()) + 1,
-            n_features=x.shape[1],
-        )
-        priors[~pilots] = q[clusters[~pilots]]
-        release("label-others", np.flatnonzero(~pilots))
-        info.update(cluster_plan_summary(clusters, pilots, choice))
-        return labels, priors, eps, info
+    info: dict[str, Any] = {"mechanism": settings.mechanism}
     return _p2p_rounds(rounds, settings, ids, x, server_rng, info)
 
 

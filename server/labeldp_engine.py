@@ -63,6 +63,7 @@ label noise: a loss correction approach", CVPR 2017.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,7 @@ __all__ = [
     "p2p_blocks",
     "p2p_summary",
     "pilot_histograms",
+    "prior_rr_rounds",
     "run_label_protocol",
     "select_pilots",
     "server_priors",
@@ -381,46 +383,22 @@ def run_label_protocol(
     eps, k = settings.epsilon, N_CLASSES
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    info: dict[str, Any] = {"mechanism": settings.mechanism}
-    if settings.mechanism == "label-uniform":
-        priors = uniform_priors(ids.size, k)
-        labels = release_labels(
-            y, priors, client_ids=ids, seed=seed, epsilon=eps, ledger=ledger
-        )
+    if settings.mechanism in ("label-uniform", "label-cluster"):
+
+        def release(
+            stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
+        ) -> NDArray[np.int64]:
+            return release_labels(
+                y[index],
+                prior_rows,
+                client_ids=ids[index],
+                seed=seed,
+                epsilon=eps,
+                ledger=ledger,
+            )
+
+        labels, priors, info = prior_rr_rounds(settings, ids, x, server_rng, release)
         channel_epsilon = eps
-    elif settings.mechanism == "label-cluster":
-        clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
-        pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
-        priors = uniform_priors(ids.size, k)
-        labels = np.empty(ids.size, dtype=np.int64)
-        labels[pilots] = release_labels(
-            y[pilots],
-            priors[pilots],
-            client_ids=ids[pilots],
-            seed=seed,
-            epsilon=eps,
-            ledger=ledger,
-        )
-        q, choice = server_priors(
-            labels[pilots],
-            clusters[pilots],
-            clusters[~pilots],
-            settings,
-            n_clusters=int(clusters.max()) + 1,
-            n_features=x.shape[1],
-        )
-        rest = ~pilots
-        priors[rest] = q[clusters[rest]]
-        labels[rest] = release_labels(
-            y[rest],
-            priors[rest],
-            client_ids=ids[rest],
-            seed=seed,
-            epsilon=eps,
-            ledger=ledger,
-        )
-        channel_epsilon = eps
-        info.update(cluster_plan_summary(clusters, pilots, choice))
     elif settings.mechanism == "label-p2p":
         clusters = cluster_features(
             x,
@@ -442,7 +420,11 @@ def run_label_protocol(
         labels = p2p_forward(peers, offsets, counts, client_ids=ids, seed=seed)
         priors = uniform_priors(ids.size, k)
         channel_epsilon = eps0
-        info.update(p2p_summary(eps0, sizes), forwarded_clients=int(ids.size))
+        info = {
+            "mechanism": settings.mechanism,
+            **p2p_summary(eps0, sizes),
+            "forwarded_clients": int(ids.size),
+        }
     else:
         raise ValueError(f"not a label-only mechanism: {settings.mechanism!r}")
     timings["clients_privatize_s"] = time.perf_counter() - t0
@@ -461,6 +443,59 @@ def run_label_protocol(
     if test is not None:
         score(result, *test)
     return result
+
+
+#: ``release(stage, index, priors)``: the labels that clients ``index`` release with
+#: those priors (-1 for a client that released none).
+LabelRelease = Callable[
+    [str, NDArray[np.int64], NDArray[np.float64]], NDArray[np.int64]
+]
+
+
+def prior_rr_rounds(
+    settings: Settings,
+    ids: NDArray[np.int64],
+    x: NDArray[np.float64],
+    server_rng: np.random.Generator,
+    release: LabelRelease,
+) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
+    """``label-uniform`` and ``label-cluster``: who releases with which prior, when.
+
+    ``label-uniform``: every client, uniform prior (stage ``"label"``).
+    ``label-cluster``: k-means clusters and pilots from ``server_rng`` (in that order),
+    the pilots with the uniform prior (``"label-pilots"``), priors from the pilots that
+    answered (:func:`server_priors`), then the others with their cluster's prior
+    (``"label-others"``). ``release`` does the asking: client-side functions in process,
+    queries to the SuperNodes in the Flower app. Returns every client's label (-1 if
+    none), its prior and what the report says about the mode.
+    """
+    labels = np.full(ids.size, -1, dtype=np.int64)
+    priors = uniform_priors(ids.size, N_CLASSES)
+    info: dict[str, Any] = {"mechanism": settings.mechanism}
+    if settings.mechanism == "label-uniform":
+        everyone = np.arange(ids.size)
+        labels[everyone] = release("label", everyone, priors)
+        return labels, priors, info
+    if settings.mechanism != "label-cluster":
+        raise ValueError(f"not a prior-RR mechanism: {settings.mechanism!r}")
+    clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
+    pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
+    index = np.flatnonzero(pilots)
+    labels[index] = release("label-pilots", index, priors[index])
+    answered = pilots & (labels >= 0)
+    q, choice = server_priors(
+        labels[answered],
+        clusters[answered],
+        clusters[~pilots],
+        settings,
+        n_clusters=int(clusters.max()) + 1,
+        n_features=x.shape[1],
+    )
+    rest = np.flatnonzero(~pilots)
+    priors[rest] = q[clusters[rest]]
+    labels[rest] = release("label-others", rest, priors[rest])
+    info.update(cluster_plan_summary(clusters, pilots, choice))
+    return labels, priors, info
 
 
 def server_priors(
