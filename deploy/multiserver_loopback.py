@@ -93,9 +93,9 @@ def run_loopback_session(
     """
     from ldpfda.server.multiserver_flower import (
         PHASES,
-        combine_session,
         phase_run_config,
         server_settings,
+        write_session_report,
     )
 
     configs = server_settings(specs, base)
@@ -148,18 +148,17 @@ def run_loopback_session(
             for process in [*federation.supernodes, federation.superlink]:
                 if process is not None and process.popen.poll() is None:
                     process.popen.send_signal(signal.SIGTERM)
-    report = combine_session(
+    return write_session_report(
+        workdir,
         artifacts,
         configs,
         session=session,
         repeat=repeat,
         heterogeneity=heterogeneity,
+        started=started,
+        phase_reports=phase_reports,
+        pids=pids,
     )
-    report["phase_reports"] = phase_reports
-    report["pids"] = pids
-    report["wall_time_s"] = time.perf_counter() - started
-    (workdir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    return report
 
 
 def main(argv: Sequence[str] | None = None) -> None:

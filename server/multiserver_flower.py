@@ -43,6 +43,7 @@ __all__ = [
     "phase_run_config",
     "run_simulation",
     "server_settings",
+    "write_session_report",
 ]
 
 #: The Flower runs of a session, in order; the combine step follows.
@@ -324,6 +325,31 @@ def run_simulation(
         for http, _ in ports:
             for pid in local_superlink.find_local_superlinks(http):
                 local_superlink.stop_pid(pid)
+    return write_session_report(
+        workdir,
+        artifacts,
+        configs,
+        session=session,
+        repeat=repeat,
+        heterogeneity=heterogeneity,
+        started=started,
+        phase_reports=phase_reports,
+    )
+
+
+def write_session_report(
+    workdir: Path,
+    artifacts: Path,
+    configs: Sequence[Settings],
+    *,
+    session: str,
+    repeat: int,
+    heterogeneity: float,
+    started: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """:func:`combine_session`, plus ``extra`` and the wall time since ``started``
+    (a :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
     report = combine_session(
         artifacts,
         configs,
@@ -331,7 +357,7 @@ def run_simulation(
         repeat=repeat,
         heterogeneity=heterogeneity,
     )
-    report["phase_reports"] = phase_reports
+    report.update(extra)
     report["wall_time_s"] = time.perf_counter() - started
     (workdir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     return report
