@@ -301,9 +301,8 @@ def run_label_server(
                 "labels": payload.labels,
                 "priors": payload.priors,
             },
+            status,
         )
-        status("done", report=str((out / "report.json").resolve()))
-        logger.info("ldpfda: report written to %s", (out / "report.json").resolve())
         return result, report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")

@@ -860,15 +860,23 @@ def privacy_section(
 
 
 def write_run(
-    out: Path, report: Mapping[str, Any], final: Any, payload: Mapping[str, NDArray]
+    out: Path,
+    report: Mapping[str, Any],
+    final: Any,
+    payload: Mapping[str, NDArray],
+    status: _Status,
 ) -> None:
-    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``."""
+    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``, then
+    mark the run done in its status file and the log."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(
+    path = out / "report.json"
+    path.write_text(
         json.dumps(_jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )
     np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
     np.savez(out / "payload.npz", **payload)
+    status("done", report=str(path.resolve()))
+    logger.info("ldpfda: report written to %s", path.resolve())
 
 
 def run_server(
@@ -1023,9 +1031,7 @@ def run_server(
         report["privacy"] = privacy_section(
             settings.epsilon, ledger, reported, sorted(node_of)
         )
-        write_run(out, report, result.final, _payload_arrays(payload))
-        status("done", report=str((out / "report.json").resolve()))
-        logger.info("ldpfda: report written to %s", (out / "report.json").resolve())
+        write_run(out, report, result.final, _payload_arrays(payload), status)
         return result, report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
