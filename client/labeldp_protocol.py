@@ -44,102 +44,39 @@ JASA 1965.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
 from ldpfda.exceptions import BudgetExceededError
-from ldpfda.labeldp.accounting import resampling_probability
 from ldpfda.labeldp.mechanisms import check_labels
-from ldpfda.labeldp.peer_to_peer import p2p_guarantee
-from ldpfda.labeldp.transition import check_distributions
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams, RandomLike
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
+from ldpfda.schema.releases import (
+    check_priors,
+    label_event,
+    p2p_event,
+    prior_groups,
+    prior_probabilities,
+)
 
 __all__ = [
     "P2P_DRAW_STREAM",
-    "P2P_RR",
     "P2P_RR_STREAM",
-    "PRIOR_RR",
     "PRIOR_STREAM",
-    "UNIFORM_RR",
-    "LabelPayload",
     "check_public_features",
-    "label_events",
-    "p2p_event",
     "p2p_forward",
     "p2p_randomize",
     "pick_peers",
-    "prior_probabilities",
     "randomize_bits",
     "release_labels",
-    "uniform_priors",
 ]
 
 PRIOR_STREAM = "labeldp/prior-rr"
 P2P_RR_STREAM = "labeldp/p2p-rr"
 P2P_DRAW_STREAM = "labeldp/p2p-draw"
-
-#: Event of a label randomized with the uniform prior (K-ary randomized response).
-UNIFORM_RR = "label_uniform_rr"
-#: Event of a label randomized with a cluster's prior.
-PRIOR_RR = "label_prior_rr"
-#: Event of the peer-to-peer release (the name of
-#: :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`'s event).
-P2P_RR = "peer_to_peer_rr"
-
-#: Tolerance under which a prior counts as uniform.
-_UNIFORM_TOL = 1e-12
-
-
-@dataclass(frozen=True)
-class LabelPayload:
-    r"""What the server holds after a label-only run, ordered by client id.
-
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    features : ndarray of shape (n, p)
-        Public scaled features.
-    labels : ndarray of shape (n,)
-        Released labels (randomized, or forwarded by a peer).
-    priors : ndarray of shape (n, K)
-        The prior of each label's channel: :math:`\tilde y` was kept with probability
-        :math:`1 - \lambda_i` and otherwise drawn from this row.
-    epsilon : float
-        The epsilon of the channel, from which :math:`\lambda_i` follows
-        (:func:`prior_probabilities`): the run's epsilon, or :math:`\varepsilon_0` of
-        the peer-to-peer randomized response.
-    """
-
-    client_ids: NDArray[np.int64]
-    features: NDArray[np.float64]
-    labels: NDArray[np.int64]
-    priors: NDArray[np.float64]
-    epsilon: float
-
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
-
-    @property
-    def resample_probabilities(self) -> NDArray[np.float64]:
-        r""":math:`\lambda_i` of every label's channel."""
-        return prior_probabilities(self.priors, epsilon=self.epsilon)
-
-    def head(self) -> LabelPayload:
-        """An empty payload with the same shapes (for results kept without data)."""
-        return LabelPayload(
-            self.client_ids[:0],
-            self.features[:0],
-            self.labels[:0],
-            self.priors[:0],
-            self.epsilon,
-        )
 
 
 def check_public_features(features: ArrayLike) -> NDArray[np.float64]:
@@ -151,72 +88,6 @@ def check_public_features(features: ArrayLike) -> NDArray[np.float64]:
             f"(got max |x| = {np.abs(x).max():.6g})"
         )
     return x
-
-
-def uniform_priors(n: int, n_classes: int) -> NDArray[np.float64]:
-    """``n`` copies of the uniform prior over ``n_classes`` labels."""
-    return np.full((n, n_classes), 1.0 / n_classes)
-
-
-def _check_priors(priors: ArrayLike, n: int) -> NDArray[np.float64]:
-    q = np.asarray(priors, dtype=float)
-    if q.ndim == 1:
-        q = np.broadcast_to(q, (n, q.size))
-    q = check_distributions(q, "priors")
-    if q.shape[0] != n:
-        raise ValueError(f"priors has {q.shape[0]} rows for {n} clients")
-    if np.any(q <= 0.0):
-        raise ValueError(
-            "priors must be > 0 everywhere: with a zero probability randomized "
-            f"response with a prior is not differentially private (got {q.min()!r})"
-        )
-    return q
-
-
-def prior_probabilities(priors: ArrayLike, *, epsilon: float) -> NDArray[np.float64]:
-    r""":math:`\lambda_i = 1/(1 + q_{i,\min}(e^\varepsilon - 1))` of every prior row.
-
-    :func:`~ldpfda.labeldp.accounting.resampling_probability` per distinct
-    :math:`q_{i,\min}`; ``priors`` is ``(n, K)`` with positive rows.
-    """
-    q = np.atleast_2d(np.asarray(priors, dtype=float))
-    epsilon = check_epsilon(epsilon, allow_inf=False)
-    q_min, inverse = np.unique(q.min(axis=1), return_inverse=True)
-    lam = np.array(
-        [resampling_probability(epsilon=epsilon, q_min=float(m)) for m in q_min]
-    )
-    return lam[inverse.reshape(-1)]
-
-
-def _prior_groups(q: NDArray[np.float64]) -> tuple[NDArray, NDArray[np.int64]]:
-    """Distinct prior rows and the group of every client."""
-    rows, inverse = np.unique(q, axis=0, return_inverse=True)
-    return rows, inverse.reshape(-1)
-
-
-def _event(prior: NDArray[np.float64], epsilon: float) -> ReleaseEvent:
-    k = prior.size
-    lam = resampling_probability(epsilon=epsilon, q_min=float(prior.min()))
-    if np.all(np.abs(prior - 1.0 / k) <= _UNIFORM_TOL):
-        return ReleaseEvent.of(
-            UNIFORM_RR, epsilon, n_classes=k, resample_probability=lam
-        )
-    return ReleaseEvent.of(
-        PRIOR_RR,
-        epsilon,
-        n_classes=k,
-        resample_probability=lam,
-        q_min=float(prior.min()),
-    )
-
-
-def label_events(priors: ArrayLike, *, epsilon: float) -> list[ReleaseEvent]:
-    """What :func:`release_labels` records for each row of ``priors`` (one per row)."""
-    q = _check_priors(priors, np.atleast_2d(np.asarray(priors)).shape[0])
-    epsilon = check_epsilon(epsilon, allow_inf=False)
-    rows, inverse = _prior_groups(q)
-    events = [_event(row, epsilon) for row in rows]
-    return [events[g] for g in inverse]
 
 
 def release_labels(
@@ -257,13 +128,13 @@ def release_labels(
     """
     ids = _client_ids(client_ids)
     epsilon = check_epsilon(epsilon, allow_inf=False)
-    q = _check_priors(priors, ids.size)
+    q = check_priors(priors, ids.size)
     y = check_labels(labels, q.shape[1])
     if y.size != ids.size:
         raise ValueError(f"labels has {y.size} entries for {ids.size} clients")
-    rows, group = _prior_groups(q)
+    rows, group = prior_groups(q)
     if ledger is not None:
-        _charge_groups(ledger, [_event(row, epsilon) for row in rows], group, ids)
+        _charge_groups(ledger, [label_event(row, epsilon) for row in rows], group, ids)
     lam = prior_probabilities(rows, epsilon=epsilon)[group]
     u = (
         ClientStreams(seed, ids)
@@ -304,37 +175,6 @@ def _client_ids(client_ids: ArrayLike) -> NDArray[np.int64]:
 
 
 # -- peer to peer ----------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=16)
-def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
-    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
-    return ReleaseEvent.of(
-        P2P_RR,
-        eps,
-        delta=delta,
-        local_epsilon=local_epsilon,
-        min_cluster_size=min(sizes),
-    )
-
-
-def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
-    r"""What one peer-to-peer release costs: the exact :math:`(\varepsilon, \delta)`.
-
-    ``epsilon`` of the event is :func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`
-    toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`), with
-    ``local_epsilon`` :math:`\varepsilon_0` (what the relay sees) and ``delta`` as
-    parameters: the event of :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`.
-    """
-    eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
-    sizes = np.asarray(cluster_sizes)
-    if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or sizes.size == 0:
-        raise ValueError(
-            f"cluster_sizes must be a non-empty 1-D integer array, got {sizes!r}"
-        )
-    if np.any(sizes < 1):
-        raise ValueError(f"cluster_sizes must be >= 1, got {int(sizes.min())}")
-    return _p2p_event(eps0, tuple(sorted(int(s) for s in sizes)))
 
 
 def p2p_randomize(

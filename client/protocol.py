@@ -8,7 +8,6 @@ million (the in-process engine). No function here returns raw curves or raw labe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,171 +15,27 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
 from ldpfda.fda.features import Featurizer
-from ldpfda.privacy.base import ReleaseEvent
-from ldpfda.privacy.budget import split_budget
-from ldpfda.privacy.joint import SignedFeatureMechanism
-from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
-from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, FeedbackBit
+from ldpfda.privacy.randomized_response import FeedbackBit
+from ldpfda.schema.payloads import JointPayload, TrainingPayload
+from ldpfda.schema.releases import joint_mechanism, training_mechanisms
 
 __all__ = [
     "FEATURE_STREAM",
     "FEEDBACK_STREAM",
     "JOINT_STREAM",
     "LABEL_STREAM",
-    "JointPayload",
-    "TrainingPayload",
     "answer_evaluation",
-    "evaluation_events",
-    "joint_events",
-    "joint_output_range",
     "privatize",
     "privatize_curves",
-    "privatize_events",
     "privatize_joint",
-    "training_output_range",
 ]
 
 FEATURE_STREAM = "privatize/features"
 LABEL_STREAM = "privatize/label"
 FEEDBACK_STREAM = "evaluate/feedback"
 JOINT_STREAM = "privatize/joint"
-
-
-@dataclass(frozen=True)
-class TrainingPayload:
-    """What training clients release: perturbed features and randomized labels.
-
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    features : ndarray of shape (n, p)
-        Perturbed scaled coefficients.
-    labels : ndarray of shape (n,)
-        Randomized labels in {0, 1}.
-    feature_epsilon, label_epsilon : float
-        What each client spent on each part.
-    """
-
-    client_ids: NDArray[np.int64]
-    features: NDArray[np.float64]
-    labels: NDArray[np.int8]
-    feature_epsilon: float
-    label_epsilon: float
-
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
-
-    @classmethod
-    def concatenate(cls, parts: list[TrainingPayload]) -> TrainingPayload:
-        if not parts:
-            raise ValueError("no payloads to concatenate")
-        return cls(
-            np.concatenate([p.client_ids for p in parts]),
-            np.concatenate([p.features for p in parts]),
-            np.concatenate([p.labels for p in parts]),
-            parts[0].feature_epsilon,
-            parts[0].label_epsilon,
-        )
-
-
-@dataclass(frozen=True)
-class JointPayload:
-    r"""What clients release jointly: one perturbed :math:`\tilde y\,(1, x)` each.
-
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    releases : ndarray of shape (n, p + 1)
-        Released signed vectors, constant coordinate first (see
-        :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`).
-    epsilon : float
-        What each client spent: its whole budget, once.
-    mechanism : {"hybrid", "piecewise", "duchi", "laplace"}
-        The vector mechanism of the release.
-    """
-
-    client_ids: NDArray[np.int64]
-    releases: NDArray[np.float64]
-    epsilon: float
-    mechanism: str
-
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
-
-    @property
-    def n_features(self) -> int:
-        """p (the releases carry p + 1 coordinates)."""
-        return int(self.releases.shape[1]) - 1
-
-    def release_mechanism(self) -> SignedFeatureMechanism:
-        """The mechanism that produced the releases (for the server's moment map)."""
-        return _joint_mechanism(self.epsilon, self.n_features, self.mechanism)
-
-    @classmethod
-    def concatenate(cls, parts: list[JointPayload]) -> JointPayload:
-        if not parts:
-            raise ValueError("no payloads to concatenate")
-        return cls(
-            np.concatenate([p.client_ids for p in parts]),
-            np.concatenate([p.releases for p in parts]),
-            parts[0].epsilon,
-            parts[0].mechanism,
-        )
-
-
-def _joint_mechanism(
-    epsilon: float, n_features: int, mechanism: str
-) -> SignedFeatureMechanism:
-    return SignedFeatureMechanism(
-        epsilon=epsilon, n_features=n_features, mechanism=mechanism
-    )
-
-
-def joint_events(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> list[ReleaseEvent]:
-    """What :func:`privatize_joint` releases per client, for a server's accounting."""
-    return [_joint_mechanism(epsilon, n_features, mechanism).event()]
-
-
-def joint_output_range(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> tuple[float, float]:
-    """The range every coordinate of a joint release lies in (to validate replies)."""
-    return _joint_mechanism(epsilon, n_features, mechanism).output_range()
-
-
-def _training_mechanisms(
-    epsilon: float, n_features: int, label_share: float | None
-) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
-    split = split_budget(
-        epsilon=epsilon, n_coefficients=n_features, label_share=label_share
-    )
-    return (
-        LaplaceMechanism(epsilon=split.coefficients, dimension=n_features),
-        BinaryRandomizedResponse(epsilon=split.label),
-    )
-
-
-def privatize_events(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> list[ReleaseEvent]:
-    """What :func:`privatize` releases per client, for a server's own accounting."""
-    return [m.event() for m in _training_mechanisms(epsilon, n_features, label_share)]
-
-
-def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:
-    """What :func:`answer_evaluation` releases per client."""
-    return [FeedbackBit(epsilon=epsilon).event()]
-
-
-def training_output_range(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> tuple[float, float]:
-    """The range every released feature lies in (for validating replies)."""
-    return _training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
 def _client_inputs(
@@ -253,7 +108,7 @@ def privatize(
     """
     x, y, ids = _client_inputs(features, labels, client_ids)
     epsilon = check_epsilon(epsilon)
-    feature_mechanism, label_mechanism = _training_mechanisms(
+    feature_mechanism, label_mechanism = training_mechanisms(
         epsilon, x.shape[1], label_share
     )
     if ledger is not None:
@@ -316,7 +171,7 @@ def privatize_joint(
     JASA 2018.
     """
     x, y, ids = _client_inputs(features, labels, client_ids)
-    mech = _joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
+    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
     if ledger is not None:
         ledger.charge(mech.event(), ids)
     stream = ClientStreams(seed, ids).stream(f"{JOINT_STREAM}#{release}")

@@ -145,7 +145,9 @@ def load_gunpoint() -> RealDataset:
     """
     x, y = _equal_length("GunPoint")
     return RealDataset(
-        name="GunPoint", curves=x[:, 0, :], grid=np.linspace(0.0, 1.0, x.shape[2]),
+        name="GunPoint",
+        curves=x[:, 0, :],
+        grid=np.linspace(0.0, 1.0, x.shape[2]),
         labels=(y == "1").astype(np.int8),
         description="UCR GunPoint, train+test pooled; label 1 = class '1' (gun).",
     )
@@ -158,10 +160,12 @@ def load_italy_power_demand() -> RealDataset:
     """
     x, y = _equal_length("ItalyPowerDemand")
     return RealDataset(
-        name="ItalyPowerDemand", curves=x[:, 0, :],
-        grid=np.linspace(0.0, 1.0, x.shape[2]), labels=(y == "1").astype(np.int8),
+        name="ItalyPowerDemand",
+        curves=x[:, 0, :],
+        grid=np.linspace(0.0, 1.0, x.shape[2]),
+        labels=(y == "1").astype(np.int8),
         description="UCR ItalyPowerDemand, train+test pooled; label 1 = class '1' "
-                    "(October to March).",
+        "(October to March).",
     )
 
 
@@ -180,10 +184,13 @@ def load_basic_motions() -> RealDataset:
     x, y = _equal_length("BasicMotions")
     active = np.isin(np.char.lower(y), ("running", "badminton"))
     return RealDataset(
-        name="BasicMotions", curves=x, grid=np.linspace(0.0, 1.0, x.shape[2]),
-        labels=active.astype(np.int8), channels=BASIC_MOTIONS_CHANNELS,
+        name="BasicMotions",
+        curves=x,
+        grid=np.linspace(0.0, 1.0, x.shape[2]),
+        labels=active.astype(np.int8),
+        channels=BASIC_MOTIONS_CHANNELS,
         description="UEA BasicMotions, train+test pooled; label 1 = running or "
-                    "badminton, 0 = standing or walking; 6 channels.",
+        "badminton, 0 = standing or walking; 6 channels.",
     )
 
 
@@ -234,11 +241,13 @@ def load_japanese_vowels(n_points: int = JAPANESE_VOWELS_POINTS) -> RealDataset:
     curves = resample_series(series, n_points)
     speaker = y.astype(int)
     return RealDataset(
-        name="JapaneseVowels", curves=curves, grid=np.linspace(0.0, 1.0, n_points),
+        name="JapaneseVowels",
+        curves=curves,
+        grid=np.linspace(0.0, 1.0, n_points),
         labels=(speaker >= 5).astype(np.int8),
         channels=tuple(f"lpc_{k + 1}" for k in range(curves.shape[1])),
         description=f"UEA JapaneseVowels, train+test pooled; label 1 = speakers 5-9; "
-                    f"each series linearly resampled onto {n_points} points of [0, 1].",
+        f"each series linearly resampled onto {n_points} points of [0, 1].",
     )
 
 
@@ -273,8 +282,12 @@ def load_pima() -> RealDataset:
     x = table[list(PIMA_FEATURES)].to_numpy(dtype=float)
     y = (table["type"].astype(str) == "Yes").to_numpy().astype(np.int8)
     return RealDataset(
-        name="Pima", curves=x, grid=np.arange(x.shape[1], dtype=float), labels=y,
-        channels=PIMA_FEATURES, is_tabular=True,
+        name="Pima",
+        curves=x,
+        grid=np.arange(x.shape[1], dtype=float),
+        labels=y,
+        channels=PIMA_FEATURES,
+        is_tabular=True,
         description="MASS::Pima.tr + Pima.te (complete records); label 1 = diabetic.",
     )
 

@@ -138,10 +138,10 @@ def make_node_files(
     list of Path
         File ``i`` belongs to client ``i`` (training clients first).
     """
-    from ldpfda.client.data import save_node_data
+    from ldpfda.datasets.files import save_node_data
+    from ldpfda.datasets.population import make_featurizer
     from ldpfda.datasets.synthetic import make_design
     from ldpfda.privacy.random import derive_seed
-    from ldpfda.server.engine import make_featurizer
 
     design = make_design(settings.dataset)
     rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))

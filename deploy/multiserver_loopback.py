@@ -57,7 +57,8 @@ def make_server_node_files(
     """
     import numpy as np
 
-    from ldpfda.client.data import population_data, save_node_data
+    from ldpfda.datasets.files import save_node_data
+    from ldpfda.datasets.population import population_data
     from ldpfda.datasets.synthetic import make_design
 
     data = population_data(settings, repeat, with_test=False)

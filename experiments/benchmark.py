@@ -77,11 +77,12 @@ def run_one(
         import sklearn.linear_model  # noqa: F401
 
         threadpool_limits(blas_threads)
+    from ldpfda.datasets.population import make_featurizer
     from ldpfda.datasets.synthetic import FunctionalDesign
+    from ldpfda.engine import run_protocol
     from ldpfda.experiments.common import reference_settings
     from ldpfda.experiments.population import LazyCurvePopulation
     from ldpfda.privacy.random import derive_seed
-    from ldpfda.server.engine import make_featurizer, run_protocol
 
     rss_start = _peak_rss_mb()
     n_train = max(50, int(round(train_fraction * n_clients)))
@@ -118,7 +119,7 @@ def run_one(
     peak = _peak_rss_mb()
     test_rng = np.random.default_rng(derive_seed(seed, "test"))
     x_test, y_test = design.sample(n_test, test_rng)
-    from ldpfda.server.engine import score
+    from ldpfda.server.fitting import score
 
     score(result, featurizer.transform(x_test), y_test)
     return {

@@ -71,7 +71,9 @@ from numpy.typing import NDArray
 
 from ldpfda.client.protocol import answer_evaluation, privatize
 from ldpfda.config import Settings
+from ldpfda.datasets.population import make_featurizer
 from ldpfda.datasets.synthetic import make_design
+from ldpfda.engine import run_repeat
 from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams, derive_seed
@@ -80,7 +82,6 @@ from ldpfda.privacy.randomized_response import (
     rr_keep_probability,
 )
 from ldpfda.privacy.vector_mechanisms import HybridMechanism
-from ldpfda.server.engine import make_featurizer, run_repeat
 from ldpfda.server.learners import (
     MomentLinearClassifier,
     NoisyLabelLogisticRegression,

@@ -16,9 +16,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.config import Settings
+from ldpfda.engine import run_protocol
+from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.privacy.random import derive_seed
 from ldpfda.server.baselines import gaussian_classifier, histogram_classifier
-from ldpfda.server.engine import METHODS, ArrayClients, run_protocol
+from ldpfda.server.fitting import METHODS
 
 __all__ = ["ALL_METHODS", "BASELINES", "REFERENCE_PROTOCOL", "evaluate",
            "reference_settings"]

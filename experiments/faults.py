@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ldpfda.config import Settings
-from ldpfda.server.faults import run_with_faults
+from ldpfda.engine.faults import run_with_faults
 
 SCENARIOS = {
     "no faults": {"malicious": 0.0},

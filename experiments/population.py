@@ -14,9 +14,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.datasets.synthetic import FunctionalDesign
+from ldpfda.engine.inprocess import Batch
 from ldpfda.fda.features import Featurizer
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import Batch
 
 __all__ = ["LazyCurvePopulation"]
 

@@ -30,11 +30,11 @@ from numpy.typing import NDArray
 
 from ldpfda.config import Settings
 from ldpfda.datasets.real import RealDataset, load_real
+from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.experiments.common import evaluate
 from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import ArrayClients
 
 __all__ = ["ChannelFeaturizer", "SplitRule", "make_real_featurizer", "run_point"]
 

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from ldpfda.config import Settings
+from ldpfda.datasets.population import make_featurizer, public_features
 from ldpfda.datasets.synthetic import make_design
+from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.experiments.common import evaluate
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import ArrayClients, make_featurizer, public_features
 
 __all__ = ["run_point"]
 

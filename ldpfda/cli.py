@@ -159,7 +159,8 @@ def simulate(
     """Run every settings object for its repeats; return one summary per settings."""
     from tqdm import tqdm
 
-    from ldpfda.server.engine import METHODS, run_repeat
+    from ldpfda.engine import run_repeat
+    from ldpfda.server.fitting import METHODS
 
     summaries = []
     total = sum(s.repeats for s in settings_list)
@@ -210,7 +211,7 @@ def format_table(summaries: list[dict[str, Any]]) -> str:
 
     Only methods that every summary reports are shown.
     """
-    from ldpfda.server.engine import METHODS
+    from ldpfda.server.fitting import METHODS
 
     labels = {
         "moment": "joint moment",
@@ -339,7 +340,8 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
 def _run_multiserver(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ldpfda.server.multiserver import ServerSpec, run_multiserver_repeat, summarize
+    from ldpfda.engine.multiserver import run_multiserver_repeat, summarize
+    from ldpfda.server.multiserver import ServerSpec
 
     try:
         specs = []
@@ -414,7 +416,7 @@ def _run_multiserver(args: argparse.Namespace) -> int:
 def _run_multiserver_flower(
     args: argparse.Namespace, specs: list[Any], base: Settings
 ) -> int:
-    from ldpfda.server.multiserver_flower import run_simulation
+    from ldpfda.engine.multiserver import run_simulation
 
     try:
         report = run_simulation(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -25,12 +26,14 @@ from ldpfda._validation import check_epsilon, check_int, check_real
 
 __all__ = [
     "DATASETS",
+    "FLOWER_PREFIX",
     "LABEL_CORRECTIONS",
     "LABEL_MECHANISMS",
     "MECHANISMS",
     "SERVER_METHODS",
     "Settings",
     "WEAK_LEARNERS",
+    "run_settings",
 ]
 
 DATASETS = ("vector", "functional")
@@ -420,3 +423,25 @@ class Settings:
             value = getattr(self, f.name)
             out[self.key(f.name)] = "reference" if value is None else value
         return out
+
+
+#: Run-config keys that start with this prefix belong to the Flower apps, not Settings.
+FLOWER_PREFIX = "flower."
+
+
+def run_settings(run_config: Mapping[str, Any]) -> tuple[Settings, dict[str, Any]]:
+    """Split a Flower run config into validated :class:`Settings` and Flower-only keys.
+
+    Keys starting with ``flower.`` are returned (prefix removed) for the apps; every
+    other key is parsed by :meth:`Settings.from_mapping`, the parser of the in-process
+    CLI, so an unknown or invalid setting fails the same way in both.
+    """
+    flower = {
+        k[len(FLOWER_PREFIX) :]: v
+        for k, v in run_config.items()
+        if k.startswith(FLOWER_PREFIX)
+    }
+    settings = Settings.from_mapping(
+        {k: v for k, v in run_config.items() if not k.startswith(FLOWER_PREFIX)}
+    )
+    return settings, flower

@@ -1,28 +1,5 @@
-"""The server side of MRMA: weak models, error estimation, reversal and averaging."""
+"""The server side: protocol plans, learners on released data, aggregation, reports.
 
-from ldpfda.server.engine import METHODS, ProtocolResult, run_protocol, run_repeat
-from ldpfda.server.mrma import (
-    ErrorEstimates,
-    LinearModels,
-    assign_groups,
-    average_models,
-    estimate_errors,
-    fit_weak_models,
-    mrma_weights,
-    reverse_models,
-)
-
-__all__ = [
-    "METHODS",
-    "ErrorEstimates",
-    "LinearModels",
-    "ProtocolResult",
-    "assign_groups",
-    "average_models",
-    "estimate_errors",
-    "fit_weak_models",
-    "mrma_weights",
-    "reverse_models",
-    "run_protocol",
-    "run_repeat",
-]
+Nothing here imports the client side: the server reaches clients only through a
+transport (:mod:`ldpfda.server.session`).
+"""

@@ -181,8 +181,10 @@ class HistogramPartition:
                 f"features must have {self.dimension} columns, got {x.shape[1]}"
             )
         z = np.stack([x[:, list(b)].mean(axis=1) for b in self.blocks], axis=1)
-        bins = np.minimum(((z + 1.0) / 2.0 * self.bins_per_axis).astype(np.int64),
-                          self.bins_per_axis - 1)
+        bins = np.minimum(
+            ((z + 1.0) / 2.0 * self.bins_per_axis).astype(np.int64),
+            self.bins_per_axis - 1,
+        )
         weights = self.bins_per_axis ** np.arange(self.n_axes, dtype=np.int64)
         return bins @ weights
 
@@ -219,8 +221,11 @@ class LabelledHistogramRelease(Mechanism):
         self.scale = histogram_laplace_scale(epsilon=self.epsilon)
 
     def parameters(self) -> dict[str, Any]:
-        return {"n_cells": self.n_cells, "scale": self.scale,
-                "sensitivity": HISTOGRAM_SENSITIVITY}
+        return {
+            "n_cells": self.n_cells,
+            "scale": self.scale,
+            "sensitivity": HISTOGRAM_SENSITIVITY,
+        }
 
     def indicators(self, cells: ArrayLike, labels: ArrayLike) -> NDArray[np.float64]:
         r"""The clean vectors :math:`(2y-1) 1\{k = j\}`, shape (n, K)."""
@@ -230,7 +235,8 @@ class LabelledHistogramRelease(Mechanism):
             raise ValueError(f"cells has {j.size} entries for {y.size} labels")
         if j.size and (j.min() < 0 or j.max() >= self.n_cells):
             raise ValueError(
-                f"cells must be in [0, {self.n_cells}), got {j.min()}..{j.max()}")
+                f"cells must be in [0, {self.n_cells}), got {j.min()}..{j.max()}"
+            )
         v = np.zeros((j.size, self.n_cells))
         v[np.arange(j.size), j] = 2.0 * y - 1.0
         return v
@@ -242,7 +248,8 @@ class LabelledHistogramRelease(Mechanism):
         v = check_finite_array(values, "values", ndim=2)
         if v.shape[1] != self.n_cells:
             raise ValueError(
-                f"values must have {self.n_cells} columns, got {v.shape[1]}")
+                f"values must have {self.n_cells} columns, got {v.shape[1]}"
+            )
         if not self.is_private:
             return v.copy()
         u = uniform(rng, v.shape) - 0.5
@@ -252,8 +259,9 @@ class LabelledHistogramRelease(Mechanism):
         return np.zeros_like(check_finite_array(values, "values", ndim=2))
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(check_finite_array(values, "values", ndim=2).shape,
-                       2.0 * self.scale**2)
+        return np.full(
+            check_finite_array(values, "values", ndim=2).shape, 2.0 * self.scale**2
+        )
 
 
 @dataclass(frozen=True)
@@ -348,10 +356,14 @@ def histogram_classifier(
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if bins_per_axis is None:
         bins_per_axis = histogram_bins_per_axis(
-            n_clients=max(1, y.size), epsilon=epsilon, dimension=x.shape[1],
-            smoothness=smoothness)
-    partition = HistogramPartition.regular(x.shape[1], bins_per_axis,
-                                           max_cells=max_cells)
+            n_clients=max(1, y.size),
+            epsilon=epsilon,
+            dimension=x.shape[1],
+            smoothness=smoothness,
+        )
+    partition = HistogramPartition.regular(
+        x.shape[1], bins_per_axis, max_cells=max_cells
+    )
     mechanism = LabelledHistogramRelease(epsilon=epsilon, n_cells=partition.n_cells)
     if ledger is not None:
         ledger.charge(mechanism.event(), ids)
@@ -443,17 +455,25 @@ class GaussianRelease(Mechanism):
     ) -> None:
         super().__init__(epsilon=epsilon)
         self.delta = _check_delta(delta)
-        self.clipping_norm = check_real(clipping_norm, "clipping_norm", low=0.0,
-                                        low_open=True)
-        self.sensitivity = (2.0 * self.clipping_norm if sensitivity is None else
-                            check_real(sensitivity, "sensitivity", low=0.0,
-                                       low_open=True))
-        self.sigma = gaussian_sigma(epsilon=self.epsilon, delta=self.delta,
-                                    sensitivity=self.sensitivity)
+        self.clipping_norm = check_real(
+            clipping_norm, "clipping_norm", low=0.0, low_open=True
+        )
+        self.sensitivity = (
+            2.0 * self.clipping_norm
+            if sensitivity is None
+            else check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
+        )
+        self.sigma = gaussian_sigma(
+            epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity
+        )
 
     def parameters(self) -> dict[str, Any]:
-        return {"delta": self.delta, "clipping_norm": self.clipping_norm,
-                "sensitivity": self.sensitivity, "sigma": self.sigma}
+        return {
+            "delta": self.delta,
+            "clipping_norm": self.clipping_norm,
+            "sensitivity": self.sensitivity,
+            "sigma": self.sigma,
+        }
 
     def clip(self, values: ArrayLike) -> NDArray[np.float64]:
         """Rows scaled down to L2 norm at most C."""
@@ -474,8 +494,9 @@ class GaussianRelease(Mechanism):
         return self.clip(v) - v
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(check_finite_array(values, "values", ndim=2).shape,
-                       self.sigma**2)
+        return np.full(
+            check_finite_array(values, "values", ndim=2).shape, self.sigma**2
+        )
 
 
 @dataclass(frozen=True)
@@ -549,8 +570,9 @@ def gaussian_classifier(
             f"label_mode must be 'threshold' or 'regress', got {label_mode!r}"
         )
     c = math.sqrt(p + 1.0) if clipping_norm is None else clipping_norm
-    mechanism = GaussianRelease(epsilon=epsilon, delta=delta, clipping_norm=c,
-                                sensitivity=sensitivity)
+    mechanism = GaussianRelease(
+        epsilon=epsilon, delta=delta, clipping_norm=c, sensitivity=sensitivity
+    )
     if ledger is not None:
         ledger.charge(mechanism.event(), ids)
     v = np.column_stack([np.clip(x, -1.0, 1.0), 2.0 * y - 1.0])

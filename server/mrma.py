@@ -20,6 +20,7 @@ from scipy.special import expit
 from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
 from ldpfda.privacy.random import as_generator
 from ldpfda.privacy.randomized_response import FeedbackBit
+from ldpfda.schema.payloads import LinearModels
 
 __all__ = [
     "LEARNERS",
@@ -37,40 +38,6 @@ __all__ = [
 ]
 
 LEARNERS = ("logistic", "svm")
-
-
-@dataclass(frozen=True)
-class LinearModels:
-    """M linear classifiers ``sign(intercept_j + coef_j . x)``; M = 1 for one model."""
-
-    coef: NDArray[np.float64]  # (M, p)
-    intercept: NDArray[np.float64]  # (M,)
-
-    def __post_init__(self) -> None:
-        coef = np.atleast_2d(np.asarray(self.coef, dtype=float))
-        intercept = np.atleast_1d(np.asarray(self.intercept, dtype=float))
-        if intercept.shape != (coef.shape[0],):
-            raise ValueError(f"intercept shape {intercept.shape} != ({coef.shape[0]},)")
-        object.__setattr__(self, "coef", coef)
-        object.__setattr__(self, "intercept", intercept)
-
-    def __len__(self) -> int:
-        return int(self.coef.shape[0])
-
-    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
-        """Scores, shape (n, M)."""
-        return np.asarray(X, dtype=float) @ self.coef.T + self.intercept
-
-    def predict(self, X: ArrayLike) -> NDArray[np.int8]:
-        """Labels in {0, 1}, shape (n, M)."""
-        return (self.decision_function(X) > 0).astype(np.int8)
-
-    def errors(self, X: ArrayLike, y: ArrayLike) -> NDArray[np.float64]:
-        """Misclassification rate of each model on (X, y)."""
-        return (self.predict(X) != np.asarray(y)[:, None]).mean(axis=0)
-
-    def select(self, index: ArrayLike) -> LinearModels:
-        return LinearModels(self.coef[index], self.intercept[index])
 
 
 def fit_linear(

@@ -21,40 +21,40 @@ release with the moment classifier, which has no weak models to evaluate.
 
 from __future__ import annotations
 
-import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.client.data import population_data, simulated_noise_seed
-from ldpfda.client.protocol import TrainingPayload, answer_evaluation, privatize
 from ldpfda.config import Settings
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.privacy.randomized_response import rr_keep_probability
-from ldpfda.server.engine import ArrayClients, run_protocol, train_weak
+from ldpfda.schema import catalog
+from ldpfda.schema.payloads import LinearModels, TrainingPayload
+from ldpfda.schema.queries import Request
+from ldpfda.server.fitting import train_weak
 from ldpfda.server.mrma import (
-    LinearModels,
+    ErrorEstimates,
     assign_groups,
     average_models,
     estimate_errors,
-    majority_vote,
     mrma_weights,
     reverse_models,
 )
+from ldpfda.server.plans import release_payload
+from ldpfda.server.session import Session
 
 __all__ = [
-    "MultiServerResult",
     "ServerSpec",
     "check_reference",
     "combine_estimates",
     "evaluation_groups",
     "final_models",
-    "run_multiserver_repeat",
+    "evaluate_phase",
+    "train_phase",
     "training_rng",
     "worst_case_variance",
 ]
@@ -204,153 +204,75 @@ def final_models(
     return models
 
 
-@dataclass
-class MultiServerResult:
-    """Per-server and global test errors of one repeat, with the estimates used."""
-
-    test_errors: dict[str, dict[str, float]]
-    estimates: NDArray[np.float64]  # (S, S*M): server r's estimate of model j
-    privacy: dict[str, Any]
-    models: dict[str, LinearModels] = field(default_factory=dict)
-    weak: LinearModels | None = None
+# -- the two phases, as plans over a session ------------------------------------------
 
 
-def run_multiserver_repeat(
-    servers: tuple[ServerSpec, ...],
+def train_phase(
+    session: Session,
     settings: Settings,
-    repeat: int = 0,
-    *,
-    heterogeneity: float = 0.05,
-) -> MultiServerResult:
-    """One repeat of the multi-server protocol, with single-server MRMA for comparison.
+    train_ids: NDArray[np.int64],
+    n_features: int,
+    repeat: int,
+    timings: dict[str, float] | None = None,
+) -> tuple[TrainingPayload, LinearModels]:
+    """Phase ``train``: the training clients' releases and the server's M weak models.
 
-    ``settings`` gives the shared protocol settings (dataset, M, subsample size, cutoff,
-    test size, seed) and must be the reference MRMA
-    (:meth:`~ldpfda.config.Settings.reference`); each :class:`ServerSpec` its
-    population (:meth:`ServerSpec.settings`, server ids ``0 .. S-1``). Client ids are
-    per server, training clients first, as in a Flower run of each server; the noise of
-    a server's clients is keyed by its own seed
-    (:func:`~ldpfda.client.data.simulated_noise_seed`). The single-server baseline of
-    server s is the MRMA run it would do alone on the same clients (a counterfactual:
-    in either world each client releases once).
+    Subsamples from :func:`training_rng`. Stops the run when fewer than
+    ``mrma.subsample-size`` training clients give a valid release. ``timings`` gets
+    ``clients_privatize_s`` and ``server_train_s``.
     """
-    check_reference(settings)
-    s_count = len(servers)
-    if s_count < 1:
-        raise ValueError("servers must name at least one server")
-    heterogeneity = check_real(heterogeneity, "heterogeneity", low=0.0)
-    m = settings.num_weak_models
-    configs = [spec.settings(settings, s) for s, spec in enumerate(servers)]
-    populations, tests = [], []
-    for s, cfg in enumerate(configs):
-        if cfg.n_eval < s_count * m:
-            raise ValueError(
-                f"server {s} has n_eval={cfg.n_eval}: at least one evaluation client "
-                f"per model of every server ({s_count * m}) is needed"
-            )
-        data = population_data(cfg, repeat)
-        (xtr, ytr), (xev, yev) = data.train, data.evaluation
-        train = ArrayClients(np.arange(cfg.n_train), xtr, ytr, data.featurizer)
-        evaluation = ArrayClients(
-            cfg.n_train + np.arange(cfg.n_eval), xev, yev, data.featurizer
-        )
-        assert data.test is not None
-        tests.append((data.featurizer.transform(data.test[0]), data.test[1]))
-        populations.append((train, evaluation))
-    ledgers = [
-        PrivacyLedger(
-            budget=cfg.epsilon, client_ids=np.arange(cfg.n_train + cfg.n_eval)
-        )
-        for cfg in configs
-    ]
-
-    # 1. Every server privatizes its training clients and trains M weak models.
-    weak_parts = []
-    for s, (cfg, (train, _)) in enumerate(zip(configs, populations, strict=True)):
-        payload = TrainingPayload.concatenate(
-            [
-                privatize(
-                    x,
-                    y,
-                    client_ids=ids,
-                    seed=simulated_noise_seed(cfg, repeat),
-                    epsilon=cfg.epsilon,
-                    label_share=cfg.label_share,
-                    ledger=ledgers[s],
-                )
-                for ids, x, y in train.batches(100_000)
-            ]
-        )
-        weak_parts.append(train_weak(payload, cfg, training_rng(cfg, repeat)))
-    weak = LinearModels(
-        np.concatenate([w.coef for w in weak_parts]),
-        np.concatenate([w.intercept for w in weak_parts]),
+    timings = {} if timings is None else timings
+    t0 = time.perf_counter()
+    session.status("privatize", releasing_clients=int(train_ids.size))
+    got = session.ask(
+        catalog.PRIVATIZE,
+        catalog.privatize_query(settings, n_features),
+        train_ids,
+        minimum=settings.subsample_size,
+        what="training",
     )
+    payload = release_payload(settings, n_features, got)
+    assert isinstance(payload, TrainingPayload)
+    timings["clients_privatize_s"] = time.perf_counter() - t0
+    session.status("train", payloads=len(payload))
+    t0 = time.perf_counter()
+    weak = train_weak(payload, settings, training_rng(settings, repeat))
+    timings["server_train_s"] = time.perf_counter() - t0
+    return payload, weak
 
-    # 2. Every server's evaluation clients evaluate all S*M models, one query each.
-    estimates = np.empty((s_count, s_count * m))
-    variances = np.empty_like(estimates)
-    for r, (cfg, (_, evaluation)) in enumerate(zip(configs, populations, strict=True)):
-        groups = evaluation_groups(evaluation.n_clients, s_count * m, cfg, repeat)
-        ids, x, y = next(evaluation.batches(evaluation.n_clients))
-        bits = answer_evaluation(
-            weak.coef[groups],
-            weak.intercept[groups],
-            x,
-            y,
-            client_ids=ids,
-            seed=simulated_noise_seed(cfg, repeat),
-            epsilon=cfg.epsilon,
-            ledger=ledgers[r],
-        )
-        est = estimate_errors(bits, groups, n_models=s_count * m, epsilon=cfg.epsilon)
-        estimates[r] = est.raw
-        variances[r] = worst_case_variance(est.counts, cfg.epsilon)
 
-    models = final_models(
-        weak, estimates, variances, settings=settings, heterogeneity=heterogeneity
+def evaluate_phase(
+    session: Session,
+    settings: Settings,
+    eval_ids: NDArray[np.int64],
+    weak: LinearModels,
+    n_features: int,
+    repeat: int,
+) -> tuple[NDArray[np.int64], ErrorEstimates]:
+    """Phase ``evaluate``: each evaluation client answers for one of all the models.
+
+    Returns the clients whose bit came back, by id, and every model's error estimate
+    from them (:func:`~ldpfda.server.mrma.estimate_errors`).
+    """
+    session.status("evaluate", eval_clients=int(eval_ids.size), models=len(weak))
+    groups = evaluation_groups(eval_ids.size, len(weak), settings, repeat)
+    request = Request(
+        rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
     )
-
-    # 3. Test errors on each server's own population, and the single-server baseline.
-    test_errors: dict[str, dict[str, float]] = {}
-    for s, (cfg, (train, evaluation)) in enumerate(
-        zip(configs, populations, strict=True)
-    ):
-        x_test, y_test = tests[s]
-        alone = run_protocol(
-            train,
-            evaluation,
-            cfg,
-            seed=derive_seed(settings.seed, "clients-alone", repeat, s),
-            server_rng=training_rng(cfg, repeat),
-            keep_payload=False,
-        )
-        test_errors[f"server{s}"] = {
-            "multi_server": float(models[f"server{s}"].errors(x_test, y_test)[0]),
-            "global": float(models["global"].errors(x_test, y_test)[0]),
-            "single_server": float(alone.final.errors(x_test, y_test)[0]),
-            "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
-        }
-    spent = np.concatenate([ledger.spent_all() for ledger in ledgers])
-    budgets = np.concatenate(
-        [np.full(cfg.n_train + cfg.n_eval, cfg.epsilon) for cfg in configs]
+    got = session.ask(
+        catalog.EVALUATE,
+        catalog.evaluate_query(settings, n_features),
+        eval_ids,
+        request,
+        what="evaluation",
     )
-    privacy = {
-        "max_spent_over_budget": float(np.max(spent / budgets)),
-        "budgets": [cfg.epsilon for cfg in configs],
-    }
-    return MultiServerResult(test_errors, estimates, privacy, models, weak)
-
-
-def summarize(
-    results: list[MultiServerResult],
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Mean and standard error over repeats, per server and method."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for server in results[0].test_errors:
-        out[server] = {}
-        for method in results[0].test_errors[server]:
-            values = np.array([r.test_errors[server][method] for r in results])
-            se = values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else 0.0
-            out[server][method] = {"mean": float(values.mean()), "se": float(se)}
-    return out
+    order = np.argsort(got.ids, kind="stable")
+    answered = got.ids[order]
+    group_of = dict(zip(eval_ids.tolist(), groups.tolist(), strict=True))
+    estimates = estimate_errors(
+        got.values["bit"][order].astype(np.int8),
+        np.array([group_of[int(c)] for c in answered], dtype=np.int64),
+        n_models=len(weak),
+        epsilon=settings.epsilon,
+    )
+    return answered, estimates

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ldpfda.cli import main
-from ldpfda.server.engine import METHODS
+from ldpfda.server.fitting import METHODS
 
 FAST = [
     "--repeats",

@@ -9,11 +9,7 @@ import pytest
 
 from ldpfda import BudgetExceededError
 from ldpfda.client.protocol import (
-    JointPayload,
-    TrainingPayload,
     answer_evaluation,
-    joint_events,
-    joint_output_range,
     privatize,
     privatize_curves,
     privatize_joint,
@@ -21,6 +17,8 @@ from ldpfda.client.protocol import (
 from ldpfda.fda import CurveFeaturizer
 from ldpfda.privacy import PrivacyLedger, ReleaseEvent
 from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.schema.payloads import JointPayload, TrainingPayload
+from ldpfda.schema.releases import joint_events, joint_output_range
 
 try:  # tests/ as a package (tests/privacy/__init__.py present) or as rootdir-less files
     from tests.privacy.privacy_audit import estimate_epsilon
@@ -404,7 +402,7 @@ def test_the_training_release_is_epsilon_ldp_and_tight(label_share):
 
 
 def test_release_events_and_output_range_match_what_privatize_releases():
-    from ldpfda.client.protocol import (
+    from ldpfda.schema.releases import (
         evaluation_events,
         privatize_events,
         training_output_range,

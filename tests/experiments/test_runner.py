@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ldpfda.engine import run_repeat
 from ldpfda.experiments import plot, runner
 from ldpfda.experiments.common import reference_settings
 from ldpfda.experiments.synthetic import run_point
-from ldpfda.server.engine import run_repeat
 
 TINY = """
 [study]
@@ -160,9 +160,9 @@ def test_plot_makes_figures_and_tables(tiny_conf, tmp_path):
 
 
 def test_lazy_population_does_not_depend_on_chunk_size():
+    from ldpfda.datasets.population import make_featurizer
     from ldpfda.datasets.synthetic import FunctionalDesign
     from ldpfda.experiments.population import LazyCurvePopulation
-    from ldpfda.server.engine import make_featurizer
 
     design = FunctionalDesign()
     settings = reference_settings(dataset="functional", calibration_size=50)

@@ -142,3 +142,75 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:  # gone between the two checks
         return False
+
+
+# -- one node's reply, checked as the ServerApp checks it ------------------------------
+
+
+def _bounded(query, key, bounds):
+    """``query`` with the bounds of reply array ``key`` set to ``bounds``."""
+    import dataclasses
+
+    low, high = bounds
+    reply = tuple(
+        dataclasses.replace(s, low=low, high=high) if s.key == key else s
+        for s in query.reply
+    )
+    return dataclasses.replace(query, reply=reply)
+
+
+def parse_payload(message, *, client_id, n_features, feature_range):
+    """Features, label and ledger figures of a reference privatize reply."""
+    from ldpfda.config import Settings
+    from ldpfda.schema import catalog
+    from ldpfda.server.grid import parse_checked
+
+    query = catalog.privatize_query(Settings.reference(epsilon=5.0), n_features)
+    rows, figures = parse_checked(
+        _bounded(query, "features", feature_range), message, client_id
+    )
+    return rows["features"], int(rows["labels"]), figures
+
+
+def parse_joint_payload(message, *, client_id, n_features, output_range):
+    """The release and ledger figures of a joint privatize reply."""
+    from ldpfda.config import Settings
+    from ldpfda.schema import catalog
+    from ldpfda.server.grid import parse_checked
+
+    query = catalog.privatize_query(Settings(epsilon=5.0), n_features)
+    rows, figures = parse_checked(
+        _bounded(query, "releases", output_range), message, client_id
+    )
+    return rows["releases"], figures
+
+
+def parse_feedback(message, *, client_id):
+    """The feedback bit and ledger figures of an evaluate reply."""
+    from ldpfda.config import Settings
+    from ldpfda.schema import catalog
+    from ldpfda.server.grid import parse_checked
+
+    query = catalog.evaluate_query(Settings.reference(epsilon=5.0), 1)
+    rows, figures = parse_checked(query, message, client_id)
+    return int(rows["bit"]), figures
+
+
+def parse_features(message, *, client_id, n_features):
+    """The public features and ledger figures of a features reply."""
+    from ldpfda.schema import catalog
+    from ldpfda.server.grid import parse_checked
+
+    rows, figures = parse_checked(catalog.features_query(n_features), message, client_id)
+    return rows["x"], figures
+
+
+def parse_label(message, *, client_id, n_classes=2):
+    """The released label and ledger figures of any label reply."""
+    from ldpfda.config import Settings
+    from ldpfda.schema import catalog
+    from ldpfda.server.grid import parse_checked
+
+    query = catalog.label_query(Settings(mechanism="label-uniform"), n_classes)
+    rows, figures = parse_checked(query, message, client_id)
+    return int(rows["label"]), figures

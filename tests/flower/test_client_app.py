@@ -10,15 +10,13 @@ from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST, app
-from ldpfda.client.data import run_settings, save_node_data, simulated_partition
-from ldpfda.client.protocol import (
-    answer_evaluation,
-    joint_output_range,
-    privatize,
-    privatize_joint,
-    training_output_range,
-)
+from ldpfda.client.faults import app as faulty_app
+from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
+from ldpfda.config import run_settings
+from ldpfda.datasets.files import save_node_data
+from ldpfda.datasets.population import simulated_partition
 from ldpfda.privacy.random import derive_seed
+from ldpfda.schema.releases import joint_output_range, training_output_range
 
 from .support import REFERENCE, SMALL
 
@@ -38,9 +36,14 @@ def _context(run_config, node_config, run_id=3):
     )
 
 
-def _ask(context, kind, content=None):
+def _ask(context, kind, content=None, client_app=app):
     message = Message(content or RecordDict(), 99, f"query.{kind}")
-    return app(message, context)
+    return client_app(message, context)
+
+
+def _faulty(context, kind, content=None):
+    """Ask the test app with the fault-injection mod (``test-misbehave``)."""
+    return _ask(context, kind, content, client_app=faulty_app)
 
 
 def _released(reply):
@@ -249,7 +252,7 @@ def test_misbehaving_test_node_corrupts_its_payload(run_config, protocol, flag, 
         run_config(SMALL, protocol),
         {"partition-id": 0, "num-partitions": 50, "test-misbehave": flag},
     )
-    assert check(_ask(context, "privatize").content.array_records["payload"])
+    assert check(_faulty(context, "privatize").content.array_records["payload"])
 
 
 def test_misbehaving_test_node_sends_a_non_bit(run_config):
@@ -257,7 +260,7 @@ def test_misbehaving_test_node_sends_a_non_bit(run_config):
         run_config(SMALL),
         {"partition-id": 40, "num-partitions": 50, "test-misbehave": "bit"},
     )
-    reply = _ask(context, "evaluate", _model(np.ones(4), 0.0))
+    reply = _faulty(context, "evaluate", _model(np.ones(4), 0.0))
     assert reply.content.array_records["feedback"]["bit"].numpy()[0] == 3
 
 
@@ -266,7 +269,7 @@ def test_extreme_test_node_sends_the_edge_of_the_declared_range(run_config, prot
     config = run_config(SMALL, protocol)
     settings, _ = run_settings(config)
     node = {"partition-id": 5, "num-partitions": 50, "test-misbehave": "extreme"}
-    released = _released(_ask(_context(config, node), "privatize"))
+    released = _released(_faulty(_context(config, node), "privatize"))
     x, y = simulated_partition(settings, 0, 5)
     if settings.joint_release:
         low, high = joint_output_range(
@@ -298,10 +301,10 @@ def test_hanging_test_node_answers_honestly_but_late(run_config, kind, content):
     }
     context = _context(config, node)
     started = time.monotonic()
-    assert not _ask(context, "identify").has_error()
+    assert not _faulty(context, "identify").has_error()
     assert time.monotonic() - started < 0.3, "identify is answered at once"
     started = time.monotonic()
-    late = _ask(context, kind, content)
+    late = _faulty(context, kind, content)
     assert time.monotonic() - started >= 0.3
     for name, record in honest.content.array_records.items():
         for key, array in record.items():
@@ -313,7 +316,22 @@ def test_hanging_test_node_answers_honestly_but_late(run_config, kind, content):
 @pytest.mark.parametrize("seconds", [-1.0, float("nan"), "soon"])
 def test_hang_seconds_must_be_a_duration(run_config, seconds):
     node = {"partition-id": 1, "num-partitions": 50, "test-hang-seconds": seconds}
-    reply = _ask(_context(run_config(SMALL), node), "identify")
+    reply = _faulty(_context(run_config(SMALL), node), "identify")
     assert (
         reply.error.code == ERROR_REQUEST and "test-hang-seconds" in reply.error.reason
     )
+
+
+@pytest.mark.parametrize("flag", ["nan", "range", "extreme", "hang"])
+def test_the_hosts_app_has_no_fault_hook(run_config, flag):
+    # A host runs ldpfda.client.client_app:app; a node config that asks it to
+    # misbehave changes nothing: its release equals an honest node's, at once.
+    config = run_config(SMALL)
+    honest = _ask(
+        _context(config, {"partition-id": 3, "num-partitions": 50}), "privatize"
+    )
+    node = {"partition-id": 3, "num-partitions": 50, "test-misbehave": flag}
+    started = time.monotonic()
+    reply = _ask(_context(config, node), "privatize")
+    assert time.monotonic() - started < 5.0
+    np.testing.assert_array_equal(_released(reply), _released(honest))

@@ -5,19 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ldpfda.client.data import (
-    NodeData,
+from ldpfda.client.protocol import privatize, privatize_joint
+from ldpfda.config import Settings, run_settings
+from ldpfda.datasets.files import NodeData, load_node_data, save_node_data
+from ldpfda.datasets.population import (
     design_test_set,
-    load_node_data,
     public_featurizer,
-    run_settings,
-    save_node_data,
     simulated_partition,
 )
-from ldpfda.client.protocol import privatize, privatize_joint
-from ldpfda.config import Settings
+from ldpfda.engine import run_repeat
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import run_repeat
 
 from .support import app_config
 

@@ -17,13 +17,14 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST
 from ldpfda.client.client_app import app as client_app
+from ldpfda.engine import run_repeat
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import run_repeat
-from ldpfda.server.labeldp_app import parse_features, parse_label
-from ldpfda.server.labeldp_engine import cluster_features
-from ldpfda.server.server_app import ReplyError, parse_run_config, run_server
+from ldpfda.server.grid import ReplyError
+from ldpfda.server.labels import cluster_features
+from ldpfda.server.options import parse_run_config
+from ldpfda.server.server_app import run_server
 
-from .support import SMALL, FakeGrid, partitions
+from .support import SMALL, FakeGrid, parse_features, parse_label, partitions
 
 LABEL = {"privacy.epsilon": 1.0, "labeldp.n-clusters": 3}
 MECHANISMS = ["label-uniform", "label-cluster", "label-p2p"]

@@ -14,6 +14,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST
 from ldpfda.client.client_app import app as client_app
 from ldpfda.config import Settings
+from ldpfda.engine.multiserver import run_multiserver_repeat
 from ldpfda.server.artifacts import (
     estimates_path,
     models_path,
@@ -22,14 +23,15 @@ from ldpfda.server.artifacts import (
     write_models,
 )
 from ldpfda.server.mrma import LinearModels
-from ldpfda.server.multiserver import ServerSpec, run_multiserver_repeat
+from ldpfda.server.multiserver import ServerSpec
 from ldpfda.server.multiserver_app import run_phase
 from ldpfda.server.multiserver_flower import (
     combine_session,
     phase_run_config,
     server_settings,
 )
-from ldpfda.server.server_app import FlowerOptions, parse_run_config
+from ldpfda.server.options import FlowerOptions
+from ldpfda.server.server_app import parse_run_config
 
 from .support import FakeGrid, app_config, partitions
 

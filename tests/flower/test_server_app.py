@@ -17,21 +17,22 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDic
 from flwr.supercore.task_identity import TaskIdentity
 
 from ldpfda.client.client_app import app as client_app
-from ldpfda.client.protocol import joint_output_range, training_output_range
-from ldpfda.server.engine import run_repeat
-from ldpfda.server.server_app import (
-    FlowerOptions,
-    ReplyError,
+from ldpfda.client.faults import app as faulty_app
+from ldpfda.engine import run_repeat
+from ldpfda.schema.releases import joint_output_range, training_output_range
+from ldpfda.server.grid import ReplyError, parse_identity, wait_for_nodes
+from ldpfda.server.options import FlowerOptions, parse_run_config
+from ldpfda.server.server_app import run_server
+
+from .support import (
+    REFERENCE,
+    SMALL,
+    FakeGrid,
     parse_feedback,
-    parse_identity,
     parse_joint_payload,
     parse_payload,
-    parse_run_config,
-    run_server,
-    wait_for_nodes,
+    partitions,
 )
-
-from .support import REFERENCE, SMALL, FakeGrid, partitions
 
 #: Run-config overrides of the two protocols: the default and the reference MRMA.
 PROTOCOLS = pytest.mark.parametrize(
@@ -251,9 +252,9 @@ def test_waiting_for_too_few_nodes_fails_clearly(run_config):
 # -- whole runs ------------------------------------------------------------------------
 
 
-def _run(config, node_configs, **grid_kwargs):
+def _run(config, node_configs, *, app=client_app, **grid_kwargs):
     settings, options = parse_run_config(config)
-    grid = FakeGrid(client_app, config, node_configs, **grid_kwargs)
+    grid = FakeGrid(app, config, node_configs, **grid_kwargs)
     result, report = run_server(grid, settings, options, run_id=7)
     return grid, settings, result, report
 
@@ -443,7 +444,7 @@ def test_misbehaving_clients_are_rejected_and_never_used(
 ):
     nodes = partitions(50)
     nodes[node]["test-misbehave"] = flag
-    _, _, result, report = _run(run_config(SMALL, protocol), nodes)
+    _, _, result, report = _run(run_config(SMALL, protocol), nodes, app=faulty_app)
     rejected = report["participation"][round_]["rejected"]
     assert list(rejected) == [str(node)] and reason in rejected[str(node)]
     assert report["participation"]["rejections"] == [
@@ -500,7 +501,9 @@ def test_an_extreme_but_valid_reply_is_accepted_at_the_edge_of_the_range(
 ):
     nodes = partitions(50)
     nodes[4]["test-misbehave"] = "extreme"
-    _, settings, result, report = _run(run_config(SMALL, protocol), nodes)
+    _, settings, result, report = _run(
+        run_config(SMALL, protocol), nodes, app=faulty_app
+    )
     part = report["participation"]
     assert part["rejections"] == [] and 4 in result.payload.client_ids
     if settings.joint_release:
@@ -546,7 +549,7 @@ def test_a_hanging_node_times_out_and_its_late_reply_is_not_used(run_config):
     nodes = partitions(50)
     nodes[3] |= {"test-misbehave": "hang", "test-hang-seconds": 1.5}
     settings, options = parse_run_config(config)
-    grid = LateGrid(client_app, config, nodes)
+    grid = LateGrid(faulty_app, config, nodes)
     result, report = run_server(grid, settings, options, run_id=7)
     assert grid.handed_over_late == 1, "the late reply came during the evaluate round"
     part = report["participation"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ldpfda.config import Settings
-from ldpfda.server.engine import run_repeat
+from ldpfda.engine import run_repeat
 
 from .support import REFERENCE, ROOT
 

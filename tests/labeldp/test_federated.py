@@ -13,22 +13,18 @@ import math
 import numpy as np
 import pytest
 
-import ldpfda.client.labeldp_protocol as protocol
+import ldpfda.schema.releases as protocol
 from ldpfda.cli import main
 from ldpfda.client.labeldp_protocol import (
-    PRIOR_RR,
-    UNIFORM_RR,
     check_public_features,
-    label_events,
-    p2p_event,
     p2p_forward,
     p2p_randomize,
     pick_peers,
-    prior_probabilities,
     randomize_bits,
     release_labels,
 )
 from ldpfda.config import Settings
+from ldpfda.engine import run_repeat
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.labeldp import (
     BackwardCorrectedLogisticRegression,
@@ -39,8 +35,14 @@ from ldpfda.labeldp import (
 )
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
-from ldpfda.server.engine import run_repeat
-from ldpfda.server.labeldp_engine import (
+from ldpfda.schema.releases import (
+    PRIOR_RR,
+    UNIFORM_RR,
+    label_events,
+    p2p_event,
+    prior_probabilities,
+)
+from ldpfda.server.labels import (
     merge_small_clusters,
     p2p_blocks,
     pilot_histograms,

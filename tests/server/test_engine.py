@@ -12,19 +12,15 @@ import json
 import numpy as np
 import pytest
 
-from ldpfda.client.protocol import JointPayload
 from ldpfda.config import Settings
 from ldpfda.datasets import FunctionalDesign, VectorDesign
+from ldpfda.datasets.population import make_featurizer, public_features
+from ldpfda.engine import run_protocol, run_repeat
+from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.fda import CoefficientScaler, VectorFeaturizer
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import (
-    METHODS,
-    ArrayClients,
-    make_featurizer,
-    public_features,
-    run_protocol,
-    run_repeat,
-)
+from ldpfda.schema.payloads import JointPayload
+from ldpfda.server.fitting import METHODS
 
 SMALL = Settings.reference(
     epsilon=5.0,

@@ -9,7 +9,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from ldpfda.datasets import FunctionalDesign, VectorDesign
-from ldpfda.server.estimator import MRMAClassifier
+from ldpfda.engine.estimator import MRMAClassifier
 
 
 def test_unfitted_model_refuses_to_predict():

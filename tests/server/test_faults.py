@@ -3,12 +3,16 @@ complete."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from ldpfda.config import Settings
-from ldpfda.server.faults import run_with_faults
-from ldpfda.server.validation import screen_bits, screen_payloads
+from ldpfda.engine.faults import run_with_faults
+from ldpfda.schema import catalog
+from ldpfda.schema.queries import ReplyError
+from ldpfda.server.session import check_replies, wire_rows
 
 SETTINGS = Settings.reference(
     epsilon=5.0,
@@ -20,41 +24,64 @@ SETTINGS = Settings.reference(
 )
 
 
-def test_screening_keeps_valid_replies_and_names_every_rejection():
-    replies = [
-        (3, [0.5, -0.5], 1),
-        (1, [0.1, 0.2], 0),
-        (1, [0.9, 0.9], 1),  # duplicate: the first reply stands
-        (2, [np.nan, 0.0], 1),
-        (4, [0.0, 0.0, 0.0], 1),
-        (5, [50.0, 0.0], 1),
-        (6, [0.0, 0.0], 2),
-        (7, None, "crashed"),
-        (8, "text", 1),
-    ]
-    screened = screen_payloads(replies, n_features=2, feature_range=(-10.0, 10.0))
-    np.testing.assert_array_equal(screened.client_ids, [1, 3])
-    np.testing.assert_array_equal(screened.values, [[0.1, 0.2], [0.5, -0.5]])
-    np.testing.assert_array_equal(screened.labels, [0, 1])
-    reasons = {r.client_id: r.reason.split(":")[0] for r in screened.rejected}
-    assert reasons == {
-        1: "duplicate",
-        2: "nan",
-        4: "shape",
-        5: "range",
-        6: "label",
-        7: "missing",
-        8: "shape",
+def _screen(query, replies):
+    """Every reply through the one check both transports apply: valid ids, reasons."""
+    ids, rows, rejected = [], [], {}
+    for client, arrays in replies:
+        try:
+            rows.append(wire_rows(query, arrays))
+            ids.append(client)
+        except ReplyError as exc:
+            rejected[client] = str(exc)
+    values = {s.key: np.stack([r[s.key] for r in rows]) for s in query.reply}
+    return check_replies(query, np.array(ids), values, rejected)
+
+
+def _release(features, label):
+    return {
+        "features": np.atleast_2d(np.asarray(features, dtype=object)).astype(float)
+        if not isinstance(features, str)
+        else np.array([features]),
+        "labels": np.array([label]),
     }
 
 
-def test_bit_screening():
-    screened = screen_bits(
-        [(1, 1), (2, 0), (2, 1), (3, 2), (4, 0.5), (5, None), (6, np.nan), (7, "x")]
+def test_screening_keeps_valid_replies_and_names_every_rejection():
+    query = catalog.privatize_query(Settings.reference(epsilon=5.0), 2)
+    query = dataclasses.replace(
+        query,
+        reply=(
+            dataclasses.replace(query.reply[0], low=-10.0, high=10.0),
+            query.reply[1],
+        ),
     )
-    np.testing.assert_array_equal(screened.client_ids, [1, 2])
-    np.testing.assert_array_equal(screened.values, [1.0, 0.0])
-    assert screened.reasons() == {"duplicate": 1, "bit": 4, "missing": 1}
+    replies = [
+        (3, _release([0.5, -0.5], 1)),
+        (1, _release([0.1, 0.2], 0)),
+        (2, _release([np.nan, 0.0], 1)),
+        (4, _release([0.0, 0.0, 0.0], 1)),
+        (5, _release([50.0, 0.0], 1)),
+        (6, _release([0.0, 0.0], 2)),
+        (8, _release("text", 1)),
+    ]
+    screened = _screen(query, replies)
+    np.testing.assert_array_equal(screened.ids, [3, 1])
+    np.testing.assert_array_equal(
+        screened.values["features"], [[0.5, -0.5], [0.1, 0.2]]
+    )
+    np.testing.assert_array_equal(screened.values["labels"], [1, 0])
+    reasons = {c: r.split(":")[0] for c, r in screened.rejected.items()}
+    assert reasons == {2: "nan", 4: "shape", 5: "range", 6: "label", 8: "content"}
+
+
+def test_bit_screening():
+    query = catalog.evaluate_query(Settings.reference(epsilon=5.0), 2)
+    bits = [(1, 1), (2, 0), (3, 2), (4, 0.5), (6, np.nan), (7, -1)]
+    screened = _screen(query, [(c, {"bit": np.array([b])}) for c, b in bits])
+    np.testing.assert_array_equal(screened.ids, [1, 2])
+    np.testing.assert_array_equal(screened.values["bit"], [1, 0])
+    assert sorted({r.split(":")[0] for r in screened.rejected.values()}) == ["bit"]
+    assert sorted(screened.rejected) == [3, 4, 6, 7]
 
 
 def test_garbage_senders_are_all_rejected_and_the_run_completes():

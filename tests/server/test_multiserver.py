@@ -6,11 +6,8 @@ import numpy as np
 import pytest
 
 from ldpfda.config import Settings
-from ldpfda.server.multiserver import (
-    ServerSpec,
-    combine_estimates,
-    run_multiserver_repeat,
-)
+from ldpfda.engine.multiserver import run_multiserver_repeat
+from ldpfda.server.multiserver import ServerSpec, combine_estimates
 
 SETTINGS = Settings.reference(num_weak_models=5, subsample_size=30, n_test=2000, seed=1)
 SERVERS = (ServerSpec(200, 300, 5.0), ServerSpec(100, 200, 2.0, 0.2, 0.5))

@@ -1,4 +1,6 @@
-r"""The server of the label-only modes (issue 5), in process.
+r"""The server's steps of the label-only modes: clusters, pilots, priors, the fit.
+
+The rounds themselves are :mod:`ldpfda.server.plans`.
 
 Features are public in these modes (``privacy.mechanism = "label-*"``, see
 :mod:`ldpfda.client.labeldp_protocol`): every client sends its scaled features in the
@@ -62,20 +64,12 @@ label noise: a loss correction approach", CVPR 2017.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda.client.labeldp_protocol import (
-    LabelPayload,
-    p2p_forward,
-    p2p_randomize,
-    release_labels,
-    uniform_priors,
-)
 from ldpfda.config import Settings
 from ldpfda.labeldp.learners import (
     DEFAULT_CS,
@@ -87,17 +81,12 @@ from ldpfda.labeldp.mechanisms import (
     cluster_distributions,
     cluster_label_counts,
 )
-from ldpfda.labeldp.peer_to_peer import p2p_guarantee, p2p_local_epsilon
+from ldpfda.labeldp.peer_to_peer import p2p_guarantee
 from ldpfda.labeldp.selection import DEFAULT_FLOORS, Choice, choose_resampling
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
-from ldpfda.server.engine import (
-    ClientPopulation,
-    ProtocolResult,
-    score,
-    single_model_result,
-)
-from ldpfda.server.mrma import LinearModels
+from ldpfda.schema.payloads import LabelPayload, LinearModels
+from ldpfda.schema.releases import uniform_priors
+from ldpfda.server.fitting import ProtocolResult, single_model_result
 
 __all__ = [
     "N_CLASSES",
@@ -111,9 +100,9 @@ __all__ = [
     "p2p_summary",
     "pilot_histograms",
     "prior_rr_rounds",
-    "run_label_protocol",
     "select_pilots",
     "server_priors",
+    "uniform_priors",
 ]
 
 #: The platform's labels are binary.
@@ -340,109 +329,6 @@ def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any
         "n_clusters": int(sizes.size),
         "min_cluster_size": int(sizes.min()),
     }
-
-
-def _gather(
-    populations: tuple[ClientPopulation, ...], chunk_size: int
-) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int8]]:
-    """Every client's (id, public features, true label), ordered by client id.
-
-    The true labels are only ever passed to the client-side release functions.
-    """
-    parts = [b for p in populations for b in p.batches(chunk_size)]
-    ids = np.concatenate([b[0] for b in parts]).astype(np.int64)
-    order = np.argsort(ids, kind="stable")
-    x = np.vstack([b[1] for b in parts])[order]
-    y = np.concatenate([b[2] for b in parts])[order]
-    return ids[order], x, y
-
-
-def run_label_protocol(
-    train: ClientPopulation,
-    evaluation: ClientPopulation,
-    settings: Settings,
-    *,
-    seed: int,
-    server_rng: np.random.Generator,
-    test: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    chunk_size: int = 100_000,
-    ledger: PrivacyLedger | None = None,
-    keep_payload: bool = True,
-) -> ProtocolResult:
-    """A label-only run of ``settings.mechanism`` over every client of both populations.
-
-    The steps of the module docstring, with the client-side functions of
-    :mod:`ldpfda.client.labeldp_protocol` and the server's randomness drawn from
-    ``server_rng`` in the order the Flower server draws it
-    (:mod:`ldpfda.server.labeldp_app`): clusters, pilots, then the fit.
-    """
-    ids, x, y = _gather((train, evaluation), chunk_size)
-    if ledger is None:
-        ledger = PrivacyLedger(budget=settings.epsilon, client_ids=ids)
-    eps, k = settings.epsilon, N_CLASSES
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    if settings.mechanism in ("label-uniform", "label-cluster"):
-
-        def release(
-            stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
-        ) -> NDArray[np.int64]:
-            return release_labels(
-                y[index],
-                prior_rows,
-                client_ids=ids[index],
-                seed=seed,
-                epsilon=eps,
-                ledger=ledger,
-            )
-
-        labels, priors, info = prior_rr_rounds(settings, ids, x, server_rng, release)
-        channel_epsilon = eps
-    elif settings.mechanism == "label-p2p":
-        clusters = cluster_features(
-            x,
-            n_clusters=settings.n_clusters,
-            min_size=settings.min_cluster_size,
-            rng=server_rng,
-        )
-        sizes = np.bincount(clusters)
-        eps0 = p2p_local_epsilon(epsilon=eps, cluster_sizes=sizes)
-        noisy = p2p_randomize(
-            y,
-            client_ids=ids,
-            seed=seed,
-            local_epsilon=eps0,
-            cluster_sizes=sizes,
-            ledger=ledger,
-        )
-        peers, offsets, counts = p2p_blocks(noisy, clusters)
-        labels = p2p_forward(peers, offsets, counts, client_ids=ids, seed=seed)
-        priors = uniform_priors(ids.size, k)
-        channel_epsilon = eps0
-        info = {
-            "mechanism": settings.mechanism,
-            **p2p_summary(eps0, sizes),
-            "forwarded_clients": int(ids.size),
-        }
-    else:
-        raise ValueError(f"not a label-only mechanism: {settings.mechanism!r}")
-    timings["clients_privatize_s"] = time.perf_counter() - t0
-    payload = LabelPayload(ids, x, labels.astype(np.int64), priors, channel_epsilon)
-    t0 = time.perf_counter()
-    result = label_result(
-        payload,
-        settings,
-        server_rng,
-        privacy={**ledger.summary(), "labeldp": info},
-        clean_train=clean_train,
-        keep_payload=keep_payload,
-    )
-    timings["server_train_s"] = time.perf_counter() - t0
-    result.timings = timings
-    if test is not None:
-        score(result, *test)
-    return result
 
 
 #: ``release(stage, index, priors)``: the labels that clients ``index`` release with

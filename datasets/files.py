@@ -1,4 +1,4 @@
-"""Node data for the Flower apps: a data file on a host, or a simulated partition.
+"""Node data files: what a host holds, in the format its SuperNode reads.
 
 Data file format
 ----------------
@@ -24,21 +24,19 @@ every client and the server: it is fixed by the run settings (the embedded desig
 by ``data.dataset``, its grid, and public calibration curves drawn from the run seed),
 exactly as the in-process engine builds it. A data file must therefore be sampled on
 that design's grid. The server's public, unlabeled features (the feature second moment
-of the moment classifier, :func:`ldpfda.server.engine.public_features`) come from the
+of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come from the
 same public information; no node is asked for them.
 
 In a multi-server session (``data.server-id >= 0``, :mod:`ldpfda.server.multiserver`)
 every server has its own population, drawn from the design shifted by
 ``data.feature-shift`` and ``data.label-shift`` on the server's own data stream, while
 the featurizer is shared by all servers: it is calibrated on the public stream of the
-unshifted design (:func:`population_data`).
+unshifted design (:func:`ldpfda.datasets.population.population_data`).
 """
 
 from __future__ import annotations
 
 import csv
-import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,28 +44,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_binary_labels, check_finite_array, check_int
-from ldpfda.config import Settings
-from ldpfda.datasets.synthetic import make_design
+from ldpfda._validation import check_binary_labels, check_finite_array
 from ldpfda.fda.features import Featurizer
-from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import RepeatData, make_featurizer, repeat_data
 
 __all__ = [
-    "FLOWER_PREFIX",
     "NodeData",
-    "design_test_set",
     "load_node_data",
-    "population_data",
-    "public_featurizer",
-    "run_settings",
     "save_node_data",
-    "simulated_noise_seed",
-    "simulated_partition",
 ]
-
-#: Run-config keys that start with this prefix belong to the Flower apps, not Settings.
-FLOWER_PREFIX = "flower."
 
 
 @dataclass(frozen=True)
@@ -214,131 +198,3 @@ def save_node_data(
     else:
         raise ValueError(f"data files must be .npz or .csv, got {path.name!r}")
     return path
-
-
-def run_settings(run_config: Mapping[str, Any]) -> tuple[Settings, dict[str, Any]]:
-    """Split a Flower run config into validated :class:`Settings` and Flower-only keys.
-
-    Keys starting with ``flower.`` are returned (prefix removed) for the apps; every
-    other key is parsed by :meth:`Settings.from_mapping`, the parser of the in-process
-    CLI, so an unknown or invalid setting fails the same way in both.
-    """
-    flower = {
-        k[len(FLOWER_PREFIX) :]: v
-        for k, v in run_config.items()
-        if k.startswith(FLOWER_PREFIX)
-    }
-    settings = Settings.from_mapping(
-        {k: v for k, v in run_config.items() if not k.startswith(FLOWER_PREFIX)}
-    )
-    return settings, flower
-
-
-def public_featurizer(settings: Settings, repeat: int = 0) -> tuple[Featurizer, Any]:
-    """The run's public featurizer and the grid it expects (None for vector data).
-
-    It is built from public information only (the settings and the run seed), with the
-    calibration curves the in-process engine draws first from the repeat's data stream;
-    in a multi-server session, from the public stream every server shares.
-    """
-    design = make_design(settings.dataset)
-    stream = ("data",) if settings.server_id < 0 else ("public",)
-    rng = np.random.default_rng(derive_seed(settings.seed, *stream, repeat))
-    featurizer = make_featurizer(design, settings, rng)
-    grid = design.grid_points if design.is_functional else None
-    return featurizer, grid
-
-
-def population_data(
-    settings: Settings, repeat: int = 0, *, with_test: bool = True
-) -> RepeatData:
-    """Featurizer and raw samples of the simulated population of a run.
-
-    A single-server run (``settings.server_id == -1``) is
-    :func:`~ldpfda.server.engine.repeat_data`. Server ``s >= 0`` of a multi-server
-    session draws its training, evaluation and test samples, in that order, from the
-    design shifted by ``settings.feature_shift`` and ``settings.label_shift`` on the
-    data stream ``(seed, "data", repeat, s)``; its featurizer is
-    :func:`public_featurizer`, the same for every server.
-    """
-    if settings.server_id < 0:
-        return repeat_data(settings, repeat, with_test=with_test)
-    featurizer, _ = public_featurizer(settings, repeat)
-    design = make_design(
-        settings.dataset,
-        feature_shift=settings.feature_shift,
-        label_shift=settings.label_shift,
-    )
-    rng = np.random.default_rng(
-        derive_seed(settings.seed, "data", repeat, settings.server_id)
-    )
-    train = design.sample(settings.n_train, rng)
-    evaluation = design.sample(settings.n_eval, rng)
-    test = design.sample(settings.n_test, rng) if with_test else None
-    return RepeatData(featurizer, train, evaluation, test)
-
-
-def simulated_noise_seed(settings: Settings, repeat: int = 0) -> int:
-    """The seed that, with the client id, keys the noise of simulated clients.
-
-    The in-process engine's client seed; in a multi-server session each server has its
-    own, since client ids repeat across servers.
-    """
-    server = () if settings.server_id < 0 else (settings.server_id,)
-    return derive_seed(settings.seed, "clients", repeat, *server)
-
-
-@functools.lru_cache(maxsize=4)
-def _simulated_population(
-    settings: Settings, repeat: int
-) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    # The engine's own draws (population_data); features are computed for the whole
-    # sample at once, as the engine does, so rows are bit-equal.
-    data = population_data(settings, repeat, with_test=False)
-    (x_train, y_train), (x_eval, y_eval) = data.train, data.evaluation
-    features = np.vstack(
-        [data.featurizer.transform(x_train), data.featurizer.transform(x_eval)]
-    )
-    features.setflags(write=False)
-    labels = np.concatenate([y_train, y_eval]).astype(np.int8)
-    labels.setflags(write=False)
-    return features, labels
-
-
-def simulated_partition(
-    settings: Settings, repeat: int, partition_id: int
-) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """Scaled features ``(1, p)`` and label ``(1,)`` of simulated client ``i``.
-
-    Partition ``i`` (``partition_id``) is client ``i`` of
-    :func:`ldpfda.server.engine.run_repeat` with the same settings and repeat (in a
-    multi-server session, of server ``settings.server_id`` of
-    :func:`ldpfda.server.multiserver.run_multiserver_repeat`): training clients are
-    ``0 .. n_train-1`` and evaluation clients the next ``n_eval``. The population is
-    generated once per process and cached.
-    """
-    total = settings.n_train + settings.n_eval
-    partition_id = check_int(partition_id, "partition_id", minimum=0)
-    if partition_id >= total:
-        raise ValueError(
-            f"partition {partition_id} has no data: the run has {total} clients "
-            f"(data.n-train + data.n-eval)"
-        )
-    features, labels = _simulated_population(settings, repeat)
-    return features[partition_id : partition_id + 1].copy(), labels[
-        partition_id : partition_id + 1
-    ].copy()
-
-
-def design_test_set(
-    settings: Settings, repeat: int = 0
-) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """The clean test set of :func:`~ldpfda.server.engine.run_repeat`, scaled.
-
-    A simulation convenience for the server's report: the same ``n_test`` test rows the
-    engine scores on (in a multi-server session, the server's own population's).
-    """
-    data = population_data(settings, repeat)
-    assert data.test is not None
-    x_test, y_test = data.test
-    return data.featurizer.transform(x_test), y_test

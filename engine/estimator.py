@@ -12,10 +12,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from ldpfda._validation import check_int
 from ldpfda.config import Settings
+from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.engine.runner import run_protocol
 from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.engine import ArrayClients, ProtocolResult, run_protocol
+from ldpfda.server.fitting import ProtocolResult
 
 __all__ = ["MRMAClassifier"]
 

@@ -1,0 +1,227 @@
+"""The simulated populations of the embedded designs, drawn the same on every side.
+
+The in-process engine, a simulated Flower SuperNode (which serves one client's
+partition) and the ServerApp (which needs the run's public featurizer, public features
+and test set) all draw a repeat's data here, from ``(settings.seed, repeat)`` in a fixed
+order, so every side sees the same rows bit for bit. Nothing here is private to a
+deployed node: a real node reads its own data file instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda._validation import check_int
+from ldpfda.config import Settings
+from ldpfda.datasets.synthetic import FunctionalDesign, VectorDesign, make_design
+from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
+from ldpfda.fda.scaling import CoefficientScaler
+from ldpfda.privacy.random import derive_seed
+
+__all__ = [
+    "RepeatData",
+    "design_test_set",
+    "make_featurizer",
+    "population_data",
+    "public_featurizer",
+    "public_features",
+    "repeat_data",
+    "simulated_noise_seed",
+    "simulated_partition",
+]
+
+
+def make_featurizer(
+    design: VectorDesign | FunctionalDesign,
+    settings: Settings,
+    rng: np.random.Generator,
+) -> Featurizer:
+    """The featurizer clients use, fixed before any private data is seen.
+
+    The vector design lives in [-1, 1]^4 already. For curves, the projection is fitted
+    to the known sampling grid and the rescaling bounds to ``calibration_size`` public
+    calibration curves drawn independently of every client.
+    """
+    if not design.is_functional:
+        return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), design.n_features)
+    public, _ = design.sample(settings.calibration_size, rng)
+    return CurveFeaturizer.calibrated(
+        public, design.grid_points, n_basis=settings.n_basis, order=settings.order
+    )
+
+
+def _public_sample(
+    design: VectorDesign | FunctionalDesign, settings: Settings, repeat: int
+) -> Any:
+    if design.is_functional:
+        # The very curves make_featurizer calibrates on: the first draws of the data
+        # stream of the repeat.
+        rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
+    else:
+        rng = np.random.default_rng(derive_seed(settings.seed, "public", repeat))
+    raw, _ = design.sample(settings.calibration_size, rng)
+    return raw
+
+
+def public_features(
+    settings: Settings, repeat: int = 0, *, featurizer: Featurizer | None = None
+) -> NDArray[np.float64]:
+    """Public, unlabeled scaled features of a repeat on an embedded design.
+
+    The functional design's ``calibration_size`` public calibration curves (those that
+    fix the rescaling bounds, see :func:`make_featurizer`); for the vector design,
+    ``calibration_size`` unlabeled vectors from a stream of their own
+    (``(seed, "public", repeat)``). Both are independent of every client and carry no
+    label, so the server may use them freely: the moment classifier takes its feature
+    second moment from them (``settings.public_features``). ``featurizer`` defaults to
+    the repeat's own.
+    """
+    design = make_design(settings.dataset)
+    if featurizer is None:
+        rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
+        featurizer = make_featurizer(design, settings, rng)
+    return featurizer.transform(_public_sample(design, settings, repeat))
+
+
+@dataclass(frozen=True)
+class RepeatData:
+    """The data of one repeat on an embedded design, drawn in a fixed order."""
+
+    featurizer: Featurizer
+    train: tuple[Any, NDArray[np.int8]]
+    evaluation: tuple[Any, NDArray[np.int8]]
+    test: tuple[Any, NDArray[np.int8]] | None
+
+
+def repeat_data(
+    settings: Settings, repeat: int = 0, *, with_test: bool = True
+) -> RepeatData:
+    """Featurizer and raw samples of one repeat, from ``(settings.seed, repeat)``.
+
+    Draw order on the repeat's data stream: public calibration curves (functional
+    design only), training sample, evaluation sample, test sample. The Flower client
+    serves its simulated partition from the same draws, so both runs see the same data.
+    """
+    design = make_design(settings.dataset)
+    data_rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
+    featurizer = make_featurizer(design, settings, data_rng)
+    train = design.sample(settings.n_train, data_rng)
+    evaluation = design.sample(settings.n_eval, data_rng)
+    test = design.sample(settings.n_test, data_rng) if with_test else None
+    return RepeatData(featurizer, train, evaluation, test)
+
+
+@functools.lru_cache(maxsize=8)
+def public_featurizer(settings: Settings, repeat: int = 0) -> tuple[Featurizer, Any]:
+    """The run's public featurizer and the grid it expects (None for vector data).
+
+    It is built from public information only (the settings and the run seed), with the
+    calibration curves the in-process engine draws first from the repeat's data stream;
+    in a multi-server session, from the public stream every server shares.
+    """
+    design = make_design(settings.dataset)
+    stream = ("data",) if settings.server_id < 0 else ("public",)
+    rng = np.random.default_rng(derive_seed(settings.seed, *stream, repeat))
+    featurizer = make_featurizer(design, settings, rng)
+    grid = design.grid_points if design.is_functional else None
+    return featurizer, grid
+
+
+def population_data(
+    settings: Settings, repeat: int = 0, *, with_test: bool = True
+) -> RepeatData:
+    """Featurizer and raw samples of the simulated population of a run.
+
+    A single-server run (``settings.server_id == -1``) is
+    :func:`repeat_data`. Server ``s >= 0`` of a multi-server
+    session draws its training, evaluation and test samples, in that order, from the
+    design shifted by ``settings.feature_shift`` and ``settings.label_shift`` on the
+    data stream ``(seed, "data", repeat, s)``; its featurizer is
+    :func:`public_featurizer`, the same for every server.
+    """
+    if settings.server_id < 0:
+        return repeat_data(settings, repeat, with_test=with_test)
+    featurizer, _ = public_featurizer(settings, repeat)
+    design = make_design(
+        settings.dataset,
+        feature_shift=settings.feature_shift,
+        label_shift=settings.label_shift,
+    )
+    rng = np.random.default_rng(
+        derive_seed(settings.seed, "data", repeat, settings.server_id)
+    )
+    train = design.sample(settings.n_train, rng)
+    evaluation = design.sample(settings.n_eval, rng)
+    test = design.sample(settings.n_test, rng) if with_test else None
+    return RepeatData(featurizer, train, evaluation, test)
+
+
+def simulated_noise_seed(settings: Settings, repeat: int = 0) -> int:
+    """The seed that, with the client id, keys the noise of simulated clients.
+
+    The in-process engine's client seed; in a multi-server session each server has its
+    own, since client ids repeat across servers.
+    """
+    server = () if settings.server_id < 0 else (settings.server_id,)
+    return derive_seed(settings.seed, "clients", repeat, *server)
+
+
+@functools.lru_cache(maxsize=4)
+def _simulated_population(
+    settings: Settings, repeat: int
+) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    # The engine's own draws (population_data); features are computed for the whole
+    # sample at once, as the engine does, so rows are bit-equal.
+    data = population_data(settings, repeat, with_test=False)
+    (x_train, y_train), (x_eval, y_eval) = data.train, data.evaluation
+    features = np.vstack(
+        [data.featurizer.transform(x_train), data.featurizer.transform(x_eval)]
+    )
+    features.setflags(write=False)
+    labels = np.concatenate([y_train, y_eval]).astype(np.int8)
+    labels.setflags(write=False)
+    return features, labels
+
+
+def simulated_partition(
+    settings: Settings, repeat: int, partition_id: int
+) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    """Scaled features ``(1, p)`` and label ``(1,)`` of simulated client ``i``.
+
+    Partition ``i`` (``partition_id``) is client ``i`` of
+    :func:`ldpfda.engine.run_repeat` with the same settings and repeat (in a
+    multi-server session, of server ``settings.server_id`` of
+    :func:`ldpfda.engine.multiserver.run_multiserver_repeat`): training clients are
+    ``0 .. n_train-1`` and evaluation clients the next ``n_eval``. The population is
+    generated once per process and cached.
+    """
+    total = settings.n_train + settings.n_eval
+    partition_id = check_int(partition_id, "partition_id", minimum=0)
+    if partition_id >= total:
+        raise ValueError(
+            f"partition {partition_id} has no data: the run has {total} clients "
+            f"(data.n-train + data.n-eval)"
+        )
+    features, labels = _simulated_population(settings, repeat)
+    return features[partition_id : partition_id + 1].copy(), labels[
+        partition_id : partition_id + 1
+    ].copy()
+
+
+def design_test_set(
+    settings: Settings, repeat: int = 0
+) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    """The clean test set of :func:`~ldpfda.engine.run_repeat`, scaled.
+
+    A simulation convenience for the server's report: the same ``n_test`` test rows the
+    engine scores on (in a multi-server session, the server's own population's).
+    """
+    data = population_data(settings, repeat)
+    assert data.test is not None
+    x_test, y_test = data.test
+    return data.featurizer.transform(x_test), y_test

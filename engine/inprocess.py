@@ -1,0 +1,177 @@
+"""The in-process transport: every client of a population answers in this process.
+
+:class:`InProcessClients` implements :class:`ldpfda.server.session.Clients` over
+populations that serve their clients chunk by chunk (:class:`ClientPopulation`). An
+ask streams through the populations, hands each chunk's asked clients and their request
+rows to the same vectorised client function a Flower SuperNode calls on its one client
+(:func:`ldpfda.client.answers.answer`), and checks the stacked replies against the
+query's schema exactly as the Flower transport checks each node's reply. Each client's
+noise is keyed by (run seed, client id), so the numbers do not depend on the chunk
+size or on the order in which clients are asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.client.answers import ClientBatch, answer
+from ldpfda.config import Settings
+from ldpfda.fda.features import Featurizer
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.schema.queries import Query, Request
+from ldpfda.server.session import Replies, check_replies
+
+__all__ = ["ArrayClients", "Batch", "ClientPopulation", "InProcessClients", "all_ids"]
+
+Batch = tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int8]]
+
+
+class ClientPopulation(Protocol):
+    """Clients that compute their scaled features locally, served in chunks."""
+
+    @property
+    def n_clients(self) -> int: ...
+
+    def batches(self, chunk_size: int) -> Iterator[Batch]:
+        """Yield (client ids, features in [-1, 1]^p, true labels) chunk by chunk."""
+        ...
+
+
+@dataclass
+class ArrayClients:
+    """Clients whose raw data (curves or vectors) are held in memory."""
+
+    client_ids: NDArray[np.int64]
+    raw: Any
+    labels: NDArray[np.int8]
+    featurizer: Featurizer
+
+    @property
+    def n_clients(self) -> int:
+        return int(len(self.client_ids))
+
+    def batches(self, chunk_size: int) -> Iterator[Batch]:
+        for start in range(0, self.n_clients, chunk_size):
+            stop = start + chunk_size
+            features = self.featurizer.transform(self.raw[start:stop])
+            yield self.client_ids[start:stop], features, self.labels[start:stop]
+
+    def features(self) -> NDArray[np.float64]:
+        return self.featurizer.transform(self.raw)
+
+
+def all_ids(population: ClientPopulation) -> NDArray[np.int64]:
+    """Every client id of ``population``, in its order."""
+    ids = getattr(population, "client_ids", None)
+    if ids is not None:
+        return np.asarray(ids, dtype=np.int64)
+    return np.concatenate([b[0] for b in population.batches(1_000_000)])
+
+
+class InProcessClients:
+    """The clients of ``populations`` as a transport.
+
+    Parameters
+    ----------
+    populations : sequence of ClientPopulation
+        Disjoint client ids.
+    settings : Settings
+        The run's settings, as every client reads them.
+    seed : int
+        Run seed that, with the client id, keys every client's noise.
+    ledger : PrivacyLedger
+        The clients' own ledgers, one row per client: every release is charged to
+        it before anything is released, and nobody can overspend.
+    chunk_size : int
+        Clients per call of the client function.
+    """
+
+    def __init__(
+        self,
+        populations: Sequence[ClientPopulation],
+        settings: Settings,
+        *,
+        seed: int,
+        ledger: PrivacyLedger,
+        chunk_size: int = 100_000,
+    ) -> None:
+        self.populations = list(populations)
+        self.settings = settings
+        self.seed = seed
+        self.ledger = ledger
+        self.chunk_size = chunk_size
+
+    def ids(self) -> NDArray[np.int64]:
+        """Every client id, population by population."""
+        return np.concatenate([all_ids(p) for p in self.populations])
+
+    def clean(
+        self, ids: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+        """The clean scaled features and labels of clients ``ids``, in that order.
+
+        What each client knows of itself: for fault studies, whose attackers craft
+        their replies from their own data. No server-side code calls it.
+        """
+        x: NDArray[np.float64] | None = None
+        y = np.zeros(ids.size, dtype=np.int8)
+        position = {int(c): i for i, c in enumerate(ids)}
+        for population in self.populations:
+            for batch_ids, features, labels in population.batches(self.chunk_size):
+                if x is None:
+                    x = np.zeros((ids.size, features.shape[1]))
+                for j, c in enumerate(batch_ids.tolist()):
+                    i = position.get(c)
+                    if i is not None:
+                        x[i], y[i] = features[j], labels[j]
+        assert x is not None
+        return x, y
+
+    def answers(
+        self, query: Query, ids: NDArray[np.int64], request: Request
+    ) -> tuple[dict[str, NDArray], NDArray[np.bool_]]:
+        """The raw reply arrays of ``ids`` (in that order) and who was found."""
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
+        for population in self.populations:
+            for batch_ids, x, y in population.batches(self.chunk_size):
+                if sorted_ids.size == 0:
+                    break
+                pos = np.searchsorted(sorted_ids, batch_ids)
+                pos = np.minimum(pos, sorted_ids.size - 1)
+                match = sorted_ids[pos] == batch_ids
+                if not match.any():
+                    continue
+                rows = order[pos[match]]
+                batch = ClientBatch(
+                    batch_ids[match], x[match], y[match], self.seed, self.ledger
+                )
+                reply = answer(query.name, batch, request.take(rows), self.settings)
+                parts.append((rows, reply))
+        found = np.zeros(ids.size, dtype=bool)
+        values: dict[str, NDArray] = {}
+        for spec in query.reply:
+            first = next((r[spec.key] for _, r in parts), None)
+            shape = () if first is None else first.shape[1:]
+            values[spec.key] = np.zeros((ids.size, *shape), dtype=spec.dtype)
+        for rows, reply in parts:
+            found[rows] = True
+            for key, array in reply.items():
+                values[key][rows] = array
+        return values, found
+
+    def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        values, found = self.answers(query, ids, request)
+        replies = check_replies(
+            query, ids[found], {k: v[found] for k, v in values.items()}
+        )
+        replies.missing = {
+            int(c): "unavailable: no such client in process" for c in ids[~found]
+        }
+        return replies

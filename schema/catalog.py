@@ -1,0 +1,217 @@
+r"""Every query of ldpfda's protocols, built from the run's public parameters.
+
+==================  ============================  ====================================
+query               request                       reply
+==================  ============================  ====================================
+``identify``        --                            ``ConfigRecord "identity"`` only
+``privatize``       --                            joint: ``payload.releases`` (1, p+1);
+                                                  reference: ``payload.features``
+                                                  (1, p), ``payload.labels`` (1,)
+``evaluate``        ``model.coef`` (p,),          ``feedback.bit`` (1,)
+                    ``model.intercept`` (1,)
+``features``        --                            ``features.x`` (1, p), in the clear
+``label``           ``prior.q`` (K,)              ``label.label`` (1,) int64
+``p2p_randomize``   ``p2p.local-epsilon`` (1,),   ``label.label`` (1,) int8
+                    ``p2p.cluster-sizes`` (C,)
+``p2p_forward``     ``peers.labels`` (s,)         ``label.label`` (1,) int8
+==================  ============================  ====================================
+
+The costs are the events of :mod:`ldpfda.schema.releases`, the output ranges those of
+the mechanisms the settings name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.schema.queries import ArraySpec, Cost, Query, Request
+from ldpfda.schema.releases import (
+    check_priors,
+    evaluation_events,
+    joint_events,
+    joint_output_range,
+    label_event,
+    p2p_event,
+    prior_groups,
+    privatize_events,
+    training_output_range,
+)
+
+__all__ = [
+    "EVALUATE",
+    "FEATURES",
+    "IDENTIFY",
+    "LABEL",
+    "P2P_FORWARD",
+    "P2P_RANDOMIZE",
+    "PRIVATIZE",
+    "evaluate_query",
+    "features_query",
+    "identify_query",
+    "label_query",
+    "p2p_forward_query",
+    "p2p_randomize_query",
+    "privatize_query",
+    "release_range",
+]
+
+IDENTIFY = "identify"
+PRIVATIZE = "privatize"
+EVALUATE = "evaluate"
+FEATURES = "features"
+LABEL = "label"
+P2P_RANDOMIZE = "p2p_randomize"
+P2P_FORWARD = "p2p_forward"
+
+#: The featurizer's box, with room for the last bit of its rounding.
+FEATURE_BOX = (-1.0 - 1e-12, 1.0 + 1e-12)
+
+
+def _constant(events: list[ReleaseEvent]) -> Cost:
+    """The cost of a query that costs every client the same ``events``."""
+    return lambda request, index: (
+        [tuple(events)],
+        np.zeros(index.size, dtype=np.int64),
+    )
+
+
+def identify_query() -> Query:
+    """Who a node is and what it has spent; releases nothing, costs nothing."""
+    return Query(IDENTIFY, ledger_record="identity")
+
+
+def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
+    """The declared range of every value a privatize reply releases."""
+    if settings.joint_release:
+        return joint_output_range(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            mechanism=settings.vector_mechanism,
+        )
+    return training_output_range(
+        epsilon=settings.epsilon,
+        n_features=n_features,
+        label_share=settings.label_share,
+    )
+
+
+def privatize_query(settings: Settings, n_features: int) -> Query:
+    """A client's one release of its features and label, as the settings name it."""
+    low, high = release_range(settings, n_features)
+    if settings.joint_release:
+        events = joint_events(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            mechanism=settings.vector_mechanism,
+        )
+        reply: tuple[ArraySpec, ...] = (
+            ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
+        )
+    else:
+        events = privatize_events(
+            epsilon=settings.epsilon,
+            n_features=n_features,
+            label_share=settings.label_share,
+        )
+        reply = (
+            ArraySpec("payload", "features", "float64", (n_features,), low, high),
+            ArraySpec(
+                "payload",
+                "labels",
+                "int8",
+                values=2,
+                kind="label",
+                describe="randomized label must be 0 or 1",
+            ),
+        )
+    return Query(PRIVATIZE, reply=reply, cost=_constant(events))
+
+
+def evaluate_query(settings: Settings, n_features: int) -> Query:
+    """Whether the model sent to a client errs on it, by randomized response."""
+    request = (
+        ArraySpec("model", "coef", "float64", (n_features,), lead=False),
+        ArraySpec("model", "intercept", "float64"),
+    )
+    reply = (
+        ArraySpec(
+            "feedback",
+            "bit",
+            "int8",
+            values=2,
+            kind="bit",
+            describe="feedback must be a bit (0 or 1)",
+        ),
+    )
+    events = evaluation_events(epsilon=settings.epsilon)
+    return Query(EVALUATE, request, reply, _constant(events))
+
+
+def features_query(n_features: int) -> Query:
+    """A client's scaled features in the clear (label-only modes: features public)."""
+    low, high = FEATURE_BOX
+    reply = (
+        ArraySpec(
+            "features", "x", "float64", (n_features,), low, high, what="features"
+        ),
+    )
+    return Query(FEATURES, reply=reply)
+
+
+def _label_reply(dtype: str, n_classes: int) -> tuple[ArraySpec, ...]:
+    return (
+        ArraySpec(
+            "label",
+            "label",
+            dtype,
+            values=n_classes,
+            kind="label",
+            describe=f"label must be in {{0, ..., {n_classes - 1}}}",
+        ),
+    )
+
+
+def label_query(settings: Settings, n_classes: int = 2) -> Query:
+    """A client's label by randomized response with the prior it receives."""
+    eps = settings.epsilon
+
+    def cost(
+        request: Request, index: NDArray[np.int64]
+    ) -> tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]]:
+        q = request.take(index).per_client("q", int(index.size))
+        if not q.size:
+            return [], np.zeros(0, dtype=np.int64)
+        rows, group = prior_groups(check_priors(q, q.shape[0]))
+        return [(label_event(row, eps),) for row in rows], group
+
+    # Any length: the node checks the prior itself (K classes, positive, sums to 1).
+    request = (ArraySpec("prior", "q", "float64", (-1,), lead=False),)
+    return Query(LABEL, request, _label_reply("int64", n_classes), cost)
+
+
+def p2p_randomize_query() -> Query:
+    """A client's bit by randomized response at the local epsilon, for the relay."""
+
+    def cost(
+        request: Request, index: NDArray[np.int64]
+    ) -> tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]]:
+        event = p2p_event(
+            local_epsilon=float(request.common("local-epsilon").reshape(-1)[0]),
+            cluster_sizes=request.common("cluster-sizes"),
+        )
+        return _constant([event])(request, index)
+
+    request = (
+        ArraySpec("p2p", "local-epsilon", "float64"),
+        ArraySpec("p2p", "cluster-sizes", "int64", (-1,), lead=False, ragged=True),
+    )
+    return Query(P2P_RANDOMIZE, request, _label_reply("int8", 2), cost)
+
+
+def p2p_forward_query() -> Query:
+    """The noisy bit of a peer a client draws from its cluster (post-processing)."""
+    request = (ArraySpec("peers", "labels", "int8", (-1,), lead=False, ragged=True),)
+    return Query(P2P_FORWARD, request, _label_reply("int8", 2))

@@ -1,0 +1,315 @@
+r"""Typed queries: what the server may ask a client, and what a valid answer looks like.
+
+A :class:`Query` names its request arrays, its reply arrays (each with its dtype, its
+per-client shape and the values it may take), and the privacy cost of answering it.
+Both transports speak these queries: the in-process one hands the request rows of many
+clients to one vectorised client function, the Flower one sends each client its row
+as an ``ArrayRecord``. Either way the reply is checked against the same
+:class:`ArraySpec` before the server uses it (:func:`check_rows`), so a reply that is
+rejected in one transport is rejected in the other.
+
+On the wire a query is the message type ``query.<name>``. Every array of a request or
+reply lives at ``<record>.<key>`` of the message's ``RecordDict``; a client's row of an
+array of per-client shape ``s`` is sent with shape ``(1, *s)`` when the spec says
+``lead=True`` (a scalar row as ``(1,)``) and as ``s`` itself otherwise. Every reply of
+a client also carries the ``ConfigRecord "ledger"`` (``client-id``, ``budget``,
+``spent``; ``"identity"`` for the identify query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.privacy.base import ReleaseEvent
+
+__all__ = [
+    "ERROR_BUDGET",
+    "ERROR_REQUEST",
+    "ArraySpec",
+    "Query",
+    "ReplyError",
+    "Request",
+    "check_rows",
+    "message_type",
+]
+
+#: Error code of a refused release (the node's budget would be overspent).
+ERROR_BUDGET = 4001
+#: Error code of a malformed request or of data the node cannot use.
+ERROR_REQUEST = 4000
+
+#: ``cost(request, index)``: what answering costs the clients at positions ``index`` of
+#: a request, as distinct event lists and each client's position in them.
+Cost = Callable[
+    ["Request", NDArray[np.int64]],
+    tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]],
+]
+
+
+class ReplyError(ValueError):
+    """A reply that cannot be used: an error reply, or content that fails its check.
+
+    The message is ``"<kind>: <detail>"``; ``kind`` is one of ``error`` (the node
+    answered with an error), ``content`` (a record or array is missing or unreadable),
+    ``identity``, ``ledger``, ``shape``, ``nan``, ``range``, ``label`` or ``bit``.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array of a request or reply.
+
+    Attributes
+    ----------
+    record, key : str
+        Where the array lives: ``ArrayRecord`` ``record``, entry ``key``.
+    dtype : str
+        The dtype it is sent as.
+    shape : tuple of int
+        Each client's row shape; ``-1`` marks a length the check does not fix.
+    low, high : float, optional
+        Bounds of a real-valued array (checked finite and within them).
+    values : int, optional
+        A categorical array takes the values ``0 .. values - 1``.
+    kind : str
+        Rejection kind when a value is out of bounds (``range``, ``label``, ``bit``).
+    what : str
+        How an error message names the array.
+    describe : str
+        What a categorical array must hold, for the rejection message.
+    lead : bool
+        Whether a client's row is sent with a leading axis of length 1.
+    ragged : bool
+        Whether clients receive blocks of different lengths (:class:`Request`).
+    """
+
+    record: str
+    key: str
+    dtype: str
+    shape: tuple[int, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    values: int | None = None
+    kind: str = "range"
+    what: str = ""
+    describe: str = ""
+    lead: bool = True
+    ragged: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.what or self.key
+
+    def wire_shape(self) -> tuple[int, ...]:
+        """The shape of one client's array on the wire."""
+        if not self.shape:
+            return (1,)
+        return (1, *self.shape) if self.lead else self.shape
+
+    def row(self, array: NDArray) -> NDArray:
+        """One client's wire array as a row of per-client shape (checks the shape).
+
+        Raises
+        ------
+        ReplyError
+            ``shape`` when the array does not have :meth:`wire_shape`.
+        """
+        expected = self.wire_shape()
+        if array.ndim != len(expected) or any(
+            e not in (-1, s) for e, s in zip(expected, array.shape, strict=True)
+        ):
+            shown = str(expected).replace("-1", "n")
+            raise ReplyError(
+                "shape", f"{self.name} must have shape {shown}, got {array.shape}"
+            )
+        if not self.shape:
+            return array.reshape(())
+        return array[0] if self.lead else array
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the server sends with a query to clients ``0 .. n-1`` of an ask.
+
+    Attributes
+    ----------
+    rows : mapping of str to ndarray
+        Per-client arrays, one row per asked client (row ``i`` to client ``i``).
+    shared : mapping of str to ndarray
+        Arrays every asked client receives alike.
+    ragged : mapping of str to (values, offsets, counts)
+        Per-client blocks of varying length: client ``i`` receives
+        ``values[offsets[i] : offsets[i] + counts[i]]``.
+    """
+
+    rows: Mapping[str, NDArray] = field(default_factory=dict)
+    shared: Mapping[str, NDArray] = field(default_factory=dict)
+    ragged: Mapping[str, tuple[NDArray, NDArray, NDArray]] = field(default_factory=dict)
+
+    def take(self, index: NDArray[np.int64]) -> Request:
+        """The request of the clients at positions ``index``, in that order."""
+        ragged = {
+            k: (values, offsets[index], counts[index])
+            for k, (values, offsets, counts) in self.ragged.items()
+        }
+        return Request({k: v[index] for k, v in self.rows.items()}, self.shared, ragged)
+
+    def client(self, i: int) -> dict[str, NDArray]:
+        """The arrays client ``i`` receives (rows without the client axis)."""
+        out = {k: v[i] for k, v in self.rows.items()}
+        out.update(self.shared)
+        for k, (values, offsets, counts) in self.ragged.items():
+            out[k] = values[offsets[i] : offsets[i] + counts[i]]
+        return out
+
+    def per_client(self, key: str, n: int) -> NDArray:
+        """Array ``key`` with one row per client (a shared array broadcast to ``n``)."""
+        if key in self.rows:
+            return self.rows[key]
+        value = np.asarray(self.shared[key])
+        return np.broadcast_to(value, (n, *value.shape))
+
+    def common(self, key: str) -> NDArray:
+        """Array ``key``, which every client must have received alike.
+
+        Raises
+        ------
+        ValueError
+            When the clients' rows of ``key`` differ.
+        """
+        if key in self.shared:
+            return np.asarray(self.shared[key])
+        if key in self.ragged:
+            values, offsets, counts = self.ragged[key]
+            if counts.size != 1:
+                raise ValueError(f"{key} must be shared, not one block per client")
+            return values[int(offsets[0]) : int(offsets[0] + counts[0])]
+        rows = self.rows[key]
+        if rows.shape[0] and not np.all(rows == rows[:1]):
+            raise ValueError(f"{key} must be the same for every client of a request")
+        return rows[0]
+
+    def blocks(self, key: str) -> tuple[NDArray, NDArray, NDArray]:
+        """The ragged array ``key``: (values, offsets, counts)."""
+        return self.ragged[key]
+
+    @classmethod
+    def of_client(
+        cls, arrays: Mapping[str, NDArray], specs: Sequence[ArraySpec]
+    ) -> Request:
+        """The request of one client from the arrays it received on the wire.
+
+        Every array is checked against its spec (:meth:`ArraySpec.row`) and becomes a
+        row of a request of one client; an array of free length a ragged block.
+
+        Raises
+        ------
+        ReplyError
+            ``shape`` for an array without its spec's wire shape.
+        """
+        rows, ragged = {}, {}
+        for spec in specs:
+            row = spec.row(np.asarray(arrays[spec.key]))
+            if spec.ragged:
+                ragged[spec.key] = (
+                    row,
+                    np.zeros(1, dtype=np.int64),
+                    np.array([row.shape[0]], dtype=np.int64),
+                )
+            else:
+                rows[spec.key] = row[None, ...]
+        return cls(rows, {}, ragged)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question the server asks clients: request, reply schema, privacy cost.
+
+    Attributes
+    ----------
+    name : str
+        Message type ``query.<name>``.
+    request : tuple of ArraySpec
+        The arrays sent with it (none for a question without arguments).
+    reply : tuple of ArraySpec
+        The arrays a valid reply holds, with the values they may take.
+    cost : callable, optional
+        ``cost(request, index)``: the release events each asked client spends
+        (see :data:`Cost`); None for a query that releases nothing private.
+    ledger_record : str
+        The ``ConfigRecord`` of the reply with the client's ledger figures.
+    """
+
+    name: str
+    request: tuple[ArraySpec, ...] = ()
+    reply: tuple[ArraySpec, ...] = ()
+    cost: Cost | None = None
+    ledger_record: str = "ledger"
+
+    @property
+    def message_type(self) -> str:
+        return message_type(self.name)
+
+    def costs(
+        self, request: Request, index: NDArray[np.int64]
+    ) -> tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]]:
+        """What answering costs the clients at positions ``index`` of ``request``.
+
+        Distinct event lists, and for each client the position of its list.
+        """
+        if self.cost is None:
+            return [()], np.zeros(index.size, dtype=np.int64)
+        return self.cost(request, index)
+
+
+def message_type(name: str) -> str:
+    """The Flower message type of query ``name``."""
+    return f"query.{name}"
+
+
+def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], list[str]]:
+    """Which rows of ``values`` (one per client) hold valid values, and why not.
+
+    Returns a mask of the valid rows and, for each invalid row in order, the reason
+    ``"<kind>: <detail>"``: ``spec.kind`` for a categorical value outside its
+    categories (NaN included); for a real-valued array ``nan`` for non-finite values
+    and ``spec.kind`` for values out of bounds.
+    """
+    n = values.shape[0]
+    flat = values.reshape(n, -1).astype(np.float64)
+    finite = np.isfinite(flat).all(axis=1)
+    ok = finite.copy()
+    reasons: dict[int, str] = {}
+    if spec.values is not None:
+        # A categorical value that is not finite is simply not one of the categories.
+        allowed = np.isin(flat, np.arange(spec.values)).all(axis=1)
+        for i in np.flatnonzero(~allowed):
+            describe = (
+                spec.describe or f"{spec.name} must be in {{0, ..., {spec.values - 1}}}"
+            )
+            reasons[int(i)] = f"{spec.kind}: {describe}, got {values[i]!r}"
+        return allowed, [reasons[i] for i in sorted(reasons)]
+    reasons = {
+        int(i): f"nan: {spec.name} contain NaN or infinite values"
+        for i in np.flatnonzero(~finite)
+    }
+    if spec.low is not None or spec.high is not None:
+        low = -np.inf if spec.low is None else spec.low
+        high = np.inf if spec.high is None else spec.high
+        inside = ((flat >= low) & (flat <= high)).all(axis=1) & finite
+        for i in np.flatnonzero(finite & ~inside):
+            reasons[int(i)] = (
+                f"{spec.kind}: {spec.name} outside the mechanism's range "
+                f"[{low:.6g}, {high:.6g}]: got [{flat[i].min():.6g}, "
+                f"{flat[i].max():.6g}]"
+            )
+        ok &= inside
+    return ok, [reasons[i] for i in sorted(reasons)]

@@ -1,0 +1,211 @@
+r"""Release descriptions: what each release costs a client and what it may output.
+
+Pure functions of public parameters (epsilon, the feature count p, the mechanism), the
+same on the client, which charges these events to its ledger before it releases, and
+on the server, which charges them to its own accounting before it asks and checks every
+reply against the output range. Label-only releases are described here too: the
+resampling probability :math:`\lambda` of randomized response with a prior, and the
+:math:`(\varepsilon, \delta)` of the peer-to-peer bits.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda._validation import check_epsilon
+from ldpfda.labeldp.accounting import resampling_probability
+from ldpfda.labeldp.peer_to_peer import p2p_guarantee
+from ldpfda.labeldp.transition import check_distributions
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.budget import split_budget
+from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, FeedbackBit
+
+__all__ = [
+    "P2P_RR",
+    "PRIOR_RR",
+    "UNIFORM_RR",
+    "check_priors",
+    "evaluation_events",
+    "joint_events",
+    "joint_mechanism",
+    "joint_output_range",
+    "label_event",
+    "label_events",
+    "p2p_event",
+    "prior_groups",
+    "prior_probabilities",
+    "privatize_events",
+    "training_mechanisms",
+    "training_output_range",
+    "uniform_priors",
+]
+
+#: Mechanism names of the label-only releases (recorded in every ledger event).
+UNIFORM_RR = "label_uniform_rr"
+PRIOR_RR = "label_prior_rr"
+P2P_RR = "peer_to_peer_rr"
+
+#: Tolerance under which a prior counts as uniform.
+_UNIFORM_TOL = 1e-12
+
+
+def joint_mechanism(
+    epsilon: float, n_features: int, mechanism: str = "hybrid"
+) -> SignedFeatureMechanism:
+    r"""The mechanism of the joint release :math:`\tilde y\,(1, x)`."""
+    return SignedFeatureMechanism(
+        epsilon=epsilon, n_features=n_features, mechanism=mechanism
+    )
+
+
+def joint_events(
+    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
+) -> list[ReleaseEvent]:
+    """What one joint release costs a client."""
+    return [joint_mechanism(epsilon, n_features, mechanism).event()]
+
+
+def joint_output_range(
+    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
+) -> tuple[float, float]:
+    """The range every coordinate of a joint release lies in (to validate replies)."""
+    return joint_mechanism(epsilon, n_features, mechanism).output_range()
+
+
+def training_mechanisms(
+    epsilon: float, n_features: int, label_share: float | None
+) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
+    """The reference release's two mechanisms: Laplace on x, randomized response on y."""
+    split = split_budget(
+        epsilon=epsilon, n_coefficients=n_features, label_share=label_share
+    )
+    return (
+        LaplaceMechanism(epsilon=split.coefficients, dimension=n_features),
+        BinaryRandomizedResponse(epsilon=split.label),
+    )
+
+
+def privatize_events(
+    *, epsilon: float, n_features: int, label_share: float | None = None
+) -> list[ReleaseEvent]:
+    """What one reference release costs a client (features, then label)."""
+    return [m.event() for m in training_mechanisms(epsilon, n_features, label_share)]
+
+
+def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:
+    """What one feedback bit costs an evaluation client."""
+    return [FeedbackBit(epsilon=epsilon).event()]
+
+
+def training_output_range(
+    *, epsilon: float, n_features: int, label_share: float | None = None
+) -> tuple[float, float]:
+    """The range every released feature of the reference release lies in."""
+    return training_mechanisms(epsilon, n_features, label_share)[0].output_range()
+
+
+# -- label-only releases -----------------------------------------------------------------
+
+
+def uniform_priors(n: int, n_classes: int) -> NDArray[np.float64]:
+    """``n`` copies of the uniform prior over ``n_classes`` labels."""
+    return np.full((n, n_classes), 1.0 / n_classes)
+
+
+def check_priors(priors: ArrayLike, n: int) -> NDArray[np.float64]:
+    """``n`` prior rows (one row broadcast to all), positive, each summing to 1."""
+    q = np.asarray(priors, dtype=float)
+    if q.ndim == 1:
+        q = np.broadcast_to(q, (n, q.size))
+    q = check_distributions(q, "priors")
+    if q.shape[0] != n:
+        raise ValueError(f"priors has {q.shape[0]} rows for {n} clients")
+    if np.any(q <= 0.0):
+        raise ValueError(
+            "priors must be > 0 everywhere: with a zero probability randomized "
+            f"response with a prior is not differentially private (got {q.min()!r})"
+        )
+    return q
+
+
+def prior_probabilities(priors: ArrayLike, *, epsilon: float) -> NDArray[np.float64]:
+    r""":math:`\lambda_i = 1/(1 + q_{i,\min}(e^\varepsilon - 1))` of every prior row.
+
+    :func:`~ldpfda.labeldp.accounting.resampling_probability` per distinct
+    :math:`q_{i,\min}`; ``priors`` is ``(n, K)`` with positive rows.
+    """
+    q = np.atleast_2d(np.asarray(priors, dtype=float))
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    q_min, inverse = np.unique(q.min(axis=1), return_inverse=True)
+    lam = np.array(
+        [resampling_probability(epsilon=epsilon, q_min=float(m)) for m in q_min]
+    )
+    return lam[inverse.reshape(-1)]
+
+
+def label_event(prior: NDArray[np.float64], epsilon: float) -> ReleaseEvent:
+    """What randomizing a label with ``prior`` (one row) costs: UniformRR or prior RR."""
+    k = prior.size
+    lam = resampling_probability(epsilon=epsilon, q_min=float(prior.min()))
+    if np.all(np.abs(prior - 1.0 / k) <= _UNIFORM_TOL):
+        return ReleaseEvent.of(
+            UNIFORM_RR, epsilon, n_classes=k, resample_probability=lam
+        )
+    return ReleaseEvent.of(
+        PRIOR_RR,
+        epsilon,
+        n_classes=k,
+        resample_probability=lam,
+        q_min=float(prior.min()),
+    )
+
+
+def prior_groups(q: NDArray[np.float64]) -> tuple[NDArray, NDArray[np.int64]]:
+    """Distinct prior rows and the group of every client."""
+    rows, inverse = np.unique(q, axis=0, return_inverse=True)
+    return rows, inverse.reshape(-1)
+
+
+def label_events(priors: ArrayLike, *, epsilon: float) -> list[ReleaseEvent]:
+    """What a label release costs each client of ``priors`` (one event per row)."""
+    q = check_priors(priors, np.atleast_2d(np.asarray(priors)).shape[0])
+    epsilon = check_epsilon(epsilon, allow_inf=False)
+    rows, inverse = prior_groups(q)
+    events = [label_event(row, epsilon) for row in rows]
+    return [events[g] for g in inverse]
+
+
+@functools.lru_cache(maxsize=16)
+def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
+    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
+    return ReleaseEvent.of(
+        P2P_RR,
+        eps,
+        delta=delta,
+        local_epsilon=local_epsilon,
+        min_cluster_size=min(sizes),
+    )
+
+
+def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
+    r"""What one peer-to-peer release costs: the exact :math:`(\varepsilon, \delta)`.
+
+    ``epsilon`` of the event is :func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`
+    toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`), with
+    ``local_epsilon`` :math:`\varepsilon_0` (what the relay sees) and ``delta`` as
+    parameters: the event of :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`.
+    """
+    eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
+    sizes = np.asarray(cluster_sizes)
+    if sizes.ndim != 1 or sizes.dtype.kind not in "iu" or sizes.size == 0:
+        raise ValueError(
+            f"cluster_sizes must be a non-empty 1-D integer array, got {sizes!r}"
+        )
+    if np.any(sizes < 1):
+        raise ValueError(f"cluster_sizes must be >= 1, got {int(sizes.min())}")
+    return _p2p_event(eps0, tuple(sorted(int(s) for s in sizes)))

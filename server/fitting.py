@@ -1,0 +1,390 @@
+r"""The server's fits on released data: the moment classifier, MRMA's steps, results.
+
+``moment`` (the default, with the default joint release)
+    The server fits :class:`~ldpfda.server.learners.MomentLinearClassifier` on every
+    client's one release :math:`\tilde y\,(1, x)` (:func:`fit_moment`), with the
+    feature second moment of public, unlabeled features.
+``mrma`` (the reference release)
+    M weak models on random subsamples of the training payloads (:func:`train_weak`),
+    then, from the evaluation bits, model reversal, selection and averaging, and the
+    baselines (:func:`aggregate`).
+
+Who asks whom for what is :mod:`ldpfda.server.plans`; this module only learns from
+what came back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ldpfda.config import Settings
+from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.randomized_response import rr_keep_probability
+from ldpfda.schema.payloads import (
+    JointPayload,
+    LinearModels,
+    Payload,
+    TrainingPayload,
+)
+from ldpfda.server.learners import (
+    MomentLinearClassifier,
+    NoisyLabelLogisticRegression,
+    as_weak_learner,
+    fit_weak_models_with,
+)
+from ldpfda.server.mrma import (
+    average_models,
+    estimate_errors,
+    fit_linear,
+    fit_weak_models,
+    majority_vote,
+    mrma_weights,
+    reverse_models,
+)
+
+__all__ = [
+    "METHODS",
+    "NATARAJAN_ALPHA",
+    "ProtocolResult",
+    "aggregate",
+    "fit_moment",
+    "make_learner",
+    "moment_result",
+    "public_gram",
+    "score",
+    "single_model_result",
+    "train_weak",
+]
+
+#: Methods a run may report, in table order: a ``moment`` run reports ``moment`` and a
+#: label-only run ``label`` (and ``non_private`` when given clean data); an ``mrma`` run
+#: reports all the others.
+METHODS = (
+    "moment",
+    "label",
+    "mrma",
+    "mr",
+    "ma",
+    "weak",
+    "voting",
+    "averaging",
+    "naive",
+    "non_private",
+)
+
+#: L2 strength of the flip-corrected logistic weak learner (``weak_learner =
+#: "natarajan"``), chosen on the validation seed of the issue-6 study.
+NATARAJAN_ALPHA = 10.0
+
+
+@dataclass
+class ProtocolResult:
+    """Everything one run of the protocol produced (no raw client data)."""
+
+    final: LinearModels
+    weak: LinearModels
+    reversed_models: LinearModels
+    reversed: NDArray[np.bool_]
+    estimated_errors: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    kept: NDArray[np.bool_]
+    selection_rule: str
+    payload: Payload
+    baselines: dict[str, LinearModels]
+    privacy: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+    test_errors: dict[str, float] = field(default_factory=dict)
+    weak_test_errors: NDArray[np.float64] | None = None
+    method: str = "mrma"
+
+    def report(self) -> dict[str, Any]:
+        """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy.
+
+        A ``moment`` run has no weak models: ``models`` is empty.
+        """
+        models = []
+        for j in range(len(self.weak) if self.method == "mrma" else 0):
+            item = {
+                "estimated_error": float(self.estimated_errors[j]),
+                "reversed": bool(self.reversed[j]),
+                "kept": bool(self.kept[j]),
+                "weight": float(self.weights[j]),
+            }
+            if self.weak_test_errors is not None:
+                item["test_error"] = float(self.weak_test_errors[j])
+            models.append(item)
+        return {
+            "final_model": {
+                "coef": self.final.coef[0].tolist(),
+                "intercept": float(self.final.intercept[0]),
+            },
+            "method": self.method,
+            "selection_rule": self.selection_rule,
+            "models": models,
+            "test_errors": dict(self.test_errors),
+            "privacy": self.privacy,
+            "timings": dict(self.timings),
+        }
+
+
+def public_gram(public: ArrayLike) -> NDArray[np.float64]:
+    r""":math:`\frac1m \sum_i (1, x_i)(1, x_i)^\top` over public features ``(m, p)``."""
+    x = np.asarray(public, dtype=float)
+    w = np.hstack([np.ones((x.shape[0], 1)), x])
+    return w.T @ w / w.shape[0]
+
+
+def make_learner(
+    payload: Payload,
+    settings: Settings,
+    public: NDArray[np.float64] | None = None,
+    *,
+    learner: str | None = None,
+) -> Any:
+    """The estimator that learns from ``payload`` (``settings.learner`` by default).
+
+    None for the string learners of :func:`~ldpfda.server.mrma.fit_linear`
+    (``"logistic"``, ``"svm"``). The moment classifier knows the release mechanism,
+    to remove its noise from the feature second moment, and takes that moment from
+    the ``public`` features instead when ``settings.public_features`` is True; for the
+    reference release it also corrects the randomized-response flip rate, as does
+    ``"natarajan"`` (:class:`~ldpfda.server.learners.NoisyLabelLogisticRegression`).
+
+    Raises
+    ------
+    ValueError
+        For a joint payload with a learner other than ``"moment"``, or when
+        ``settings.public_features`` asks for public features that are not given.
+    """
+    name = learner or settings.learner
+    if isinstance(payload, JointPayload) and name != "moment":
+        raise ValueError(f"joint releases need the 'moment' learner, got {name!r}")
+    if name in ("logistic", "svm"):
+        return None
+    gram = None
+    if settings.public_features and name == "moment":
+        if public is None:
+            raise ValueError(
+                "settings.public_features is True but no public features were given "
+                "(pass public=..., see public_features(), or set public_features=False)"
+            )
+        gram = public_gram(public)
+    if isinstance(payload, JointPayload):
+        return MomentLinearClassifier(
+            joint=True, gram=gram, mechanism=payload.release_mechanism().inner
+        )
+    rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
+    if name == "natarajan":
+        return NoisyLabelLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
+    features = LaplaceMechanism(
+        epsilon=payload.feature_epsilon, dimension=payload.features.shape[1]
+    )
+    return MomentLinearClassifier(mechanism=features, gram=gram, label_flip_rate=rho)
+
+
+def _fit(payload: Payload, estimator: Any) -> LinearModels:
+    if isinstance(payload, JointPayload):
+        return estimator.fit(payload.releases).to_linear_models()
+    return estimator.fit(payload.features, payload.labels).to_linear_models()
+
+
+def fit_moment(
+    payload: Payload,
+    settings: Settings,
+    public: NDArray[np.float64] | None = None,
+) -> LinearModels:
+    """The server of a ``moment`` run: one moment classifier on every release.
+
+    Payloads must be ordered by client id (the Flower server sorts them the same way);
+    the fit itself does not depend on the order.
+    """
+    return _fit(payload, make_learner(payload, settings, public, learner="moment"))
+
+
+def single_model_result(
+    final: LinearModels,
+    *,
+    method: str,
+    payload: Any,
+    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None,
+    privacy: dict[str, Any],
+) -> ProtocolResult:
+    """The result of a one-model server (no weak models, estimates or weights).
+
+    Its one model is also its ``weak`` and ``reversed_models``; the non-private
+    reference is fitted when ``clean_train`` is given.
+    """
+    baselines = {}
+    if clean_train is not None:
+        baselines["non_private"] = fit_linear(*clean_train)
+    return ProtocolResult(
+        final=final,
+        weak=final,
+        reversed_models=final,
+        reversed=np.zeros(1, dtype=bool),
+        estimated_errors=np.full(1, np.nan),
+        weights=np.ones(1),
+        kept=np.ones(1, dtype=bool),
+        selection_rule="none",
+        payload=payload,
+        baselines=baselines,
+        privacy=privacy,
+        method=method,
+    )
+
+
+def moment_result(
+    payload: Payload,
+    settings: Settings,
+    *,
+    public: NDArray[np.float64] | None = None,
+    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
+    privacy: dict[str, Any] | None = None,
+    keep_payload: bool = True,
+) -> ProtocolResult:
+    """The server of a ``moment`` run, from every client's release.
+
+    :func:`fit_moment`, and the non-private reference when ``clean_train`` is given.
+    The result has ``method = "moment"``; its one model is also its ``weak`` and
+    ``reversed_models`` (there are no weak models, estimates or weights).
+    """
+    final = fit_moment(payload, settings, public)
+    return single_model_result(
+        final,
+        method="moment",
+        payload=payload if keep_payload else _head(payload),
+        clean_train=clean_train,
+        privacy=privacy or {},
+    )
+
+
+def train_weak(
+    payload: Payload,
+    settings: Settings,
+    server_rng: np.random.Generator,
+    *,
+    public: NDArray[np.float64] | None = None,
+) -> LinearModels:
+    """Server step 1 of MRMA: M weak classifiers on random subsamples of the payloads.
+
+    The weak learner is ``settings.learner`` (:func:`make_learner`). Payloads must be
+    ordered by client id so that a run does not depend on the order in which clients
+    answered (the Flower server sorts them the same way).
+    """
+    estimator = make_learner(payload, settings, public)
+    if estimator is None:
+        assert isinstance(payload, TrainingPayload)
+        return fit_weak_models(
+            payload.features,
+            payload.labels,
+            n_models=settings.num_weak_models,
+            subsample_size=settings.subsample_size,
+            learner=settings.learner,
+            rng=server_rng,
+        )
+    if isinstance(payload, JointPayload):
+        features, labels = payload.releases, None
+    else:
+        features, labels = payload.features, payload.labels
+    return fit_weak_models_with(
+        features,
+        labels,
+        learner=as_weak_learner(estimator),
+        n_models=settings.num_weak_models,
+        subsample_size=settings.subsample_size,
+        rng=server_rng,
+    )
+
+
+def aggregate(
+    weak: LinearModels,
+    bits: NDArray[np.int8],
+    groups: NDArray[np.int64],
+    payload: Payload,
+    settings: Settings,
+    *,
+    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
+    privacy: dict[str, Any] | None = None,
+    keep_payload: bool = True,
+    public: NDArray[np.float64] | None = None,
+) -> ProtocolResult:
+    """Server steps 3-6 of MRMA and the baselines, from the evaluation bits.
+
+    ``bits[i]`` is the feedback of the evaluator in subgroup ``groups[i]``. The naive
+    baseline is one model of the run's weak learner on all training payloads.
+    """
+    m = len(weak)
+    estimates = estimate_errors(bits, groups, n_models=m, epsilon=settings.epsilon)
+    reversed_models, flipped = reverse_models(weak, estimates.clipped)
+    weights, kept, rule = mrma_weights(estimates.clipped, cutoff=settings.cutoff)
+    norm = settings.normalize_models
+    final = average_models(reversed_models, weights, normalize=norm)
+    ma_weights, _, _ = mrma_weights(
+        estimates.clipped, cutoff=settings.cutoff, reversal=False
+    )
+    baselines = {
+        "ma": average_models(weak, ma_weights, normalize=norm),
+        "averaging": average_models(weak, np.ones(m), normalize=norm),
+        "naive": _naive(payload, settings, public),
+    }
+    if clean_train is not None:
+        baselines["non_private"] = fit_linear(*clean_train)
+    return ProtocolResult(
+        final=final,
+        weak=weak,
+        reversed_models=reversed_models,
+        reversed=flipped,
+        estimated_errors=estimates.clipped,
+        weights=weights,
+        kept=kept,
+        selection_rule=rule,
+        payload=payload if keep_payload else _head(payload),
+        baselines=baselines,
+        privacy=privacy or {},
+    )
+
+
+def _naive(
+    payload: Payload, settings: Settings, public: NDArray[np.float64] | None
+) -> LinearModels:
+    estimator = make_learner(payload, settings, public)
+    if estimator is None:
+        assert isinstance(payload, TrainingPayload)
+        return fit_linear(payload.features, payload.labels)
+    return _fit(payload, estimator)
+
+
+def _head(payload: Payload) -> Payload:
+    if isinstance(payload, JointPayload):
+        return JointPayload(
+            payload.client_ids[:0],
+            payload.releases[:0],
+            payload.epsilon,
+            payload.mechanism,
+        )
+    return TrainingPayload(
+        payload.client_ids[:0],
+        payload.features[:0],
+        payload.labels[:0],
+        payload.feature_epsilon,
+        payload.label_epsilon,
+    )
+
+
+def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -> None:
+    """Fill ``result.test_errors`` with every method's error on clean test data."""
+    y = np.asarray(y)
+    errors = {result.method: float(result.final.errors(x, y)[0])}
+    if result.method == "mrma":
+        weak_errors = result.weak.errors(x, y)
+        result.weak_test_errors = weak_errors
+        errors["weak"] = float(weak_errors.mean())
+        errors["mr"] = float(result.reversed_models.errors(x, y).mean())
+        errors["voting"] = float((majority_vote(result.weak, x) != y).mean())
+    for name, model in result.baselines.items():
+        errors[name] = float(model.errors(x, y)[0])
+    result.test_errors = {k: errors[k] for k in METHODS if k in errors}

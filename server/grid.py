@@ -1,0 +1,369 @@
+"""The Flower transport: queries as messages to SuperNodes over a ``Grid``.
+
+:class:`GridClients` implements :class:`ldpfda.server.session.Clients`. It first waits
+for the nodes and asks each who it is (:meth:`GridClients.connect`); then every ask
+sends each client its request row as ``query.<name>`` (the wire layout of
+:mod:`ldpfda.schema.queries`), collects the replies until ``reply_timeout``, and checks
+each against the query's schema: an error reply, a missing or unreadable array, an
+array of the wrong shape, or ledger figures signed by another client are rejected with
+the reason, and the value checks are the very ones the in-process transport applies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from numpy.typing import NDArray
+
+from ldpfda.schema import catalog
+from ldpfda.schema.queries import ArraySpec, Query, ReplyError, Request
+from ldpfda.server.session import Replies, Round, check_replies, logger, wire_rows
+
+__all__ = [
+    "GridClients",
+    "ReplyError",
+    "parse_checked",
+    "parse_identity",
+    "parse_reply",
+    "wait_for_nodes",
+]
+
+#: Error codes with which Flower reports that a node never answered (it went offline,
+#: its ClientApp crashed, or the reply was lost): the client is missing, not wrong.
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.MESSAGE_UNAVAILABLE,
+        ErrorCode.REPLY_MESSAGE_UNAVAILABLE,
+        ErrorCode.NODE_UNAVAILABLE,
+        ErrorCode.CLIENT_APP_CRASHED,
+    }
+)
+
+
+def _content(message: Message) -> RecordDict:
+    if message.has_error():
+        error = message.error
+        raise ReplyError("error", f"error reply (code {error.code}): {error.reason}")
+    if not message.has_content():
+        raise ReplyError("content", "reply has no content")
+    return message.content
+
+
+def _ledger_info(content: RecordDict, key: str, client_id: int) -> dict[str, float]:
+    try:
+        record = content.config_records[key]
+        reported = record["client-id"]
+        spent = float(record["spent"])  # type: ignore[arg-type]
+        budget = float(record["budget"])  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplyError(
+            "ledger", f"reply lacks a valid '{key}' record: {exc!r}"
+        ) from exc
+    if isinstance(reported, bool) or not isinstance(reported, int):
+        raise ReplyError("ledger", f"client-id must be an int, got {reported!r}")
+    if reported != client_id:
+        raise ReplyError(
+            "ledger", f"reply is signed by client {reported}, expected {client_id}"
+        )
+    # Both may be inf (a non-private run), never NaN or negative.
+    if not spent >= 0 or not budget > 0:
+        raise ReplyError(
+            "ledger", f"invalid ledger figures spent={spent!r}, budget={budget!r}"
+        )
+    return {"spent": spent, "budget": budget}
+
+
+def _array(content: RecordDict, spec: ArraySpec) -> NDArray:
+    try:
+        value = content.array_records[spec.record][spec.key].numpy()
+    except Exception as exc:  # a corrupt Array may fail in many ways inside numpy
+        raise ReplyError(
+            "content",
+            f"reply lacks a readable '{spec.record}.{spec.key}' array: {exc!r}",
+        ) from exc
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+        raise ReplyError("content", f"'{spec.record}.{spec.key}' must be numeric")
+    return value
+
+
+def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
+    """The client id and ledger figures of a ``query.identify`` reply.
+
+    Raises
+    ------
+    ReplyError
+        For an error reply or a reply without a valid identity.
+    """
+    content = _content(message)
+    try:
+        client_id = content.config_records["identity"]["client-id"]
+    except KeyError as exc:
+        raise ReplyError(
+            "identity", "reply lacks an 'identity' record with a client-id"
+        ) from exc
+    if isinstance(client_id, bool) or not isinstance(client_id, int) or client_id < 0:
+        raise ReplyError(
+            "identity", f"client-id must be an int >= 0, got {client_id!r}"
+        )
+    return client_id, _ledger_info(content, "identity", client_id)
+
+
+def parse_reply(
+    query: Query, message: Message, client_id: int
+) -> tuple[dict[str, NDArray], dict[str, float]]:
+    """The reply rows (one client's, per-client shape) and ledger figures of a reply.
+
+    Checks what one reply alone can show (an error reply, a missing or unreadable
+    array, a wrong shape, the ledger record); the values are checked by
+    :func:`~ldpfda.server.session.check_replies`, as in process.
+
+    Raises
+    ------
+    ReplyError
+        With the reason.
+    """
+    content = _content(message)
+    rows = wire_rows(query, {spec.key: _array(content, spec) for spec in query.reply})
+    return rows, _ledger_info(content, query.ledger_record, client_id)
+
+
+def parse_checked(
+    query: Query, message: Message, client_id: int
+) -> tuple[dict[str, NDArray], dict[str, float]]:
+    """:func:`parse_reply` and the value checks of the query: one node's reply, whole.
+
+    Raises
+    ------
+    ReplyError
+        With the first reason the reply cannot be used.
+    """
+    rows, figures = parse_reply(query, message, client_id)
+    values = {key: np.asarray(row)[None, ...] for key, row in rows.items()}
+    checked = check_replies(query, np.array([client_id], dtype=np.int64), values)
+    if checked.rejected:
+        kind, detail = checked.rejected[client_id].split(": ", 1)
+        raise ReplyError(kind, detail)
+    return rows, figures
+
+
+def _request_content(query: Query, arrays: Mapping[str, NDArray]) -> RecordDict:
+    records: dict[str, dict[str, Array]] = {}
+    for spec in query.request:
+        value = np.asarray(arrays[spec.key]).astype(spec.dtype)
+        if -1 not in spec.shape:
+            value = value.reshape(spec.wire_shape())
+        records.setdefault(spec.record, {})[spec.key] = Array(
+            np.ascontiguousarray(value)
+        )
+    return RecordDict({k: ArrayRecord(v) for k, v in records.items()})
+
+
+def wait_for_nodes(
+    grid: Grid, expected: int, minimum: int, timeout: float
+) -> list[int]:
+    """Node ids once ``expected`` nodes are connected, or ``minimum`` at the timeout.
+
+    Raises
+    ------
+    RuntimeError
+        When fewer than ``minimum`` nodes are connected after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if len(nodes) >= expected:
+            return nodes
+        if time.monotonic() >= deadline:
+            if len(nodes) >= minimum:
+                logger.warning(
+                    "ldpfda: starting with %d of %d expected nodes",
+                    len(nodes),
+                    expected,
+                )
+                return nodes
+            raise RuntimeError(
+                f"only {len(nodes)} node(s) connected after {timeout:g} s, but the run "
+                f"needs {minimum} (flower.min-nodes; the settings name {expected} "
+                f"clients, data.n-train + data.n-eval). Start more SuperNodes, set "
+                f'--federation-config "num-supernodes={expected}" in simulation, or '
+                f"lower data.n-train / data.n-eval."
+            )
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
+
+
+def _absence(reply: Message | None, timeout: float) -> str | None:
+    """Why a node gave no reply to use (``timeout`` or ``unavailable``), else None."""
+    if reply is None:
+        return f"timeout: no reply within flower.reply-timeout = {timeout:g} s"
+    if reply.has_error() and reply.error.code in _UNAVAILABLE:
+        return f"unavailable: {reply.error.reason} (code {reply.error.code})"
+    return None
+
+
+@dataclass
+class GridClients:
+    """SuperNodes of a Flower ``grid`` as a transport.
+
+    Attributes
+    ----------
+    grid : Grid
+    reply_timeout : float
+        Seconds to wait for the replies of each ask.
+    node_of : dict of int to int
+        The node of every identified client (filled by :meth:`connect`).
+    claimed : dict of int to int
+        The client id every answering node claimed in the identify round.
+    identify : Round
+        The identify round, keyed by node id.
+    nodes : list of int
+        The nodes connected when the run started.
+    """
+
+    grid: Grid
+    reply_timeout: float
+    node_of: dict[int, int] = field(default_factory=dict)
+    claimed: dict[int, int] = field(default_factory=dict)
+    identify: Round = field(default_factory=lambda: Round(catalog.IDENTIFY, who="node"))
+    nodes: list[int] = field(default_factory=list)
+    reported: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def connect(
+        self, expected: int, minimum: int, wait_timeout: float, total: int
+    ) -> None:
+        """Wait for the nodes, then ask each who it is.
+
+        Of two nodes claiming one client id the lower node id stands and the other is
+        rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
+        """
+        self.nodes = wait_for_nodes(self.grid, expected, minimum, wait_timeout)
+        self.identify.asked = list(self.nodes)
+        query = catalog.identify_query()
+        replies = self._send(query, {n: RecordDict() for n in self.nodes})
+        for node in sorted(self.nodes):
+            reply = replies.get(node)
+            absence = _absence(reply, self.reply_timeout)
+            if absence is not None:
+                self.identify.record(Replies(_NONE, {}, missing={node: absence}))
+                continue
+            assert reply is not None
+            try:
+                client_id, figures = parse_identity(reply)
+            except ReplyError as exc:
+                self.identify.record(Replies(_NONE, {}, rejected={node: str(exc)}))
+                continue
+            self.claimed[node] = client_id
+            if client_id >= total:
+                reason = f"unknown: client {client_id} is not in this run"
+            elif client_id in self.node_of:
+                other = self.node_of[client_id]
+                reason = f"duplicate: client {client_id} is already node {other}"
+            else:
+                self.node_of[client_id] = node
+                self.reported[client_id] = figures
+                self.identify.answered.append(node)
+                continue
+            self.identify.record(Replies(_NONE, {}, rejected={node: reason}))
+
+    def ids(self) -> NDArray[np.int64]:
+        """The identified clients, by id."""
+        return np.array(sorted(self.node_of), dtype=np.int64)
+
+    def _send(
+        self, query: Query, contents: Mapping[int, RecordDict]
+    ) -> dict[int, Message]:
+        """Send ``query`` to each node of ``contents``; replies by node id.
+
+        The grid returns only replies to the messages just sent, so a reply that comes
+        after the timeout is never used: Flower keeps it and nobody pulls it. Anything
+        else that answers no message of this call (another node, another query, a
+        second reply) is logged and dropped. Flower's error replies that say a node is
+        unavailable come from the SuperLink; they are kept under the node the message
+        went to and say why it is missing.
+        """
+        kind = query.message_type
+        messages = [
+            Message(content, node, kind, group_id=query.name)
+            for node, content in contents.items()
+        ]
+        if not messages:
+            return {}
+        received = self.grid.send_and_receive(messages, timeout=self.reply_timeout)
+        node_by_id = {
+            m.metadata.message_id: m.metadata.dst_node_id
+            for m in messages
+            if m.metadata.message_id
+        }
+        replies: dict[int, Message] = {}
+        for reply in received:
+            unavailable = reply.has_error() and reply.error.code in _UNAVAILABLE
+            if unavailable:
+                node = node_by_id.get(reply.metadata.reply_to_message_id)
+            else:
+                node = int(reply.metadata.src_node_id)
+            answers = unavailable or reply.metadata.message_type == kind
+            if node not in contents or node in replies or not answers:
+                logger.warning(
+                    "ldpfda: ignored a stray reply (%s from node %s) to the %s round",
+                    reply.metadata.message_type,
+                    reply.metadata.src_node_id,
+                    query.name,
+                )
+                continue
+            replies[node] = reply
+        return replies
+
+    def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        contents = {
+            self.node_of[int(c)]: _request_content(query, request.client(i))
+            for i, c in enumerate(ids)
+        }
+        replies = self._send(query, contents)
+        out = Replies(np.zeros(0, dtype=np.int64), {})
+        valid: list[int] = []
+        rows: list[dict[str, NDArray]] = []
+        for c in (int(c) for c in ids):
+            reply = replies.get(self.node_of[c])
+            absence = _absence(reply, self.reply_timeout)
+            if absence is not None:
+                out.missing[c] = absence
+                continue
+            assert reply is not None
+            try:
+                arrays, out.reported[c] = parse_checked(query, reply, c)
+            except ReplyError as exc:
+                out.rejected[c] = str(exc)
+                continue
+            valid.append(c)
+            rows.append(arrays)
+        out.ids = np.array(valid, dtype=np.int64)
+        out.values = {
+            spec.key: _stack([r[spec.key] for r in rows], spec) for spec in query.reply
+        }
+        return out
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _stack(rows: list[NDArray], spec: ArraySpec) -> NDArray:
+    if rows:
+        return np.stack([np.asarray(r) for r in rows])
+    shape = tuple(max(d, 0) for d in spec.shape)
+    return np.zeros((0, *shape), dtype=spec.dtype)
+
+
+def node_table(clients: GridClients) -> dict[str, Any]:
+    """Who was connected and identified, for an error message or the report."""
+    return {
+        "connected_nodes": len(clients.nodes),
+        "identified_clients": len(clients.node_of),
+        "identify_missing": sorted(clients.identify.missing),
+        "identify_rejected": sorted(clients.identify.rejected),
+    }

@@ -1,0 +1,352 @@
+r"""The protocols, each written once as a plan of queries over a :class:`Session`.
+
+A plan asks typed queries (:mod:`ldpfda.schema.catalog`) through the session's
+transport and learns from the checked replies; it does not know whether the clients
+answer in this process (:class:`ldpfda.engine.inprocess.InProcessClients`) or as Flower
+SuperNodes (:class:`ldpfda.server.grid.GridClients`). The in-process run and the
+Flower run of the same settings and seed therefore release the same payloads and end
+with the same model, by construction.
+
+``moment`` (the default, joint release)
+    Every client releases :math:`\tilde y\,(1, x)` once (``privatize``); the server fits
+    the moment classifier on all releases.
+``mrma`` (the reference release)
+    Training clients release (``privatize``), the server fits M weak models, each
+    evaluation client answers one feedback bit on its subgroup's model (``evaluate``),
+    then model reversal, selection and averaging.
+``label`` (label-only modes, features public)
+    Every client sends its features (``features``); ``label-uniform`` and
+    ``label-cluster`` ask each client for its label randomized with a prior
+    (``label``), ``label-p2p`` asks for a bit for the relay (``p2p_randomize``) and then
+    for a peer's bit (``p2p_forward``); the server fits one corrected logistic
+    regression.
+
+The server's randomness is drawn from ``server_rng`` in a fixed order: subsamples and
+evaluation groups (MRMA), clusters and pilots (label-only modes).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.labeldp.peer_to_peer import p2p_guarantee, p2p_local_epsilon
+from ldpfda.privacy.budget import split_budget
+from ldpfda.schema import catalog
+from ldpfda.schema.payloads import JointPayload, LabelPayload, TrainingPayload
+from ldpfda.schema.queries import Request
+from ldpfda.schema.releases import p2p_event
+from ldpfda.server.fitting import (
+    ProtocolResult,
+    aggregate,
+    moment_result,
+    train_weak,
+)
+from ldpfda.server.labels import (
+    N_CLASSES,
+    cluster_features,
+    label_result,
+    p2p_blocks,
+    p2p_summary,
+    prior_rr_rounds,
+    uniform_priors,
+)
+from ldpfda.server.mrma import assign_groups
+from ldpfda.server.session import QuorumError, Replies, Session, logger
+
+__all__ = ["Plan", "run_plan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a protocol run needs besides its session.
+
+    Attributes
+    ----------
+    settings : Settings
+    train_ids, eval_ids : ndarray of int
+        The training and evaluation clients taking part (in a ``moment`` or ``label``
+        run both simply release).
+    n_features : int
+        p, the public featurizer's output width.
+    server_rng : Generator
+        The server's own randomness.
+    public : ndarray of shape (m, p), optional
+        Public, unlabeled scaled features (the moment classifier's second moment).
+    """
+
+    settings: Settings
+    train_ids: NDArray[np.int64]
+    eval_ids: NDArray[np.int64]
+    n_features: int
+    server_rng: np.random.Generator
+    public: NDArray[np.float64] | None = None
+
+    @property
+    def every_client(self) -> NDArray[np.int64]:
+        return np.concatenate([self.train_ids, self.eval_ids]).astype(np.int64)
+
+
+def run_plan(session: Session, plan: Plan) -> ProtocolResult:
+    """Run the protocol of ``plan.settings`` through ``session``; its timings included."""
+    protocol = plan.settings.protocol
+    if protocol == "moment":
+        return _moment(session, plan)
+    if protocol == "mrma":
+        return _mrma(session, plan)
+    return _label_only(session, plan)
+
+
+def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    order = np.argsort(replies.ids, kind="stable")
+    return replies.ids[order], order
+
+
+def _moment(session: Session, plan: Plan) -> ProtocolResult:
+    s, p = plan.settings, plan.n_features
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    ids = plan.every_client
+    session.status("privatize", releasing_clients=int(ids.size))
+    got = session.ask(
+        catalog.PRIVATIZE,
+        catalog.privatize_query(s, p),
+        ids,
+        minimum=2,
+        what="releasing",
+    )
+    payload = release_payload(s, p, got)
+    timings["clients_privatize_s"] = time.perf_counter() - t0
+    session.status("fit", payloads=len(payload))
+    t0 = time.perf_counter()
+    result = moment_result(
+        payload, s, public=plan.public, privacy=session.ledger.summary()
+    )
+    timings["server_train_s"] = time.perf_counter() - t0
+    result.timings = timings
+    return result
+
+
+def release_payload(
+    settings: Settings, n_features: int, got: Replies
+) -> JointPayload | TrainingPayload:
+    """The valid privatize replies as the server's payload, ordered by client id."""
+    released, order = _sorted(got)
+    if settings.joint_release:
+        return JointPayload(
+            released,
+            got.values["releases"][order].astype(np.float64),
+            settings.epsilon,
+            settings.vector_mechanism,
+        )
+    split = split_budget(
+        epsilon=settings.epsilon,
+        n_coefficients=n_features,
+        label_share=settings.label_share,
+    )
+    return TrainingPayload(
+        released,
+        got.values["features"][order].astype(np.float64),
+        got.values["labels"][order].astype(np.int8),
+        split.coefficients,
+        split.label,
+    )
+
+
+def _mrma(session: Session, plan: Plan) -> ProtocolResult:
+    s, p = plan.settings, plan.n_features
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    session.status("privatize", releasing_clients=int(plan.train_ids.size))
+    got = session.ask(
+        catalog.PRIVATIZE,
+        catalog.privatize_query(s, p),
+        plan.train_ids,
+        minimum=s.subsample_size,
+        what="training",
+    )
+    payload = release_payload(s, p, got)
+    timings["clients_privatize_s"] = time.perf_counter() - t0
+
+    session.status("train", payloads=len(payload))
+    t0 = time.perf_counter()
+    weak = train_weak(payload, s, plan.server_rng, public=plan.public)
+    timings["server_train_s"] = time.perf_counter() - t0
+
+    session.status("evaluate", eval_clients=int(plan.eval_ids.size))
+    t0 = time.perf_counter()
+    bits, groups = ask_feedback(session, plan, weak)
+    timings["clients_evaluate_s"] = time.perf_counter() - t0
+
+    session.status("aggregate", feedback_bits=int(bits.size))
+    t0 = time.perf_counter()
+    result = aggregate(
+        weak,
+        bits,
+        groups,
+        payload,
+        s,
+        privacy=session.ledger.summary(),
+        public=plan.public,
+    )
+    timings["server_aggregate_s"] = time.perf_counter() - t0
+    result.timings = timings
+    return result
+
+
+def ask_feedback(
+    session: Session, plan: Plan, weak: Any
+) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
+    """The evaluation round: subgroup ``j`` of the evaluators is sent weak model ``j``.
+
+    Returns the feedback bits that came back and the subgroup of each.
+    """
+    groups = assign_groups(
+        plan.eval_ids.size, plan.settings.num_weak_models, plan.server_rng
+    )
+    request = Request(
+        rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
+    )
+    got = session.ask(
+        catalog.EVALUATE,
+        catalog.evaluate_query(plan.settings, plan.n_features),
+        plan.eval_ids,
+        request,
+        what="evaluation",
+    )
+    answered, order = _sorted(got)
+    group_of = dict(zip(plan.eval_ids.tolist(), groups.tolist(), strict=True))
+    return (
+        got.values["bit"][order].astype(np.int8),
+        np.array([group_of[int(c)] for c in answered], dtype=np.int64),
+    )
+
+
+def _label_only(session: Session, plan: Plan) -> ProtocolResult:
+    s = plan.settings
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    session.status("features", clients=int(plan.every_client.size))
+    got = session.ask(
+        catalog.FEATURES,
+        catalog.features_query(plan.n_features),
+        plan.every_client,
+        what="releasing",
+    )
+    ids, order = _sorted(got)
+    x = got.values["x"][order].astype(np.float64)
+    timings["clients_features_s"] = time.perf_counter() - t0
+
+    session.status("labels", clients=int(ids.size))
+    t0 = time.perf_counter()
+    if s.mechanism == "label-p2p":
+        labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
+    else:
+        labels, priors, info = prior_rr_rounds(
+            s, ids, x, plan.server_rng, _label_release(session, s, ids)
+        )
+        channel_epsilon = s.epsilon
+    keep = np.flatnonzero(labels >= 0)
+    payload = LabelPayload(
+        ids[keep], x[keep], labels[keep], priors[keep], channel_epsilon
+    )
+    timings["clients_label_s"] = time.perf_counter() - t0
+
+    session.status("fit", payloads=len(payload))
+    t0 = time.perf_counter()
+    result = label_result(
+        payload,
+        s,
+        plan.server_rng,
+        privacy={**session.ledger.summary(), "labeldp": info},
+    )
+    timings["server_train_s"] = time.perf_counter() - t0
+    result.timings = timings
+    return result
+
+
+def _label_release(session: Session, settings: Settings, ids: NDArray[np.int64]) -> Any:
+    """The ``release`` callback of :func:`prior_rr_rounds`: a ``label`` round."""
+    query = catalog.label_query(settings, N_CLASSES)
+
+    def release(
+        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
+    ) -> NDArray[np.int64]:
+        asked = ids[index]
+        got = session.ask(
+            stage, query, asked, Request(rows={"q": prior_rows}), what="labelling"
+        )
+        return got.get("label", asked, -1).astype(np.int64)
+
+    return release
+
+
+def _p2p_rounds(
+    session: Session, plan: Plan, ids: NDArray[np.int64], x: NDArray[np.float64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64], float, dict[str, Any]]:
+    """``label-p2p``: the relay's round, then every client forwards a peer's bit.
+
+    Only clients whose bit arrived are forwarded, in clusters that kept at least
+    ``labeldp.min-cluster-size`` bits; the run stops if missing replies shrank the
+    clusters so far that the forwarded bits would be less private than promised.
+    """
+    s = plan.settings
+    size = s.min_cluster_size
+    clusters = cluster_features(
+        x, n_clusters=s.n_clusters, min_size=size, rng=plan.server_rng
+    )
+    sizes = np.bincount(clusters)
+    eps0 = p2p_local_epsilon(epsilon=s.epsilon, cluster_sizes=sizes)
+    event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes)
+    shared = {
+        "local-epsilon": np.array([eps0], dtype=np.float64),
+        "cluster-sizes": sizes.astype(np.int64),
+    }
+    got = session.ask(
+        catalog.P2P_RANDOMIZE,
+        catalog.p2p_randomize_query(),
+        ids,
+        Request(shared=shared),
+        what="randomizing",
+    )
+    noisy = got.get("label", ids, -1)
+    has_bit = noisy >= 0
+    kept = np.bincount(clusters[has_bit], minlength=sizes.size)
+    forward = has_bit & (kept[clusters] >= size)
+    if np.any(has_bit & ~forward):
+        logger.warning(
+            "ldpfda: %d client(s) not forwarded: their cluster kept fewer than %d bits",
+            int((has_bit & ~forward).sum()),
+            size,
+        )
+    realized, _ = p2p_guarantee(
+        local_epsilon=eps0,
+        cluster_sizes=kept[kept >= size],
+        delta=event.as_dict()["delta"],
+    )
+    if realized > event.epsilon * (1 + 1e-9):
+        raise QuorumError(
+            f"missing replies shrank clusters so far that the forwarded bits would be "
+            f"{realized:.6g}-DP, above the promised {event.epsilon:.6g}; not forwarding"
+        )
+    index = np.flatnonzero(forward)
+    peers, offsets, counts = p2p_blocks(noisy[index], clusters[index])
+    reports = session.ask(
+        catalog.P2P_FORWARD,
+        catalog.p2p_forward_query(),
+        ids[index],
+        Request(ragged={"labels": (peers, offsets, counts)}),
+        what="forwarding",
+    )
+    labels = reports.get("label", ids, -1).astype(np.int64)
+    info = {
+        "mechanism": s.mechanism,
+        **p2p_summary(eps0, sizes),
+        "forwarded_clients": int(index.size),
+    }
+    return labels, uniform_priors(ids.size, N_CLASSES), eps0, info

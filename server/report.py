@@ -1,0 +1,146 @@
+"""What a Flower run writes: its status, report, model and payload.
+
+``<report-dir>/run-<run id>/status.json`` says the current stage (``failed`` with the
+error if the run stops); ``report.json`` (strict JSON), ``model.npz`` and
+``payload.npz`` are written when the run is done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.datasets.files import load_node_data
+from ldpfda.datasets.population import design_test_set, public_featurizer
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.schema import catalog
+from ldpfda.server.options import FlowerOptions
+from ldpfda.server.session import Round, logger, reason_kind
+
+__all__ = [
+    "Status",
+    "jsonable",
+    "privacy_section",
+    "rejections",
+    "test_set",
+    "write_run",
+]
+
+
+class Status:
+    """Writes ``status.json`` (the current stage) next to the report."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = time.time()
+
+    def __call__(self, stage: str, **extra: Any) -> None:
+        logger.info("ldpfda: %s", stage)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        body = {"stage": stage, "elapsed_s": time.time() - self.started, **extra}
+        tmp = self.directory / "status.json.tmp"
+        tmp.write_text(json.dumps(body), encoding="utf-8")
+        tmp.replace(self.directory / "status.json")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as strings ("inf"), for strict JSON."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def rejections(
+    rounds: Mapping[str, Round],
+    node_of: Mapping[int, int],
+    claimed: Mapping[int, int],
+) -> list[dict[str, Any]]:
+    """Every reply the run did not use, and every one that never came, with the reason.
+
+    One entry per round and node: ``stage``, ``client_id`` (None when a node never
+    said who it is), ``node_id``, ``kind`` and ``reason``. ``claimed`` is the client id
+    each node gave in the identify round.
+    """
+    out = []
+    for stage, round_ in rounds.items():
+        for key, reason in sorted({**round_.missing, **round_.rejected}.items()):
+            if stage == catalog.IDENTIFY:
+                node, client = key, claimed.get(key)
+            else:
+                node, client = node_of[key], key
+            out.append(
+                {
+                    "stage": stage,
+                    "client_id": client,
+                    "node_id": node,
+                    "kind": reason_kind(reason),
+                    "reason": reason,
+                }
+            )
+    return out
+
+
+def test_set(
+    settings: Settings, options: FlowerOptions
+) -> tuple[NDArray[np.float64], NDArray[np.int8]] | None:
+    if options.test_data == "":
+        return None
+    if options.test_data == "design":
+        return design_test_set(settings, options.repeat)
+    featurizer, grid = public_featurizer(settings, options.repeat)
+    data = load_node_data(options.test_data)
+    return data.features(featurizer, grid), data.labels
+
+
+def privacy_section(
+    budget: float,
+    ledger: PrivacyLedger,
+    reported: Mapping[int, Mapping[str, float]],
+    clients: list[int],
+) -> dict[str, Any]:
+    """The report's ``privacy`` block: the server's charges and each client's word."""
+    charged = ledger.spent_all()
+    return {
+        "budget_per_client": budget,
+        "server_accounting": ledger.summary(),
+        "clients": {
+            str(c): {
+                "charged_by_server": float(charged[c]),
+                "reported_spent": reported[c]["spent"] if c in reported else None,
+                "reported_budget": reported[c]["budget"] if c in reported else None,
+            }
+            for c in clients
+        },
+    }
+
+
+def write_run(
+    out: Path,
+    report: Mapping[str, Any],
+    final: Any,
+    payload: Mapping[str, NDArray],
+    status: Status,
+) -> None:
+    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``, then
+    mark the run done in its status file and the log."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "report.json"
+    path.write_text(
+        json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
+    )
+    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
+    np.savez(out / "payload.npz", **payload)
+    status("done", report=str(path.resolve()))
+    logger.info("ldpfda: report written to %s", path.resolve())

@@ -1,0 +1,291 @@
+"""The server's side of a run over any transport: ask, account, check, record.
+
+A protocol (:mod:`ldpfda.server.plans`) is a plan that asks typed queries
+(:mod:`ldpfda.schema.catalog`) through a :class:`Clients` transport: in process
+(:class:`ldpfda.engine.inprocess.InProcessClients`) or over Flower's grid
+(:class:`ldpfda.server.grid.GridClients`). :class:`Session` wraps the transport with
+what every protocol needs around each ask: the server's own privacy accounting (a
+client is never asked more than its budget allows), a :class:`Round` record of who
+was asked, who answered, who was missing and whose reply was rejected and why, and the
+quorum check that stops a run with too few valid replies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.schema.queries import Query, ReplyError, Request, check_rows
+
+__all__ = [
+    "Clients",
+    "QuorumError",
+    "Replies",
+    "Round",
+    "Session",
+    "check_replies",
+    "reason_kind",
+    "wire_rows",
+]
+
+# A child of Flower's logger, so these lines reach `flwr run --stream` and `flwr log`.
+logger = logging.getLogger("flwr.ldpfda")
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a rejection reason ``"<kind>: <detail>"`` (e.g. ``"range"``)."""
+    return reason.split(":", 1)[0]
+
+
+@dataclass
+class Replies:
+    """What one ask brought back, aligned with the clients that gave a valid reply.
+
+    Attributes
+    ----------
+    ids : ndarray of shape (m,)
+        The clients with a valid reply, in the order they were asked.
+    values : dict of str to ndarray
+        Each reply array stacked over ``ids`` (row ``i`` is client ``ids[i]``'s).
+    missing : dict of int to str
+        Clients without a reply (``timeout: ...`` or ``unavailable: ...``).
+    rejected : dict of int to str
+        Clients whose reply failed its check, with the reason.
+    reported : dict of int to dict
+        The ledger figures (``spent``, ``budget``) each valid reply carried, where the
+        transport has them.
+    """
+
+    ids: NDArray[np.int64]
+    values: dict[str, NDArray]
+    missing: dict[int, str] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+    reported: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def get(self, key: str, ids: NDArray[np.int64], fill: Any) -> NDArray:
+        """Array ``key`` for clients ``ids``, ``fill`` where a client gave none."""
+        values = self.values[key]
+        out = np.full((ids.size, *values.shape[1:]), fill, dtype=values.dtype)
+        position = {int(c): i for i, c in enumerate(self.ids)}
+        for k, c in enumerate(ids):
+            i = position.get(int(c))
+            if i is not None:
+                out[k] = values[i]
+        return out
+
+
+class Clients(Protocol):
+    """A transport: asks clients queries and returns their checked replies."""
+
+    def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        """Ask clients ``ids`` (request row ``i`` to ``ids[i]``); checked replies."""
+        ...
+
+
+def wire_rows(query: Query, arrays: dict[str, NDArray]) -> dict[str, NDArray]:
+    """One client's reply arrays, as received, as rows of per-client shape.
+
+    Raises
+    ------
+    ReplyError
+        ``content`` for a missing or non-numeric array, ``shape`` for a wrong shape.
+    """
+    rows = {}
+    for spec in query.reply:
+        value = arrays.get(spec.key)
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+            raise ReplyError(
+                "content", f"'{spec.record}.{spec.key}' must be a numeric array"
+            )
+        rows[spec.key] = spec.row(value)
+    return rows
+
+
+def check_replies(
+    query: Query,
+    ids: NDArray[np.int64],
+    values: dict[str, NDArray],
+    rejected: dict[int, str] | None = None,
+) -> Replies:
+    """Replies of ``ids`` (arrays stacked in that order) checked against ``query``.
+
+    A client with any array outside its spec is rejected with the first reason.
+    """
+    rejected = dict(rejected or {})
+    ok = np.ones(ids.size, dtype=bool)
+    for spec in query.reply:
+        good, reasons = check_rows(spec, values[spec.key])
+        for i, reason in zip(np.flatnonzero(~good), reasons, strict=True):
+            if ok[i]:
+                rejected[int(ids[i])] = reason
+        ok &= good
+    return Replies(ids[ok], {k: v[ok] for k, v in values.items()}, {}, rejected)
+
+
+@dataclass
+class Round:
+    """Who was asked one query, who answered, who did not, and what was rejected.
+
+    Keys are client ids. ``missing`` and ``rejected`` give each key its reason,
+    ``"<kind>: <detail>"``; a missing client is ``timeout`` or ``unavailable``.
+    """
+
+    name: str
+    asked: list[int] = field(default_factory=list)
+    answered: list[int] = field(default_factory=list)
+    missing: dict[int, str] = field(default_factory=dict)
+    rejected: dict[int, str] = field(default_factory=dict)
+    refused_by_server: list[int] = field(default_factory=list)
+    who: str = "client"
+
+    def record(self, replies: Replies) -> None:
+        """Add what one ask brought back, logging every missing and rejected reply."""
+        for key, reason in replies.missing.items():
+            self.missing[key] = reason
+            logger.warning(
+                "ldpfda: %s: no reply from %s %d (%s)", self.name, self.who, key, reason
+            )
+        for key, reason in replies.rejected.items():
+            self.rejected[key] = reason
+            logger.warning(
+                "ldpfda: %s reply of %s %d rejected: %s",
+                self.name,
+                self.who,
+                key,
+                reason,
+            )
+        self.answered.extend(int(c) for c in replies.ids)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "asked": len(self.asked),
+            "answered": len(self.answered),
+            "missing": sorted(self.missing),
+            "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
+            "not_asked_budget": sorted(self.refused_by_server),
+        }
+
+
+class QuorumError(RuntimeError):
+    """Too few clients of a round gave a valid reply for the run to go on."""
+
+
+def _head(items: list[Any], n: int = 5) -> str:
+    return str(items[:n])[:-1] + (
+        f", ... {len(items) - n} more]" if len(items) > n else "]"
+    )
+
+
+class Session:
+    """One run's asks through ``clients``, with the server's accounting and records.
+
+    Parameters
+    ----------
+    clients : Clients
+        The transport.
+    ledger : PrivacyLedger
+        The server's own accounting over every client of the run: each ask is
+        charged to it first, and a client that cannot afford a query is not asked.
+    min_reply_fraction : float
+        Smallest share of the asked clients of a round that must give a valid reply.
+    status : callable, optional
+        ``status(stage, **extra)``: told each stage of the plan as it starts (the
+        Flower app writes it to ``status.json``).
+    """
+
+    def __init__(
+        self,
+        clients: Clients,
+        ledger: PrivacyLedger,
+        min_reply_fraction: float = 0.0,
+        status: Callable[..., None] | None = None,
+    ) -> None:
+        self.clients = clients
+        self.ledger = ledger
+        self.min_reply_fraction = min_reply_fraction
+        self.status = status or (lambda stage, **extra: None)
+        self.rounds: dict[str, Round] = {}
+        self.reported: dict[int, dict[str, float]] = {}
+
+    def ask(
+        self,
+        stage: str,
+        query: Query,
+        ids: NDArray[np.int64],
+        request: Request | None = None,
+        *,
+        minimum: int = 1,
+        what: str = "",
+    ) -> Replies:
+        """Ask clients ``ids`` ``query`` as round ``stage`` and return the valid replies.
+
+        Each client is first charged the query's cost in the server's ledger; one that
+        cannot afford it is not asked (``not_asked_budget``). Stops the run with
+        :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
+        valid replies come back.
+        """
+        request = request or Request()
+        ids = np.asarray(ids, dtype=np.int64)
+        round_ = self.rounds.setdefault(stage, Round(stage))
+        affordable = self._charge(query, request, ids)
+        asked = ids[affordable]
+        round_.refused_by_server.extend(int(c) for c in ids[~affordable])
+        round_.asked.extend(int(c) for c in asked)
+        if affordable.all():
+            replies = self.clients.ask(query, asked, request)
+        else:
+            replies = self.clients.ask(
+                query, asked, request.take(np.flatnonzero(affordable))
+            )
+        for c in replies.missing.keys() | replies.rejected.keys():
+            self.reported.pop(c, None)
+        self.reported.update(replies.reported)
+        round_.record(replies)
+        self.require(round_, minimum, what or stage)
+        return replies
+
+    def _charge(
+        self, query: Query, request: Request, ids: NDArray[np.int64]
+    ) -> NDArray[np.bool_]:
+        """Charge every client of ``ids`` that can afford its cost; who was charged."""
+        if query.cost is None or ids.size == 0:
+            return np.ones(ids.size, dtype=bool)
+        groups, group = query.costs(request, np.arange(ids.size))
+        ok = np.zeros(ids.size, dtype=bool)
+        for g, events in enumerate(groups):
+            index = np.flatnonzero(group == g)
+            total = float(sum(e.epsilon for e in events))
+            can = self.ledger.can_spend(total, ids[index])
+            if np.any(can):
+                self.ledger.charge_all(list(events), ids[index[can]])
+            ok[index[can]] = True
+        return ok
+
+    def require(self, round_: Round, minimum: int, what: str) -> None:
+        """Stop the run, saying why, if too few clients of ``round_`` gave a valid reply.
+
+        Raises
+        ------
+        QuorumError
+            Naming how many were asked, answered, missing (timed out or unavailable)
+            and rejected, with the first of each.
+        """
+        fraction = self.min_reply_fraction
+        needed = max(minimum, math.ceil(fraction * len(round_.asked)))
+        if len(round_.answered) < needed:
+            raise QuorumError(
+                f"only {len(round_.answered)} of {len(round_.asked)} {what} clients "
+                f"gave a valid reply in round {round_.name!r}; the run needs {needed} "
+                f"(flower.min-reply-fraction = {fraction:g}, and at least {minimum}). "
+                f"Missing ({len(round_.missing)}): {_head(sorted(round_.missing))}; "
+                f"rejected ({len(round_.rejected)}): "
+                f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
+                f"budget: {len(round_.refused_by_server)} (see the log for every reason)"
+            )
