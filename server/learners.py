@@ -6,8 +6,6 @@ r"""Learners for privatized releases, usable alone or as MRMA weak learners.
 * :class:`NoisyLabelLogisticRegression` -- logistic regression with Natarajan et al.'s
   unbiased loss for labels flipped with a known rate (randomized response), with an
   L2 penalty that keeps the problem well posed.
-* :class:`ClusterPrior` -- priors from clusters of public features, for
-  :class:`~ldpfda.privacy.joint.RandomizedResponseWithPrior`.
 * :func:`fit_weak_models_with` / :func:`as_weak_learner` -- the ``learner=`` hook: any
   estimator here (or any callable returning
   :class:`~ldpfda.server.mrma.LinearModels`) trains MRMA's weak models.
@@ -41,7 +39,6 @@ from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
 from ldpfda.server.mrma import LinearModels, fit_weak_models
 
 __all__ = [
-    "ClusterPrior",
     "MomentLinearClassifier",
     "NoisyLabelLogisticRegression",
     "REGULARIZATIONS",
@@ -460,88 +457,6 @@ class NoisyLabelLogisticRegression(_LinearClassifier):
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         p1 = expit(self.decision_function(X))
         return np.column_stack([1.0 - p1, p1])
-
-
-# --------------------------------------------------------------------------------------
-# Priors from clusters of public features
-# --------------------------------------------------------------------------------------
-
-
-class ClusterPrior(BaseEstimator):
-    r"""Class priors per cluster of public features, for RR-with-prior.
-
-    ``fit`` clusters public, unlabeled features with k-means and gives each cluster the
-    average of a server-side model's :math:`P(y \mid x)` over its public points (the
-    model is trained on earlier private releases, e.g. a pilot
-    :class:`MomentLinearClassifier`; its output is public). ``prior(features)`` maps
-    features to the prior of their nearest centre.
-
-    Under local DP the features passed to ``prior`` must be public for the client: the
-    prior of a client with private features may only use information it has already
-    released (or public side information); see
-    :class:`~ldpfda.privacy.joint.RandomizedResponseWithPrior`.
-
-    Parameters
-    ----------
-    n_clusters : int, default 8
-    n_init : int, default 4
-        k-means restarts.
-    random_state : int, optional
-        Seed of k-means.
-
-    Attributes
-    ----------
-    centers_ : ndarray of shape (n_clusters, p)
-    class_probabilities_ : ndarray of shape (n_clusters, K)
-
-    References
-    ----------
-    H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy
-    via clustering", AISTATS 2022; B. Ghazi et al., NeurIPS 2021.
-    """
-
-    def __init__(
-        self, *, n_clusters: int = 8, n_init: int = 4, random_state: int | None = None
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.n_init = n_init
-        self.random_state = random_state
-
-    def fit(
-        self,
-        public_features: ArrayLike,
-        predict_proba: Callable[[NDArray[np.float64]], ArrayLike],
-    ) -> ClusterPrior:
-        from sklearn.cluster import KMeans
-
-        k = check_int(self.n_clusters, "n_clusters", minimum=1)
-        x = check_finite_array(public_features, "public_features", ndim=2)
-        if x.shape[0] < k:
-            raise ValueError(
-                f"need at least n_clusters={k} public points, got {x.shape[0]}"
-            )
-        n_init = check_int(self.n_init, "n_init", minimum=1)
-        km = KMeans(n_clusters=k, n_init=n_init, random_state=self.random_state).fit(x)
-        proba = check_finite_array(predict_proba(x), "predict_proba(X)", ndim=2)
-        counts = np.bincount(km.labels_, minlength=k)
-        sums = np.zeros((k, proba.shape[1]))
-        np.add.at(sums, km.labels_, proba)
-        probs = sums / np.maximum(counts, 1)[:, None]
-        probs = np.where(counts[:, None] > 0, probs, 1.0 / proba.shape[1])
-        self.centers_ = km.cluster_centers_
-        self.class_probabilities_ = probs / probs.sum(axis=1, keepdims=True)
-        return self
-
-    def assign(self, features: ArrayLike) -> NDArray[np.int64]:
-        """Index of the nearest centre of each row."""
-        check_is_fitted(self, "centers_")
-        x = check_finite_array(features, "features", ndim=2)
-        d2 = ((x[:, None, :] - self.centers_[None, :, :]) ** 2).sum(axis=2)
-        return np.argmin(d2, axis=1)
-
-    def prior(self, features: ArrayLike) -> NDArray[np.float64]:
-        """One prior row per feature row (its cluster's class probabilities)."""
-        return self.class_probabilities_[self.assign(features)]
 
 
 # --------------------------------------------------------------------------------------

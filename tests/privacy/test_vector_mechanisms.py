@@ -17,15 +17,12 @@ import numpy as np
 import pytest
 
 from ldpfda.privacy.joint import (
-    RandomizedResponseWithPrior,
     SignedFeatureMechanism,
-    rr_prior_support_size,
     signed_features,
 )
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
-from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.privacy.vector_mechanisms import (
     EPSILON_STAR,
     DuchiMechanism,
@@ -515,69 +512,3 @@ def _flip_first(z: np.ndarray, scale: float) -> np.ndarray:
 # ------------------------------------------------------------------------------------
 # Randomized response with a prior
 # ------------------------------------------------------------------------------------
-
-
-def test_support_size():
-    prior = np.array(
-        [[0.5, 0.3, 0.15, 0.05], [0.97, 0.01, 0.01, 0.01], [0.25, 0.25, 0.25, 0.25]]
-    )
-    np.testing.assert_array_equal(rr_prior_support_size(prior, epsilon=1.0), [2, 1, 4])
-
-
-def test_rr_with_prior_validation():
-    with pytest.raises(ValueError, match="epsilon"):
-        RandomizedResponseWithPrior(epsilon=0.0)
-    with pytest.raises(ValueError, match="n_categories must be >= 2, got 1"):
-        RandomizedResponseWithPrior(epsilon=1.0, n_categories=1)
-    mech = RandomizedResponseWithPrior(epsilon=1.0, n_categories=3)
-    with pytest.raises(ValueError, match="values must be in"):
-        mech.randomise([0, 3], 0)
-    with pytest.raises(ValueError, match="prior"):
-        mech.randomise([0, 1], 0, prior=[0.5, 0.6, 0.1])
-
-
-def test_uniform_prior_is_k_ary_randomized_response():
-    mech = RandomizedResponseWithPrior(epsilon=1.2, n_categories=4)
-    krr = KaryRandomizedResponse(epsilon=1.2, n_categories=4)
-    np.testing.assert_allclose(mech.transition_matrix()[0], krr.transition_matrix())
-
-
-@pytest.mark.parametrize("epsilon", [0.5, 1.0, 3.0])
-def test_rr_with_prior_is_epsilon_dp_for_a_fixed_prior(epsilon):
-    mech = RandomizedResponseWithPrior(epsilon=epsilon, n_categories=5)
-    priors = np.random.default_rng(9).dirichlet(np.ones(5) * 0.7, size=40)
-    t = mech.transition_matrix(priors)
-    np.testing.assert_allclose(t.sum(axis=2), 1.0)
-    # Outputs in the support have positive probability under every input; the others
-    # have probability 0 under every input.
-    top, bottom = t.max(axis=1), t.min(axis=1)
-    used = top > 0
-    assert np.all(bottom[used] > 0)
-    assert np.all(top[used] / bottom[used] <= math.exp(epsilon) * (1 + 1e-12))
-    assert np.isclose((top[used] / bottom[used]).max(), math.exp(epsilon))
-
-
-def test_rr_with_prior_samples_its_transition_matrix():
-    mech = RandomizedResponseWithPrior(epsilon=1.0, n_categories=4)
-    prior = np.array([0.1, 0.5, 0.3, 0.1])
-    n = 100_000
-    for y in range(4):
-        out = mech.randomise(np.full(n, y), np.random.default_rng(10 + y), prior=prior)
-        freq = np.bincount(out, minlength=4) / n
-        expected = mech.transition_matrix(prior)[0, y]
-        se = np.sqrt(expected * (1 - expected) / n) + 1e-12
-        assert np.all(np.abs(freq - expected) <= Z * se)
-
-
-def test_rr_with_prior_passes_the_privacy_audit_tightly():
-    mech = RandomizedResponseWithPrior(epsilon=1.0, n_categories=4)
-    prior = np.array([0.1, 0.5, 0.3, 0.1])  # support {1, 2}
-
-    def release(values, rng):
-        return mech.randomise(np.asarray(values).astype(int), rng, prior=prior)
-
-    audit = estimate_epsilon(
-        release, 1, 2, n=N_AUDIT, bins=[0.5, 1.5, 2.5, 3.5], rng=26
-    )
-    assert not audit.violates(1.0)
-    assert audit.brackets(1.0)

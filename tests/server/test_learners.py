@@ -10,7 +10,6 @@ from sklearn.linear_model import LogisticRegression
 
 from ldpfda.datasets.synthetic import VectorDesign
 from ldpfda.privacy.joint import (
-    RandomizedResponseWithPrior,
     SignedFeatureMechanism,
     signed_features,
 )
@@ -18,7 +17,6 @@ from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.privacy.vector_mechanisms import HybridMechanism
 from ldpfda.server.learners import (
-    ClusterPrior,
     MomentLinearClassifier,
     NoisyLabelLogisticRegression,
     as_weak_learner,
@@ -307,20 +305,3 @@ def test_fit_weak_models_with_a_callable_and_validation(vector_data):
 # ------------------------------------------------------------------------------------
 # Priors from clusters of public features, used with RR-with-prior
 # ------------------------------------------------------------------------------------
-
-
-def test_cluster_prior_with_rr_with_prior(vector_data):
-    x, y = vector_data
-    pilot = MomentLinearClassifier().fit(x, y)
-    public = VectorDesign().sample(600, np.random.default_rng(8))[0]
-    prior = ClusterPrior(n_clusters=6, random_state=0).fit(public, pilot.predict_proba)
-    again = ClusterPrior(n_clusters=6, random_state=0).fit(public, pilot.predict_proba)
-    np.testing.assert_array_equal(prior.centers_, again.centers_)
-    rows = prior.prior(public[:100])
-    assert rows.shape == (100, 2) and np.allclose(rows.sum(axis=1), 1.0)
-    np.testing.assert_array_equal(prior.assign(prior.centers_), np.arange(6))
-    mech = RandomizedResponseWithPrior(epsilon=1.0)
-    released = mech.randomise(y[:100], np.random.default_rng(9), prior=rows)
-    assert set(np.unique(released)) <= {0, 1}
-    with pytest.raises(ValueError, match="n_clusters"):
-        ClusterPrior(n_clusters=0).fit(public, pilot.predict_proba)
