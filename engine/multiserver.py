@@ -1,21 +1,13 @@
-"""Multi-server sessions run from this machine: in process, or on Flower's simulation.
+"""Multi-server sessions in process: both phases, every server's clients here.
 
-:func:`run_multiserver_repeat` runs both phases of :mod:`ldpfda.server.multiserver`
-with every server's clients in this process, then the combine step;
-:func:`run_simulation` runs the same session as one Flower run per server and phase,
-each server its own local SuperLink (its own ``FLWR_HOME`` and ports) with its own
-virtual SuperNodes, started by ``flwr run <checkout> --federation-config
-"num-supernodes=N"``; every SuperLink is stopped by PID at the end. It needs a source
-checkout (the app directory is the repository root) and the helpers of ``deploy/``.
+:func:`run_multiserver_repeat` runs the phase plans of :mod:`ldpfda.server.multiserver`
+with every server's clients in this process, then the combine step. The same session
+on Flower's simulation runtime is ``deploy/simulation.py``.
 """
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,18 +33,11 @@ from ldpfda.server.multiserver import (
     training_rng,
     worst_case_variance,
 )
-from ldpfda.server.multiserver_flower import (
-    PHASES,
-    phase_run_config,
-    server_settings,
-    write_session_report,
-)
 from ldpfda.server.session import Session
 
 __all__ = [
     "MultiServerResult",
     "run_multiserver_repeat",
-    "run_simulation",
     "summarize",
 ]
 
@@ -203,106 +188,3 @@ def summarize(
             se = values.std(ddof=1) / math.sqrt(values.size) if values.size > 1 else 0.0
             out[server][method] = {"mean": float(values.mean()), "se": float(se)}
     return out
-
-
-def _deploy_helpers() -> tuple[Any, Any]:
-    """The ``loopback`` and ``local_superlink`` modules of the checkout's deploy/."""
-    if not (ROOT / "pyproject.toml").exists():
-        raise RuntimeError("a Flower session needs a source checkout of ldpfda")
-    deploy = str(ROOT / "deploy")
-    if deploy not in sys.path:
-        sys.path.insert(0, deploy)
-    import local_superlink
-    import loopback
-
-    return loopback, local_superlink
-
-
-def run_simulation(
-    specs: Sequence[ServerSpec],
-    base: Settings,
-    workdir: str | Path,
-    *,
-    session: str | None = None,
-    repeat: int = 0,
-    heterogeneity: float = 0.05,
-    timeout: float = 900.0,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run a whole session on Flower's simulation runtime and write its report.
-
-    Server s runs ``flwr run`` against its own local SuperLink with
-    ``n_train + n_eval`` virtual SuperNodes, once per phase; then the combine step.
-    The report (:func:`combine_session`, plus every phase report's path and the wall
-    time) is written to ``<workdir>/report.json`` and returned. ``extra`` adds
-    run-config keys to every run (e.g. ``flower.reply-timeout``).
-    """
-    loopback, local_superlink = _deploy_helpers()
-    configs = server_settings(specs, base)
-    workdir = Path(workdir).resolve()
-    session = session or f"session-{int(time.time())}"
-    artifacts = workdir / "artifacts"
-    ports = [
-        (loopback.free_port(), loopback.free_port()) for _ in configs
-    ]  # (SuperLink HTTP API, Control API) of each server's local SuperLink
-    phase_reports: dict[str, dict[str, str]] = {}
-    started = time.perf_counter()
-    try:
-        for phase in PHASES:
-            for cfg, (http, control) in zip(configs, ports, strict=True):
-                name = f"server{cfg.server_id}"
-                home = workdir / name / "flwr-home"
-                report_dir = workdir / name / phase
-                env = loopback.flower_env(home) | {
-                    "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http),
-                    "FLWR_LOCAL_CONTROL_API_PORT": str(control),
-                }
-                config = phase_run_config(
-                    cfg,
-                    phase=phase,
-                    session=session,
-                    artifact_dir=artifacts,
-                    report_dir=report_dir,
-                    repeat=repeat,
-                    extra=extra,
-                )
-                report_dir.mkdir(parents=True, exist_ok=True)
-                done = subprocess.run(
-                    [
-                        loopback._executable("flwr"),
-                        "run",
-                        str(ROOT),
-                        "--federation-config",
-                        f"num-supernodes={cfg.n_train + cfg.n_eval}",
-                        "--run-config",
-                        loopback.run_config_arg(config),
-                    ],
-                    env=env,
-                    cwd=workdir,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                )
-                if done.returncode != 0:
-                    raise RuntimeError(
-                        f"flwr run ({name}, {phase}) failed:\n{done.stdout}\n"
-                        f"{done.stderr}"
-                    )
-                loopback.wait_for_report(report_dir, timeout)
-                phase_reports.setdefault(name, {})[phase] = str(
-                    next(report_dir.glob("run-*/report.json"))
-                )
-    finally:
-        for http, _ in ports:
-            for pid in local_superlink.find_local_superlinks(http):
-                local_superlink.stop_pid(pid)
-    return write_session_report(
-        workdir,
-        artifacts,
-        configs,
-        session=session,
-        repeat=repeat,
-        heterogeneity=heterogeneity,
-        started=started,
-        phase_reports=phase_reports,
-    )

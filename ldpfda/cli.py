@@ -413,13 +413,23 @@ def _run_multiserver(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deploy_module(name: str) -> Any:
+    """A module of the checkout's ``deploy/`` folder (the commands above the library)."""
+    import importlib
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    if not (deploy / f"{name}.py").exists():
+        raise RuntimeError(f"this command needs a source checkout of ldpfda ({deploy})")
+    if str(deploy) not in sys.path:
+        sys.path.insert(0, str(deploy))
+    return importlib.import_module(name)
+
+
 def _run_multiserver_flower(
     args: argparse.Namespace, specs: list[Any], base: Settings
 ) -> int:
-    from ldpfda.engine.multiserver import run_simulation
-
     try:
-        report = run_simulation(
+        report = _deploy_module("simulation").run_simulation(
             specs,
             base,
             args.workdir,

@@ -1,0 +1,123 @@
+"""A multi-server session on Flower's simulation runtime, driven from a checkout.
+
+:func:`run_simulation` runs the session of :mod:`ldpfda.engine.multiserver` as one
+Flower run per server and phase, each server its own local SuperLink (its own
+``FLWR_HOME`` and ports) with its own virtual SuperNodes, started by ``flwr run
+<checkout> --federation-config "num-supernodes=N"``; every SuperLink is stopped by PID
+at the end, then the combine step writes the session's report. ``ldpfda multiserver
+--flower`` calls it; ``multiserver_loopback.py`` runs the same session with real
+processes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import local_superlink
+import loopback
+
+from ldpfda.config import Settings
+from ldpfda.server.multiserver import ServerSpec
+from ldpfda.server.multiserver_flower import (
+    PHASES,
+    phase_run_config,
+    server_settings,
+    write_session_report,
+)
+
+__all__ = ["run_simulation"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_simulation(
+    specs: Sequence[ServerSpec],
+    base: Settings,
+    workdir: str | Path,
+    *,
+    session: str | None = None,
+    repeat: int = 0,
+    heterogeneity: float = 0.05,
+    timeout: float = 900.0,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run a whole session on Flower's simulation runtime and write its report.
+
+    Server s runs ``flwr run`` against its own local SuperLink with
+    ``n_train + n_eval`` virtual SuperNodes, once per phase; then the combine step.
+    The report (:func:`combine_session`, plus every phase report's path and the wall
+    time) is written to ``<workdir>/report.json`` and returned. ``extra`` adds
+    run-config keys to every run (e.g. ``flower.reply-timeout``).
+    """
+    configs = server_settings(specs, base)
+    workdir = Path(workdir).resolve()
+    session = session or f"session-{int(time.time())}"
+    artifacts = workdir / "artifacts"
+    ports = [
+        (loopback.free_port(), loopback.free_port()) for _ in configs
+    ]  # (SuperLink HTTP API, Control API) of each server's local SuperLink
+    phase_reports: dict[str, dict[str, str]] = {}
+    started = time.perf_counter()
+    try:
+        for phase in PHASES:
+            for cfg, (http, control) in zip(configs, ports, strict=True):
+                name = f"server{cfg.server_id}"
+                home = workdir / name / "flwr-home"
+                report_dir = workdir / name / phase
+                env = loopback.flower_env(home) | {
+                    "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http),
+                    "FLWR_LOCAL_CONTROL_API_PORT": str(control),
+                }
+                config = phase_run_config(
+                    cfg,
+                    phase=phase,
+                    session=session,
+                    artifact_dir=artifacts,
+                    report_dir=report_dir,
+                    repeat=repeat,
+                    extra=extra,
+                )
+                report_dir.mkdir(parents=True, exist_ok=True)
+                done = subprocess.run(
+                    [
+                        loopback._executable("flwr"),
+                        "run",
+                        str(ROOT),
+                        "--federation-config",
+                        f"num-supernodes={cfg.n_train + cfg.n_eval}",
+                        "--run-config",
+                        loopback.run_config_arg(config),
+                    ],
+                    env=env,
+                    cwd=workdir,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(
+                        f"flwr run ({name}, {phase}) failed:\n{done.stdout}\n"
+                        f"{done.stderr}"
+                    )
+                loopback.wait_for_report(report_dir, timeout)
+                phase_reports.setdefault(name, {})[phase] = str(
+                    next(report_dir.glob("run-*/report.json"))
+                )
+    finally:
+        for http, _ in ports:
+            for pid in local_superlink.find_local_superlinks(http):
+                local_superlink.stop_pid(pid)
+    return write_session_report(
+        workdir,
+        artifacts,
+        configs,
+        session=session,
+        repeat=repeat,
+        heterogeneity=heterogeneity,
+        started=started,
+        phase_reports=phase_reports,
+    )
