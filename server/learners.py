@@ -242,7 +242,6 @@ class MomentLinearClassifier(_LinearClassifier):
                     "y must be None when joint=True (X carries the labels)"
                 )
             rows = x
-            released = x
             moments = (
                 None if self.gram is not None else _moments(self.mechanism, x.shape[1])
             )
@@ -257,7 +256,6 @@ class MomentLinearClassifier(_LinearClassifier):
                 raise ValueError(f"y has {labels.size} entries for {x.shape[0]} rows")
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
-            released = x
             moments = (
                 None if self.gram is not None else _moments(self.mechanism, x.shape[1])
             )
@@ -266,6 +264,24 @@ class MomentLinearClassifier(_LinearClassifier):
         n = rows.shape[0]
         cross = rows.mean(axis=0)
         noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
+        gram, identified = self._estimate_gram(x, moments, d)
+        theta, shrinkage = self._solve(gram, cross, noise, alpha)
+        start = int(self.fit_intercept)
+        self.coef_ = theta[start:]
+        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self.cross_moment_ = cross
+        self.gram_ = gram
+        self.noise_variance_ = noise
+        self.shrinkage_ = float(shrinkage)
+        self.identified_ = identified
+        self.n_features_in_ = p
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def _estimate_gram(
+        self, x: NDArray[np.float64], moments: Any, d: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """:math:`E[(1, x)(1, x)^\\top]`: the public one, or estimated from releases."""
         if self.gram is not None:
             gram = check_finite_array(self.gram, "gram", ndim=2)
             if gram.shape != (d, d):
@@ -273,7 +289,7 @@ class MomentLinearClassifier(_LinearClassifier):
             identified = np.ones((d, d), dtype=bool)
         else:
             assert moments is not None
-            est, mask = moments.second_moment(released)
+            est, mask = moments.second_moment(x)
             if self.joint:
                 gram, identified = est, mask
                 if self.fit_intercept:
@@ -293,6 +309,18 @@ class MomentLinearClassifier(_LinearClassifier):
             gram = np.clip(gram, -1.0, 1.0)
             np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
         gram = nearest_psd(gram)
+        return gram, identified
+
+    def _solve(
+        self,
+        gram: NDArray[np.float64],
+        cross: NDArray[np.float64],
+        noise: float,
+        alpha: float,
+    ) -> tuple[NDArray[np.float64], float]:
+        """The regularised least-squares coefficients and the shrinkage used."""
+        d = gram.shape[0]
+        p = d - int(self.fit_intercept)
         start = int(self.fit_intercept)
         if self.regularization == "ridge":
             penalty = np.ones(d)
@@ -312,16 +340,7 @@ class MomentLinearClassifier(_LinearClassifier):
             theta = np.linalg.lstsq(
                 g2 + shrinkage * np.eye(d), gram @ cross, rcond=None
             )[0]
-        self.coef_ = theta[start:]
-        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
-        self.cross_moment_ = cross
-        self.gram_ = gram
-        self.noise_variance_ = noise
-        self.shrinkage_ = float(shrinkage)
-        self.identified_ = identified
-        self.n_features_in_ = p
-        self.classes_ = np.array([0, 1])
-        return self
+        return theta, float(shrinkage)
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         r"""The least-squares estimate :math:`(1 + \hat\theta^\top w)/2` in [0, 1]."""

@@ -103,6 +103,54 @@ def _models_report(model: LinearModels) -> dict[str, Any]:
     return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
 
 
+def _estimate_matrix(
+    found: Any,
+    configs: Sequence[Settings],
+    bounds: Mapping[int, int],
+    rejected: dict[str, str],
+) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
+    """Row r: server r's estimates of every model (NaN, variance inf, where none).
+
+    An estimate is used only if it is of the very models artifact read (same digest
+    and size); otherwise it is added to ``rejected`` with the reason. Returns the
+    estimates, their variances, and per evaluating server whose models it estimated.
+    """
+    n_models = sum(len(a.models) for a in found.models.values())
+    estimates = np.full((len(configs), n_models), np.nan)
+    variances = np.full_like(estimates, np.inf)
+    used: dict[str, list[int]] = {}
+    for row, cfg in enumerate(configs):
+        name = f"server{cfg.server_id}"
+        used[name] = []
+        artifact = found.estimates.get(cfg.server_id)
+        if artifact is None:
+            continue
+        for owner, entry in sorted(artifact.estimates.items()):
+            where = f"{artifact.path}#server{owner}"
+            if owner not in found.models:
+                rejected[where] = (
+                    f"{artifact.path}: estimates of server {owner}, which has no "
+                    "usable models artifact"
+                )
+            elif entry.models != found.models[owner].digest:
+                rejected[where] = (
+                    f"{artifact.path}: estimates of server {owner} are of models "
+                    f"{entry.models}, but {found.models[owner].path} is "
+                    f"{found.models[owner].digest}"
+                )
+            elif entry.errors.size != len(found.models[owner].models):
+                rejected[where] = (
+                    f"{artifact.path}: {entry.errors.size} estimates of server "
+                    f"{owner}'s {len(found.models[owner].models)} models"
+                )
+            else:
+                cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
+                estimates[row, cols] = entry.errors
+                variances[row, cols] = worst_case_variance(entry.counts, entry.epsilon)
+                used[name].append(owner)
+    return estimates, variances, used
+
+
 def combine_session(
     artifact_dir: str | Path,
     configs: Sequence[Settings],
@@ -151,38 +199,7 @@ def combine_session(
         np.vstack([found.models[r].models.coef for r in owners]),
         np.concatenate([found.models[r].models.intercept for r in owners]),
     )
-    estimates = np.full((len(configs), len(weak)), np.nan)
-    variances = np.full_like(estimates, np.inf)
-    used: dict[str, list[int]] = {}
-    for row, cfg in enumerate(configs):
-        name = f"server{cfg.server_id}"
-        used[name] = []
-        artifact = found.estimates.get(cfg.server_id)
-        if artifact is None:
-            continue
-        for owner, entry in sorted(artifact.estimates.items()):
-            where = f"{artifact.path}#server{owner}"
-            if owner not in found.models:
-                rejected[where] = (
-                    f"{artifact.path}: estimates of server {owner}, which has no "
-                    "usable models artifact"
-                )
-            elif entry.models != found.models[owner].digest:
-                rejected[where] = (
-                    f"{artifact.path}: estimates of server {owner} are of models "
-                    f"{entry.models}, but {found.models[owner].path} is "
-                    f"{found.models[owner].digest}"
-                )
-            elif entry.errors.size != len(found.models[owner].models):
-                rejected[where] = (
-                    f"{artifact.path}: {entry.errors.size} estimates of server "
-                    f"{owner}'s {len(found.models[owner].models)} models"
-                )
-            else:
-                cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
-                estimates[row, cols] = entry.errors
-                variances[row, cols] = worst_case_variance(entry.counts, entry.epsilon)
-                used[name].append(owner)
+    estimates, variances, used = _estimate_matrix(found, configs, bounds, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
     models = final_models(
         weak,
