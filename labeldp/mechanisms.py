@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sklearn.cluster import KMeans
 
 from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
 from ldpfda.labeldp.accounting import (
@@ -86,6 +85,8 @@ def assign_clusters(
         raise ValueError(
             f"n_clusters must be <= the number of examples {x.shape[0]}, got {k}"
         )
+    from sklearn.cluster import KMeans  # imported only when clustering
+
     model = KMeans(n_clusters=k, random_state=_seed_from(as_generator(rng)))
     return model.fit_predict(x).astype(np.int64)
 
