@@ -18,10 +18,10 @@ keeps its label with probability :math:`1-\lambda_i` and otherwise draws one fro
           \qquad \lambda_i = \frac{1}{1 + q_{i,\min}(e^\varepsilon - 1)},
 
 the largest :math:`\lambda_i` that the client's own epsilon allows
-(:func:`~ldpfda.labeldp.accounting.resampling_probability`): the ratio of the output
+(:func:`~ldpfda.privacy.label_accounting.resampling_probability`): the ratio of the output
 probabilities under two labels is at most
 :math:`1 + (1-\lambda_i)/(\lambda_i q_{i,\min}) = e^\varepsilon`
-(:func:`~ldpfda.labeldp.accounting.resampling_epsilon`). The client computes
+(:func:`~ldpfda.privacy.label_accounting.resampling_epsilon`). The client computes
 :math:`\lambda_i` itself from its budget and the prior it received, so no prior a
 server sends can make it spend more than :math:`\varepsilon`; a prior with a zero entry
 is refused. With the uniform prior this is K-ary randomized response
@@ -32,7 +32,7 @@ randomizes its bit by randomized response at :math:`\varepsilon_0` and hands it 
 relay; later it receives the noisy bits of its cluster, draws one uniformly (with
 replacement, possibly its own) and reports it. The reported bits are
 :math:`(\varepsilon, \delta = 1/s^2)`-label-DP toward the analyst
-(:func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`), while the relay sees
+(:func:`~ldpfda.privacy.peer_to_peer.p2p_guarantee`), while the relay sees
 :math:`\varepsilon_0`-LDP bits. Forwarding is post-processing: it costs nothing.
 
 References
@@ -49,8 +49,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
 from ldpfda.exceptions import BudgetExceededError
-from ldpfda.labeldp.mechanisms import check_labels
 from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.labels import check_labels
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams, RandomLike
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
@@ -218,7 +218,7 @@ def pick_peers(u: ArrayLike, counts: ArrayLike) -> NDArray[np.int64]:
 
     ``u`` are uniforms in [0, 1), ``counts`` the size :math:`n_i \ge 1` of each
     client's block of peers (the draw of
-    :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`).
+    :func:`~ldpfda.privacy.peer_to_peer.peer_to_peer_rr`).
     """
     n = np.asarray(counts, dtype=np.int64)
     return np.minimum((np.asarray(u, dtype=float) * n).astype(np.int64), n - 1)

@@ -7,14 +7,25 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda.fda.basis import BSplineProjector
+from ldpfda.fda.bspline import BSplineProjection
 from ldpfda.fda.scaling import CoefficientScaler
 
-__all__ = ["CurveFeaturizer", "Featurizer", "VectorFeaturizer"]
+__all__ = ["CurveFeaturizer", "Featurizer", "Projector", "VectorFeaturizer"]
 
 
 class Featurizer(Protocol):
     """Maps raw client data (curves or vectors) to features in [-1, 1]^p."""
+
+    @property
+    def n_features_out(self) -> int: ...
+
+    def transform(self, X: Any) -> NDArray[np.float64]: ...
+
+
+class Projector(Protocol):
+    """Maps sampled curves to basis coefficients: a fitted
+    :class:`~ldpfda.fda.bspline.BSplineProjection` or
+    :class:`~ldpfda.fda.BSplineProjector`."""
 
     @property
     def n_features_out(self) -> int: ...
@@ -27,13 +38,13 @@ class CurveFeaturizer:
 
     Parameters
     ----------
-    projector : BSplineProjector
+    projector : BSplineProjection or BSplineProjector
         Already fitted to the (public) sampling grid.
     scaler : CoefficientScaler
         Bounds fixed before the private data is seen.
     """
 
-    def __init__(self, projector: BSplineProjector, scaler: CoefficientScaler) -> None:
+    def __init__(self, projector: Projector, scaler: CoefficientScaler) -> None:
         self.projector = projector
         self.scaler = scaler
 
@@ -56,9 +67,13 @@ class CurveFeaturizer:
         margin: float = 0.0,
     ) -> CurveFeaturizer:
         """Fit the projection to the grid and the bounds to public calibration
-        curves."""
-        projector = BSplineProjector(n_basis=n_basis, order=order).fit(
-            public_curves, grid_points
+        curves.
+
+        The projection is a :class:`~ldpfda.fda.bspline.BSplineProjection` (numpy and
+        scipy only).
+        """
+        projector = BSplineProjection.fit(
+            public_curves, grid_points, n_basis=n_basis, order=order
         )
         coefficients = projector.transform(public_curves, grid_points)
         scaler = CoefficientScaler.from_public(

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from sklearn.cluster import KMeans
 
 from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
 from ldpfda.labeldp.accounting import (
@@ -37,6 +36,7 @@ from ldpfda.labeldp.transition import (
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
+from ldpfda.privacy.labels import check_labels
 from ldpfda.privacy.random import as_generator
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 
@@ -55,26 +55,6 @@ __all__ = [
 
 Truncation = Literal["clip", "zero"]
 Rng = np.random.Generator | int | None
-
-
-def check_labels(labels: ArrayLike, n_classes: int, name: str = "labels") -> NDArray:
-    """Return ``labels`` as int64 values in ``{0, ..., n_classes - 1}``."""
-    y = np.asarray(labels)
-    if y.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {y.shape}")
-    if y.dtype.kind not in "iu":
-        if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
-            y = y.astype(np.int64)
-        else:
-            raise TypeError(
-                f"{name} must be integer class indices, got dtype {y.dtype}"
-            )
-    bad = (y < 0) | (y >= n_classes)
-    if np.any(bad):
-        raise ValueError(
-            f"{name} must be in {{0, ..., {n_classes - 1}}}, got {y[bad][0]!r}"
-        )
-    return y.astype(np.int64)
 
 
 def _seed_from(gen: np.random.Generator) -> int:
@@ -105,6 +85,8 @@ def assign_clusters(
         raise ValueError(
             f"n_clusters must be <= the number of examples {x.shape[0]}, got {k}"
         )
+    from sklearn.cluster import KMeans  # imported only when clustering
+
     model = KMeans(n_clusters=k, random_state=_seed_from(as_generator(rng)))
     return model.fit_predict(x).astype(np.int64)
 

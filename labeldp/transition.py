@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array, check_real
+from ldpfda.privacy.labels import check_distributions
 
 __all__ = [
     "check_distributions",
@@ -48,27 +49,6 @@ __all__ = [
     "inverse_transition_matrices",
     "transition_matrices",
 ]
-
-#: Tolerance on a distribution's row sum.
-_SUM_TOL = 1e-8
-
-
-def check_distributions(
-    distributions: ArrayLike, name: str = "distributions"
-) -> NDArray:
-    """Return ``distributions`` as a (C, K) float array of probability rows."""
-    q = check_finite_array(distributions, name, ndim=2)
-    if q.shape[1] < 2:
-        raise ValueError(
-            f"{name} must have at least 2 columns (classes), got {q.shape}"
-        )
-    if np.any(q < 0):
-        raise ValueError(f"{name} must be non-negative, got minimum {q.min()!r}")
-    sums = q.sum(axis=1)
-    if np.any(np.abs(sums - 1.0) > _SUM_TOL):
-        bad = int(np.argmax(np.abs(sums - 1.0)))
-        raise ValueError(f"{name} rows must sum to 1, got {sums[bad]!r} in row {bad}")
-    return q
 
 
 def _check_beta(beta: float, *, inverse: bool) -> float:

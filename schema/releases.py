@@ -16,13 +16,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_epsilon
-from ldpfda.labeldp.accounting import resampling_probability
-from ldpfda.labeldp.peer_to_peer import p2p_guarantee
-from ldpfda.labeldp.transition import check_distributions
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
 from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.label_accounting import resampling_probability
+from ldpfda.privacy.labels import check_distributions
 from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, FeedbackBit
 
 __all__ = [
@@ -136,7 +136,7 @@ def check_priors(priors: ArrayLike, n: int) -> NDArray[np.float64]:
 def prior_probabilities(priors: ArrayLike, *, epsilon: float) -> NDArray[np.float64]:
     r""":math:`\lambda_i = 1/(1 + q_{i,\min}(e^\varepsilon - 1))` of every prior row.
 
-    :func:`~ldpfda.labeldp.accounting.resampling_probability` per distinct
+    :func:`~ldpfda.privacy.label_accounting.resampling_probability` per distinct
     :math:`q_{i,\min}`; ``priors`` is ``(n, K)`` with positive rows.
     """
     q = np.atleast_2d(np.asarray(priors, dtype=float))
@@ -195,10 +195,10 @@ def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
 def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
     r"""What one peer-to-peer release costs: the exact :math:`(\varepsilon, \delta)`.
 
-    ``epsilon`` of the event is :func:`~ldpfda.labeldp.peer_to_peer.p2p_guarantee`
+    ``epsilon`` of the event is :func:`~ldpfda.privacy.peer_to_peer.p2p_guarantee`
     toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`), with
     ``local_epsilon`` :math:`\varepsilon_0` (what the relay sees) and ``delta`` as
-    parameters: the event of :func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`.
+    parameters: the event of :func:`~ldpfda.privacy.peer_to_peer.peer_to_peer_rr`.
     """
     eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
     sizes = np.asarray(cluster_sizes)

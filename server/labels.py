@@ -81,8 +81,8 @@ from ldpfda.labeldp.mechanisms import (
     cluster_distributions,
     cluster_label_counts,
 )
-from ldpfda.labeldp.peer_to_peer import p2p_guarantee
 from ldpfda.labeldp.selection import DEFAULT_FLOORS, Choice, choose_resampling
+from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.schema.payloads import LabelPayload, LinearModels
 from ldpfda.schema.releases import uniform_priors

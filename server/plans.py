@@ -35,8 +35,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.config import Settings
-from ldpfda.labeldp.peer_to_peer import p2p_guarantee, p2p_local_epsilon
 from ldpfda.privacy.budget import split_budget
+from ldpfda.privacy.peer_to_peer import p2p_guarantee, p2p_local_epsilon
 from ldpfda.schema import catalog
 from ldpfda.schema.payloads import JointPayload, LabelPayload, TrainingPayload
 from ldpfda.schema.queries import Request

@@ -1,0 +1,215 @@
+r"""B-spline basis and least-squares projection with numpy and scipy only.
+
+This is the core that a client runs: :class:`BSplineProjection` maps sampled curves to
+their B-spline coefficients by one precomputed :math:`p\times T` matrix. It needs
+neither scikit-learn nor scikit-fda, so a small device can compute its features with
+numpy and scipy alone; :class:`~ldpfda.fda.BSplineProjector` wraps it as a
+scikit-learn transformer for the library edge.
+
+The basis is scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``, reproduced
+bit for bit: ``n_basis - order + 2`` equispaced knots on the domain, the two boundary
+knots repeated ``order`` times in all (:func:`bspline_knots`), evaluated by scipy's
+de Boor recursion (:func:`bspline_design`), which is what scikit-fda itself calls.
+
+References
+----------
+C. de Boor, *A Practical Guide to Splines*, revised ed., Springer 2001, ch. IX.
+J. O. Ramsay, B. W. Silverman, *Functional Data Analysis*, 2nd ed., Springer 2005,
+ch. 3-5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.interpolate import BSpline
+
+from ldpfda._validation import check_finite_array, check_int
+
+__all__ = [
+    "BSplineProjection",
+    "as_curves",
+    "bspline_design",
+    "bspline_knots",
+]
+
+
+def _check_grid(grid_points: ArrayLike) -> NDArray[np.float64]:
+    """Return ``grid_points`` as a finite, strictly increasing float array of >= 2."""
+    grid = check_finite_array(grid_points, "grid_points", ndim=1)
+    if grid.size < 2:
+        raise ValueError(f"grid_points must have at least 2 points, got {grid.size}")
+    if not np.all(np.diff(grid) > 0):
+        raise ValueError("grid_points must be strictly increasing")
+    return grid
+
+
+def _check_basis_size(n_basis: Any, order: Any) -> tuple[int, int]:
+    """Return ``(n_basis, order)`` as ints with ``1 <= order <= n_basis``."""
+    order = check_int(order, "order", minimum=1)
+    n_basis = check_int(n_basis, "n_basis", minimum=1)
+    if n_basis < order:
+        raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
+    return n_basis, order
+
+
+def as_curves(
+    X: Any, grid_points: ArrayLike | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Return ``(values, grid)`` from an ``FDataGrid`` or a 2-D array plus grid points.
+
+    Values are ``(n_curves, n_points)``; NaN/inf samples, a grid of the wrong length
+    and a non-increasing grid are refused with a ``ValueError`` naming the problem.
+    An ``FDataGrid`` is recognised by its attributes, so scikit-fda is never imported.
+    """
+    if hasattr(X, "data_matrix") and hasattr(X, "grid_points"):  # skfda.FDataGrid
+        if X.dim_domain != 1 or X.dim_codomain != 1:
+            raise ValueError(
+                f"curves must be univariate functions of one variable, got "
+                f"dim_domain={X.dim_domain}, dim_codomain={X.dim_codomain}"
+            )
+        if grid_points is not None:
+            raise ValueError("grid_points must not be given with an FDataGrid")
+        values = check_finite_array(X.data_matrix[..., 0], "curves", ndim=2)
+        return values, _check_grid(X.grid_points[0])
+    if grid_points is None:
+        raise ValueError("grid_points are required when curves are a plain array")
+    values = check_finite_array(X, "curves", ndim=2)
+    grid = _check_grid(grid_points)
+    if values.shape[1] != grid.size:
+        raise ValueError(
+            f"curves have {values.shape[1]} samples per curve but grid_points has "
+            f"{grid.size} points"
+        )
+    return values, grid
+
+
+def bspline_knots(
+    domain_range: tuple[float, float], n_basis: int, order: int
+) -> NDArray[np.float64]:
+    """Knot vector of scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``.
+
+    ``n_basis - order + 2`` equispaced knots from ``np.linspace`` on the domain, with
+    the first and last repeated ``order - 1`` more times: ``n_basis + order`` knots.
+    """
+    inner = np.linspace(
+        float(domain_range[0]), float(domain_range[1]), n_basis - order + 2
+    )
+    return np.concatenate(
+        [np.repeat(inner[0], order - 1), inner, np.repeat(inner[-1], order - 1)]
+    )
+
+
+def bspline_design(
+    grid_points: ArrayLike, knots: ArrayLike, order: int
+) -> NDArray[np.float64]:
+    r"""Dense basis matrix :math:`\Phi_{ik} = B_k(t_i)`, shape ``(T, n_basis)``.
+
+    Every grid point must lie within the boundary knots.
+    """
+    grid = np.asarray(grid_points, dtype=float)
+    return BSpline.design_matrix(
+        grid, np.asarray(knots, dtype=float), order - 1
+    ).toarray()
+
+
+@dataclass(frozen=True, eq=False)
+class BSplineProjection:
+    r"""Least-squares coefficients of curves sampled on one grid, as a linear map.
+
+    For the grid :math:`t_1<\dots<t_T` and the basis matrix :math:`\Phi_{ik} =
+    B_k(t_i)`, the coefficients of a curve sampled as :math:`x` are :math:`c =
+    (\Phi^\top\Phi)^{-1}\Phi^\top x = P x`. :meth:`fit` computes the :math:`p\times T`
+    map :math:`P` once; :meth:`transform` applies it to all curves at once.
+
+    Build it with :meth:`fit`; the fields are read-only results.
+    """
+
+    n_basis: int
+    order: int
+    domain_range: tuple[float, float]
+    grid_points: NDArray[np.float64] = field(repr=False)
+    #: :math:`\Phi`, shape (T, p).
+    design: NDArray[np.float64] = field(repr=False)
+    #: :math:`P`, shape (p, T).
+    projection: NDArray[np.float64] = field(repr=False)
+
+    @classmethod
+    def fit(
+        cls,
+        X: Any = None,
+        grid_points: ArrayLike | None = None,
+        *,
+        n_basis: int = 10,
+        order: int = 4,
+        domain_range: tuple[float, float] | None = None,
+    ) -> BSplineProjection:
+        """The projection for the grid of curves ``X`` (or for ``grid_points``).
+
+        ``domain_range`` is the basis domain (the grid's range if None); it must
+        contain the grid.
+        """
+        n_basis, order = _check_basis_size(n_basis, order)
+        if X is not None:
+            _, grid = as_curves(X, grid_points)
+        elif grid_points is not None:
+            grid = _check_grid(grid_points)
+        else:
+            raise ValueError("fit needs curves or grid_points")
+        if grid.size < n_basis:
+            raise ValueError(
+                f"n_basis must be <= the number of grid points ({grid.size}), "
+                f"got {n_basis}"
+            )
+        domain = (
+            (float(grid[0]), float(grid[-1]))
+            if domain_range is None
+            else (float(domain_range[0]), float(domain_range[1]))
+        )
+        if not (
+            domain[0] <= grid[0] and grid[-1] <= domain[1] and domain[0] < domain[1]
+        ):
+            raise ValueError(f"domain_range {domain} must contain the grid")
+        phi = bspline_design(grid, bspline_knots(domain, n_basis, order), order)
+        projection, *_ = np.linalg.lstsq(phi, np.eye(grid.size), rcond=None)
+        return cls(n_basis, order, domain, grid, phi, projection)
+
+    @property
+    def n_features_out(self) -> int:
+        return self.n_basis
+
+    @property
+    def knots(self) -> NDArray[np.float64]:
+        """The full knot vector (boundary knots repeated ``order`` times)."""
+        return bspline_knots(self.domain_range, self.n_basis, self.order)
+
+    def transform(
+        self, X: Any, grid_points: ArrayLike | None = None
+    ) -> NDArray[np.float64]:
+        """Coefficients, shape ``(n_curves, n_basis)``, of curves on the fitted grid."""
+        values, grid = as_curves(
+            X,
+            self.grid_points
+            if grid_points is None and not hasattr(X, "data_matrix")
+            else grid_points,
+        )
+        if grid.shape != self.grid_points.shape or not np.allclose(
+            grid, self.grid_points
+        ):
+            raise ValueError(
+                f"curves are sampled on a grid of {grid.size} points that differs "
+                f"from the fitted grid of {self.grid_points.size} points"
+            )
+        return values @ self.projection.T
+
+    def coefficient_bound(self, curve_bound: float) -> NDArray[np.float64]:
+        r"""Largest :math:`|c_k|` over all curves with :math:`|x(t_i)| \le`
+        ``curve_bound``.
+
+        Row ``k`` of the projection bounds it by :math:`\|P_k\|_1 \cdot`
+        ``curve_bound``: a data-independent bound.
+        """
+        return np.abs(self.projection).sum(axis=1) * float(curve_bound)
