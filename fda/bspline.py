@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.interpolate import BSpline
 
 from ldpfda._validation import check_finite_array, check_int
 
@@ -111,6 +110,10 @@ def bspline_design(
     Every grid point must lie within the boundary knots.
     """
     grid = np.asarray(grid_points, dtype=float)
+    # scipy.interpolate takes ~0.3 s to import: a host pays it when it builds its
+    # featurizer, not when its ClientApp starts.
+    from scipy.interpolate import BSpline
+
     return BSpline.design_matrix(
         grid, np.asarray(knots, dtype=float), order - 1
     ).toarray()

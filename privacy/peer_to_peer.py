@@ -62,7 +62,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import binom
 
 from ldpfda._validation import check_binary_labels, check_epsilon, check_int, check_real
 from ldpfda.privacy.base import ReleaseEvent
@@ -96,6 +95,9 @@ def count_distributions(
     p = 1.0 / (1.0 + math.exp(-eps0))
     a = np.arange(s) if others is None else np.asarray(others, dtype=np.int64)
     support = np.arange(s)
+    # scipy.stats takes a quarter of a second to import: only when it is needed.
+    from scipy.stats import binom
+
     ones = binom.pmf(support[None, :], a[:, None], p)
     zeros = binom.pmf(support[None, :], (s - 1 - a)[:, None], 1.0 - p)
     size = 1 << int(math.ceil(math.log2(max(2 * s, 2))))

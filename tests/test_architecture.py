@@ -59,7 +59,7 @@ def _room(module: str) -> str:
 FORBIDDEN = {
     "client": {"server", "engine", "experiments", "labeldp"},
     "server": {"client", "engine", "experiments"},
-    "schema": {"client", "server", "engine", "experiments"},
+    "schema": {"client", "server", "engine", "experiments", "labeldp"},
     "privacy": {"client", "server", "engine", "schema", "experiments", "datasets"},
     "fda": {"client", "server", "engine", "schema", "privacy", "experiments"},
     "datasets": {"client", "server", "engine", "experiments"},
