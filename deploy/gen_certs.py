@@ -175,7 +175,9 @@ def generate(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("outdir", type=Path)
     parser.add_argument(
         "--hosts",

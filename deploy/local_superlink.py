@@ -104,7 +104,9 @@ def _is_zombie(pid: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--list", action="store_true", help="print PIDs, stop nothing")
     args = parser.parse_args(argv)

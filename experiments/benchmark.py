@@ -87,13 +87,22 @@ def run_one(
     rss_start = _peak_rss_mb()
     n_train = max(50, int(round(train_fraction * n_clients)))
     n_eval = n_clients - n_train
-    settings = reference_settings(dataset="functional", epsilon=epsilon, n_basis=10,
-                        num_weak_models=50, subsample_size=50, n_train=n_train,
-                        n_eval=n_eval, n_test=n_test, seed=seed)
+    settings = reference_settings(
+        dataset="functional",
+        epsilon=epsilon,
+        n_basis=10,
+        num_weak_models=50,
+        subsample_size=50,
+        n_train=n_train,
+        n_eval=n_eval,
+        n_test=n_test,
+        seed=seed,
+    )
     design = FunctionalDesign()
     t0 = time.perf_counter()
-    featurizer = make_featurizer(design, settings,
-                                 np.random.default_rng(derive_seed(seed, "public")))
+    featurizer = make_featurizer(
+        design, settings, np.random.default_rng(derive_seed(seed, "public"))
+    )
     setup_s = time.perf_counter() - t0
     train = LazyCurvePopulation(n_train, 0, featurizer, seed, "train", design)
     evaluation = LazyCurvePopulation(n_eval, n_train, featurizer, seed, "eval", design)
@@ -105,9 +114,13 @@ def run_one(
         profiler.enable()
     t0 = time.perf_counter()
     result = run_protocol(
-        train, evaluation, settings, seed=derive_seed(seed, "clients"),
+        train,
+        evaluation,
+        settings,
+        seed=derive_seed(seed, "clients"),
         server_rng=np.random.default_rng(derive_seed(seed, "server")),
-        chunk_size=chunk_size, keep_payload=False,
+        chunk_size=chunk_size,
+        keep_payload=False,
     )
     wall = time.perf_counter() - t0
     if profiler is not None:
@@ -123,12 +136,20 @@ def run_one(
 
     score(result, featurizer.transform(x_test), y_test)
     return {
-        "n_clients": n_clients, "n_train": n_train, "n_eval": n_eval,
-        "epsilon": epsilon, "n_basis": 10, "n_points": design.n_points,
-        "num_weak_models": 50, "chunk_size": chunk_size,
-        "setup_s": setup_s, "protocol_wall_s": wall,
-        "clients_per_s": n_clients / wall, "timings": result.timings,
-        "peak_rss_mb": peak, "rss_after_imports_mb": rss_start,
+        "n_clients": n_clients,
+        "n_train": n_train,
+        "n_eval": n_eval,
+        "epsilon": epsilon,
+        "n_basis": 10,
+        "n_points": design.n_points,
+        "num_weak_models": 50,
+        "chunk_size": chunk_size,
+        "setup_s": setup_s,
+        "protocol_wall_s": wall,
+        "clients_per_s": n_clients / wall,
+        "timings": result.timings,
+        "peak_rss_mb": peak,
+        "rss_after_imports_mb": rss_start,
         "blas_threads": blas_threads,
         "mrma_test_error": result.test_errors["mrma"],
         "naive_test_error": result.test_errors["naive"],
@@ -152,8 +173,13 @@ def run_flower(spec: str, n_clients: int, epsilon: float = 5.0) -> dict[str, Any
 
 def _child(args: list[str]) -> dict[str, Any]:
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-m", "ldpfda.experiments.benchmark", *args],
-                          capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ldpfda.experiments.benchmark", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -161,8 +187,10 @@ def _child(args: list[str]) -> dict[str, Any]:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The README table of the in-process runs."""
-    head = ("| clients | train / eval | privatize s | train s | evaluate s "
-            "| aggregate s | protocol s | clients/s | peak RSS MB | MRMA test error |")
+    head = (
+        "| clients | train / eval | privatize s | train s | evaluate s "
+        "| aggregate s | protocol s | clients/s | peak RSS MB | MRMA test error |"
+    )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
         t = r["timings"]
@@ -178,30 +206,49 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="ldpfda-benchmark",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="ldpfda-benchmark", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--epsilon", type=float, default=5.0)
     parser.add_argument("--chunk-size", type=int, default=100_000)
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="BLAS threads per run (0: library default)")
-    parser.add_argument("--profile", action="store_true",
-                        help="write cProfile statistics of each run to OUT")
-    parser.add_argument("--flower", default=None, metavar="MODULE:FUNC",
-                        help="hook that times a Flower simulation of n clients, e.g. "
-                        "ldpfda.experiments.flower_bench:simulate")
-    parser.add_argument("--flower-sizes", default="100,1000",
-                        help="client counts of the Flower simulations")
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads per run (0: library default)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="write cProfile statistics of each run to OUT",
+    )
+    parser.add_argument(
+        "--flower",
+        default=None,
+        metavar="MODULE:FUNC",
+        help="hook that times a Flower simulation of n clients, e.g. "
+        "ldpfda.experiments.flower_bench:simulate",
+    )
+    parser.add_argument(
+        "--flower-sizes",
+        default="100,1000",
+        help="client counts of the Flower simulations",
+    )
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--flower-one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--profile-file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.one is not None:  # child: one size, JSON on the last line of stdout
-        row = run_one(args.one, epsilon=args.epsilon, chunk_size=args.chunk_size,
-                      profile=args.profile_file,
-                      blas_threads=args.blas_threads or None)
+        row = run_one(
+            args.one,
+            epsilon=args.epsilon,
+            chunk_size=args.chunk_size,
+            profile=args.profile_file,
+            blas_threads=args.blas_threads or None,
+        )
         print(json.dumps(row))
         return 0
     if args.flower_one is not None:
@@ -212,36 +259,64 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows, flower_rows = [], []
     for n in (int(s) for s in args.sizes.split(",")):
-        child = ["--one", str(n), "--epsilon", str(args.epsilon),
-                 "--chunk-size", str(args.chunk_size),
-                 "--blas-threads", str(args.blas_threads)]
+        child = [
+            "--one",
+            str(n),
+            "--epsilon",
+            str(args.epsilon),
+            "--chunk-size",
+            str(args.chunk_size),
+            "--blas-threads",
+            str(args.blas_threads),
+        ]
         if args.profile:
             child += ["--profile-file", str(out / f"profile_{n}.txt")]
         row = _child(child)
         rows.append(row)
-        print(f"{n:>9,} clients: {row['protocol_wall_s']:6.2f} s, "
-              f"{row['clients_per_s']:>10,.0f} clients/s, "
-              f"peak {row['peak_rss_mb']:,.0f} MB",
-              flush=True)
+        print(
+            f"{n:>9,} clients: {row['protocol_wall_s']:6.2f} s, "
+            f"{row['clients_per_s']:>10,.0f} clients/s, "
+            f"peak {row['peak_rss_mb']:,.0f} MB",
+            flush=True,
+        )
     for n in (int(s) for s in args.flower_sizes.split(",")) if args.flower else ():
-        flower = _child(["--flower-one", str(n), "--flower", args.flower,
-                         "--epsilon", str(args.epsilon)])
+        flower = _child(
+            [
+                "--flower-one",
+                str(n),
+                "--flower",
+                args.flower,
+                "--epsilon",
+                str(args.epsilon),
+            ]
+        )
         flower_rows.append(flower)
-        print(f"flower {n:>6,} clients: {flower['wall_s']:6.1f} s, peak "
-              f"{flower.get('flower_peak_rss_mb', float('nan')):,.0f} MB (Flower and "
-              "Ray processes)", flush=True)
-    report = {"machine": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
-                          "python": platform.python_version()},
-              "runs": rows, "flower": flower_rows}
+        print(
+            f"flower {n:>6,} clients: {flower['wall_s']:6.1f} s, peak "
+            f"{flower.get('flower_peak_rss_mb', float('nan')):,.0f} MB (Flower and "
+            "Ray processes)",
+            flush=True,
+        )
+    report = {
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        },
+        "runs": rows,
+        "flower": flower_rows,
+    }
     (out / "benchmark.json").write_text(json.dumps(report, indent=1))
     table = markdown_table(rows)
     if flower_rows:
-        table += ("\n| Flower simulation, clients | wall s "
-                  "| peak RSS MB (Flower + Ray) |\n")
+        table += (
+            "\n| Flower simulation, clients | wall s | peak RSS MB (Flower + Ray) |\n"
+        )
         table += "|---|---|---|\n" + "".join(
             f"| {r['n_clients']:,} | {r['wall_s']:.1f} | "
             f"{r.get('flower_peak_rss_mb', float('nan')):,.0f} |\n"
-            for r in flower_rows)
+            for r in flower_rows
+        )
     (out / "benchmark.md").write_text(table)
     print(table)
     return 0

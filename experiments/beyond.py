@@ -160,8 +160,9 @@ CONFIGS: dict[str, Config] = {
         Config("split-hybrid-natarajan", "split", "hybrid", learner="natarajan"),
         Config("split-hybrid-moment", "split", "hybrid"),
         Config("mrma-joint-hybrid", "mrma", "hybrid"),
-        Config("mrma-reference-natarajan", "mrma-reference", "laplace",
-               learner="natarajan"),
+        Config(
+            "mrma-reference-natarajan", "mrma-reference", "laplace", learner="natarajan"
+        ),
     )
 }
 
@@ -218,8 +219,9 @@ def draw_repeat(settings: Settings, repeat: int) -> RepeatData:
         dataset=settings.dataset,
         seed=settings.seed,
         repeat=repeat,
-        features=np.vstack([featurizer.transform(x_train),
-                            featurizer.transform(x_eval)]),
+        features=np.vstack(
+            [featurizer.transform(x_train), featurizer.transform(x_eval)]
+        ),
         labels=np.concatenate([y_train, y_eval]).astype(np.int8),
         public=featurizer.transform(public_raw),
         x_test=featurizer.transform(x_test),
@@ -233,9 +235,12 @@ def _error(model: LinearModels, data: RepeatData) -> float:
 
 def _moment(config: Config, data: RepeatData, **kwargs: Any) -> MomentLinearClassifier:
     gram = data.public_gram() if config.gram == "public" else None
-    return MomentLinearClassifier(regularization=config.regularization,
-                                  alpha=config.alpha_for(data.dataset), gram=gram,
-                                  **kwargs)
+    return MomentLinearClassifier(
+        regularization=config.regularization,
+        alpha=config.alpha_for(data.dataset),
+        gram=gram,
+        **kwargs,
+    )
 
 
 def run_config(
@@ -251,8 +256,9 @@ def run_config(
     ledger = PrivacyLedger(budget=epsilon, client_ids=ids)
     streams = ClientStreams(data.client_seed, ids)
     if config.protocol == "joint":
-        mech = SignedFeatureMechanism(epsilon=epsilon, n_features=p,
-                                      mechanism=config.mechanism)
+        mech = SignedFeatureMechanism(
+            epsilon=epsilon, n_features=p, mechanism=config.mechanism
+        )
         ledger.charge(mech.event(), ids)
         z = mech.release(x, y, streams.stream(JOINT_STREAM))
         model = _moment(config, data, joint=True, mechanism=mech.inner).fit(z)
@@ -268,7 +274,8 @@ def run_config(
         rho = 1.0 - label_mech.keep_probability
         if config.learner == "natarajan":
             clf: Any = NoisyLabelLogisticRegression(
-                alpha=config.alpha_for(data.dataset), flip_rate=rho)
+                alpha=config.alpha_for(data.dataset), flip_rate=rho
+            )
         else:
             clf = _moment(config, data, mechanism=feature_mech, label_flip_rate=rho)
         return _error(clf.fit(xr, yr).to_linear_models(), data)
@@ -277,38 +284,65 @@ def run_config(
         train, evaluation = ids[:n_train], ids[n_train:]
         server_rng = data.server_rng
         if config.protocol == "mrma":
-            mech = SignedFeatureMechanism(epsilon=epsilon, n_features=p,
-                                          mechanism=config.mechanism)
+            mech = SignedFeatureMechanism(
+                epsilon=epsilon, n_features=p, mechanism=config.mechanism
+            )
             ledger.charge(mech.event(), train)
-            z = mech.release(x[train], y[train],
-                             streams.subset(train).stream(JOINT_STREAM))
-            learner = as_weak_learner(_moment(config, data, joint=True,
-                                              mechanism=mech.inner))
-            weak = fit_weak_models_with(z, None, learner=learner,
-                                        n_models=settings.num_weak_models,
-                                        subsample_size=settings.subsample_size,
-                                        rng=server_rng)
+            z = mech.release(
+                x[train], y[train], streams.subset(train).stream(JOINT_STREAM)
+            )
+            learner = as_weak_learner(
+                _moment(config, data, joint=True, mechanism=mech.inner)
+            )
+            weak = fit_weak_models_with(
+                z,
+                None,
+                learner=learner,
+                n_models=settings.num_weak_models,
+                subsample_size=settings.subsample_size,
+                rng=server_rng,
+            )
         else:
             # The reference release, with the reference's own noise streams.
-            payload = privatize(x[train], y[train], client_ids=train,
-                                seed=data.client_seed, epsilon=epsilon, ledger=ledger)
+            payload = privatize(
+                x[train],
+                y[train],
+                client_ids=train,
+                seed=data.client_seed,
+                epsilon=epsilon,
+                ledger=ledger,
+            )
             rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
-            learner = as_weak_learner(NoisyLabelLogisticRegression(
-                alpha=config.alpha_for(data.dataset), flip_rate=rho))
-            weak = fit_weak_models_with(payload.features, payload.labels,
-                                        learner=learner,
-                                        n_models=settings.num_weak_models,
-                                        subsample_size=settings.subsample_size,
-                                        rng=server_rng)
+            learner = as_weak_learner(
+                NoisyLabelLogisticRegression(
+                    alpha=config.alpha_for(data.dataset), flip_rate=rho
+                )
+            )
+            weak = fit_weak_models_with(
+                payload.features,
+                payload.labels,
+                learner=learner,
+                n_models=settings.num_weak_models,
+                subsample_size=settings.subsample_size,
+                rng=server_rng,
+            )
         groups = assign_groups(evaluation.size, len(weak), server_rng)
-        bits = answer_evaluation(weak.coef[groups], weak.intercept[groups],
-                                 x[evaluation], y[evaluation], client_ids=evaluation,
-                                 seed=data.client_seed, epsilon=epsilon, ledger=ledger)
+        bits = answer_evaluation(
+            weak.coef[groups],
+            weak.intercept[groups],
+            x[evaluation],
+            y[evaluation],
+            client_ids=evaluation,
+            seed=data.client_seed,
+            epsilon=epsilon,
+            ledger=ledger,
+        )
         est = estimate_errors(bits, groups, n_models=len(weak), epsilon=epsilon)
         reversed_models, _ = reverse_models(weak, est.clipped)
         weights, _, _ = mrma_weights(est.clipped, cutoff=settings.cutoff)
-        final = average_models(reversed_models, weights,
-                               normalize=settings.normalize_models)
+        final = average_models(
+            reversed_models, weights, normalize=settings.normalize_models
+        )
         return _error(final, data)
     raise ValueError(f"unknown protocol {config.protocol!r}")
 
@@ -328,9 +362,14 @@ def run_study(
     for dataset in datasets:
         # The reference MRMA's settings: the "reference" configuration runs them, the
         # others share their data, sizes and seeds.
-        settings = Settings.reference(dataset=dataset, n_train=N_TRAIN_REFERENCE,
-                                      n_eval=N_CLIENTS - N_TRAIN_REFERENCE,
-                                      n_test=n_test, repeats=repeats, seed=seed)
+        settings = Settings.reference(
+            dataset=dataset,
+            n_train=N_TRAIN_REFERENCE,
+            n_eval=N_CLIENTS - N_TRAIN_REFERENCE,
+            n_test=n_test,
+            repeats=repeats,
+            seed=seed,
+        )
         table: dict[str, dict[str, list[float]]] = {
             c.name: {str(e): [] for e in epsilons} for c in configs
         }
@@ -340,11 +379,15 @@ def run_study(
             for config in configs:
                 for eps in epsilons:
                     table[config.name][str(eps)].append(
-                        run_config(config, data, eps, settings))
+                        run_config(config, data, eps, settings)
+                    )
             if progress:
-                print(f"[{dataset}] repeat {repeat + 1}/{repeats} "
-                      f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"[{dataset}] repeat {repeat + 1}/{repeats} "
+                    f"({time.perf_counter() - t0:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         errors[dataset] = table
     return errors
 
@@ -361,8 +404,9 @@ def format_table(errors: dict[str, Any], epsilons: Sequence[float]) -> str:
     lines = []
     for dataset, table in errors.items():
         lines.append(f"\n{dataset} design: test error, mean +- SE over repeats\n")
-        lines.append("| configuration | " + " | ".join(f"eps={e:g}" for e in epsilons)
-                     + " |")
+        lines.append(
+            "| configuration | " + " | ".join(f"eps={e:g}" for e in epsilons) + " |"
+        )
         lines.append("|---|" + "---|" * len(epsilons))
         for name, by_eps in table.items():
             cells = []
@@ -375,30 +419,61 @@ def format_table(errors: dict[str, Any], epsilons: Sequence[float]) -> str:
 
 def _validation_configs() -> list[Config]:
     out = [Config("joint-hybrid[empirical-bayes]", "joint", "hybrid")]
-    out += [Config(f"joint-hybrid[ridge={a:g}]", "joint", "hybrid",
-                   regularization="ridge", alpha=a)
-            for a in (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)]
-    out += [Config(f"split-hybrid-natarajan[alpha={a:g}]", "split", "hybrid",
-                   learner="natarajan", alpha=a) for a in (0.01, 0.1, 1.0, 10.0)]
+    out += [
+        Config(
+            f"joint-hybrid[ridge={a:g}]",
+            "joint",
+            "hybrid",
+            regularization="ridge",
+            alpha=a,
+        )
+        for a in (0.01, 0.1, 0.3, 1.0, 3.0, 10.0)
+    ]
+    out += [
+        Config(
+            f"split-hybrid-natarajan[alpha={a:g}]",
+            "split",
+            "hybrid",
+            learner="natarajan",
+            alpha=a,
+        )
+        for a in (0.01, 0.1, 1.0, 10.0)
+    ]
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; prints the tables and optionally writes JSON."""
-    parser = argparse.ArgumentParser(prog="ldpfda.experiments.beyond",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="+", default=["vector", "functional"],
-                        choices=["vector", "functional"])
-    parser.add_argument("--epsilons", nargs="+", type=float,
-                        default=[1.0, 2.0, 5.0, 10.0])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS),
-                        choices=list(CONFIGS))
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False,
+        prog="ldpfda.experiments.beyond",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["vector", "functional"],
+        choices=["vector", "functional"],
+    )
+    parser.add_argument(
+        "--epsilons", nargs="+", type=float, default=[1.0, 2.0, 5.0, 10.0]
+    )
+    parser.add_argument(
+        "--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS)
+    )
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0,
-                        help="0 for the reported runs; 1 is the validation range")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="0 for the reported runs; 1 is the validation range",
+    )
     parser.add_argument("--n-test", type=int, default=100_000)
-    parser.add_argument("--validate", action="store_true",
-                        help="run the ridge/L2 grid instead of the configurations")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="run the ridge/L2 grid instead of the configurations",
+    )
     parser.add_argument("--output", default=None, help="write the raw errors as JSON")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -406,11 +481,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--validate must not use the reported seed 0; use --seed 1")
     results: dict[str, Any] = {}
     for dataset in args.datasets:
-        configs = (_validation_configs() if args.validate
-                   else [CONFIGS[c] for c in args.configs])
-        results.update(run_study(datasets=[dataset], epsilons=args.epsilons,
-                                 configs=configs, repeats=args.repeats, seed=args.seed,
-                                 n_test=args.n_test, progress=not args.quiet))
+        configs = (
+            _validation_configs()
+            if args.validate
+            else [CONFIGS[c] for c in args.configs]
+        )
+        results.update(
+            run_study(
+                datasets=[dataset],
+                epsilons=args.epsilons,
+                configs=configs,
+                repeats=args.repeats,
+                seed=args.seed,
+                n_test=args.n_test,
+                progress=not args.quiet,
+            )
+        )
     print(format_table(results, args.epsilons))
     if args.output:
         payload = {

@@ -25,7 +25,9 @@ SCENARIOS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ldpfda-faults", description=__doc__)
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="ldpfda-faults", description=__doc__
+    )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--epsilon", type=float, nargs="+", default=[5.0, 10.0])
     parser.add_argument("--n-test", type=int, default=20_000)

@@ -24,23 +24,52 @@ __all__ = ["LABELS", "load_summary", "main", "markdown_tables", "plot_study"]
 
 #: Legend labels of the methods.
 LABELS = {
-    "mrma": "MRMA", "mr": "MR only", "ma": "MA only", "weak": "weak (mean)",
-    "voting": "voting", "averaging": "averaging", "naive": "naive (pooled payloads)",
-    "histogram": "histogram (Berrett-Butucea)", "gaussian": "Flower-style Gaussian",
-    "default": "ldpfda default (joint hybrid + moment)", "non_private": "non-private",
+    "mrma": "MRMA",
+    "mr": "MR only",
+    "ma": "MA only",
+    "weak": "weak (mean)",
+    "voting": "voting",
+    "averaging": "averaging",
+    "naive": "naive (pooled payloads)",
+    "histogram": "histogram (Berrett-Butucea)",
+    "gaussian": "Flower-style Gaussian",
+    "default": "ldpfda default (joint hybrid + moment)",
+    "non_private": "non-private",
 }
 #: Methods drawn in the main figures, in legend order.
-MAIN_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
-                "default", "non_private")
+MAIN_METHODS = (
+    "mrma",
+    "voting",
+    "averaging",
+    "naive",
+    "histogram",
+    "gaussian",
+    "default",
+    "non_private",
+)
 #: Methods in the README tables.
-TABLE_METHODS = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian",
-                 "default", "non_private")
+TABLE_METHODS = (
+    "mrma",
+    "voting",
+    "averaging",
+    "naive",
+    "histogram",
+    "gaussian",
+    "default",
+    "non_private",
+)
 ABLATION_METHODS = ("weak", "mr", "ma")
 STYLES = {
-    "mrma": ("C3", "o", "-"), "mr": ("C1", "v", "--"), "ma": ("C2", "^", "--"),
-    "weak": ("C7", "x", ":"), "voting": ("C0", "s", "-"), "averaging": ("C9", "D", "-"),
-    "naive": ("C5", "P", "-"), "histogram": ("C4", "*", "-"),
-    "gaussian": ("C8", "X", "-"), "default": ("C6", "h", "-"),
+    "mrma": ("C3", "o", "-"),
+    "mr": ("C1", "v", "--"),
+    "ma": ("C2", "^", "--"),
+    "weak": ("C7", "x", ":"),
+    "voting": ("C0", "s", "-"),
+    "averaging": ("C9", "D", "-"),
+    "naive": ("C5", "P", "-"),
+    "histogram": ("C4", "*", "-"),
+    "gaussian": ("C8", "X", "-"),
+    "default": ("C6", "h", "-"),
     "non_private": ("k", "", "--"),
 }
 
@@ -62,30 +91,53 @@ def _panels(study: str, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     """(title, filter) of each panel of a study's figure."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     if study.startswith("functional"):
-        return [(f"{d}, p = {p} B-splines", (d, p, None))
-                for d in datasets
-                for p in sorted({r["n_basis"] for r in rows if r["dataset"] == d})]
+        return [
+            (f"{d}, p = {p} B-splines", (d, p, None))
+            for d in datasets
+            for p in sorted({r["n_basis"] for r in rows if r["dataset"] == d})
+        ]
     return [(d, (d, None, None)) for d in datasets]
 
 
-def _select(rows: list[dict[str, Any]], dataset: str, n_basis: int | None,
-            cutoff: float | None) -> list[dict[str, Any]]:
-    return [r for r in rows if r["dataset"] == dataset
-            and (n_basis is None or r["n_basis"] == n_basis)
-            and (cutoff is None or math.isclose(r["cutoff"], cutoff))]
+def _select(
+    rows: list[dict[str, Any]], dataset: str, n_basis: int | None, cutoff: float | None
+) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in rows
+        if r["dataset"] == dataset
+        and (n_basis is None or r["n_basis"] == n_basis)
+        and (cutoff is None or math.isclose(r["cutoff"], cutoff))
+    ]
 
 
-def _line(ax: Any, rows: list[dict[str, Any]], method: str, label: str,
-          style: tuple[str, str, str] | None = None) -> None:
-    pts = sorted((r["epsilon"], r["mean"], r["se"])
-                 for r in rows if r["method"] == method)
+def _line(
+    ax: Any,
+    rows: list[dict[str, Any]],
+    method: str,
+    label: str,
+    style: tuple[str, str, str] | None = None,
+) -> None:
+    pts = sorted(
+        (r["epsilon"], r["mean"], r["se"]) for r in rows if r["method"] == method
+    )
     if not pts:
         return
     eps, mean, se = zip(*pts, strict=True)
     color, marker, ls = style or STYLES.get(method, ("C7", "o", "-"))
     se = [0.0 if math.isnan(s) else s for s in se]
-    ax.errorbar(eps, mean, yerr=se, label=label, color=color, marker=marker or None,
-                linestyle=ls, capsize=3, markersize=5, linewidth=1.4)
+    ax.errorbar(
+        eps,
+        mean,
+        yerr=se,
+        label=label,
+        color=color,
+        marker=marker or None,
+        linestyle=ls,
+        capsize=3,
+        markersize=5,
+        linewidth=1.4,
+    )
 
 
 def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
@@ -101,8 +153,13 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
         raise ValueError(f"study {study!r} has no results to plot (empty summary)")
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.6 * ncols, 8.5), 3.7 * nrows),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(max(4.6 * ncols, 8.5), 3.7 * nrows),
+        squeeze=False,
+        sharey=True,
+    )
     for ax, (title, (dataset, n_basis, _)) in zip(axes.flat, panels, strict=False):
         sel = _select(rows, dataset, n_basis, None)
         if ablation:
@@ -111,8 +168,13 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
             for m in ABLATION_METHODS:
                 _line(ax, ref, m, LABELS[m])
             for k, c in enumerate(cutoffs):
-                _line(ax, _select(sel, dataset, None, c), "mrma", f"MRMA, c = {c:g}",
-                      (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"))
+                _line(
+                    ax,
+                    _select(sel, dataset, None, c),
+                    "mrma",
+                    f"MRMA, c = {c:g}",
+                    (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"),
+                )
         else:
             for m in MAIN_METHODS:
                 _line(ax, sel, m, LABELS[m])
@@ -125,11 +187,17 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
         ax.set_xlabel(r"per-client privacy budget $\varepsilon$ (log scale)")
         ax.set_ylabel("test error (mean ± s.e.)")
         ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)),
-               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(4, len(labels)),
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
     n = max((r["n"] for r in rows), default=0)
     fig.suptitle(f"{study}: test error vs epsilon ({n} repeats per point)")
     fig.tight_layout(rect=(0, 0.06 + 0.04 * math.ceil(len(labels) / 4) / nrows, 1, 1))
@@ -140,8 +208,11 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
     return path
 
 
-def markdown_tables(study: str, rows: list[dict[str, Any]],
-                    epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)) -> str:
+def markdown_tables(
+    study: str,
+    rows: list[dict[str, Any]],
+    epsilons: tuple[float, ...] = (1.0, 2.0, 5.0),
+) -> str:
     """A Markdown table: one row per (panel, epsilon), one column per method."""
     if study.startswith("ablation"):
         return _ablation_table(rows, epsilons)
@@ -155,10 +226,14 @@ def markdown_tables(study: str, rows: list[dict[str, Any]],
         for eps in epsilons:
             cells = []
             for m in methods:
-                hit = [r for r in sel
-                       if r["method"] == m and math.isclose(r["epsilon"], eps)]
+                hit = [
+                    r
+                    for r in sel
+                    if r["method"] == m and math.isclose(r["epsilon"], eps)
+                ]
                 cells.append(
-                    f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else "")
+                    f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else ""
+                )
             if any(cells):
                 lines.append("| " + " | ".join([title, f"{eps:g}", *cells]) + " |")
     return "\n".join(lines) + "\n"
@@ -172,16 +247,21 @@ def _cell(rows: list[dict[str, Any]], method: str, eps: float) -> str:
 def _ablation_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str:
     """weak, MR and MA at c = 0.2, and MRMA at every cut-off."""
     cutoffs = sorted({r["cutoff"] for r in rows})
-    head = ["data", "ε", *[LABELS[m] for m in ABLATION_METHODS],
-            *[f"MRMA c = {c:g}" for c in cutoffs]]
+    head = [
+        "data",
+        "ε",
+        *[LABELS[m] for m in ABLATION_METHODS],
+        *[f"MRMA c = {c:g}" for c in cutoffs],
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         sel = _select(rows, dataset, None, None)
         ref = _select(sel, dataset, None, 0.2 if 0.2 in cutoffs else cutoffs[0])
         for eps in epsilons:
             cells = [_cell(ref, m, eps) for m in ABLATION_METHODS]
-            cells += [_cell(_select(sel, dataset, None, c), "mrma", eps)
-                      for c in cutoffs]
+            cells += [
+                _cell(_select(sel, dataset, None, c), "mrma", eps) for c in cutoffs
+            ]
             if any(cells):
                 lines.append("| " + " | ".join([dataset, f"{eps:g}", *cells]) + " |")
     return "\n".join(lines) + "\n"
@@ -189,14 +269,16 @@ def _ablation_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="ldpfda-plot",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="ldpfda-plot", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("studies", nargs="*", help="study names (default: all found)")
     parser.add_argument("--results", default="experiments/results")
     parser.add_argument("--out", default="experiments/figures")
     parser.add_argument("--quick", action="store_true", help="plot the -quick results")
-    parser.add_argument("--tables", default=None,
-                        help="Markdown tables file (default: OUT/tables.md)")
+    parser.add_argument(
+        "--tables", default=None, help="Markdown tables file (default: OUT/tables.md)"
+    )
     parser.add_argument("--epsilons", default="1,2,5", help="epsilons of the tables")
     args = parser.parse_args(argv)
     results, out = Path(args.results), Path(args.out)

@@ -136,8 +136,12 @@ def _key(payload: dict[str, Any]) -> str:
 
 
 #: Modules that run nothing of a study's numbers (left out of the fingerprint).
-_NOT_FINGERPRINTED = ("ldpfda.experiments.runner", "ldpfda.experiments.plot",
-                      "ldpfda.experiments.benchmark", "ldpfda.cli")
+_NOT_FINGERPRINTED = (
+    "ldpfda.experiments.runner",
+    "ldpfda.experiments.plot",
+    "ldpfda.experiments.benchmark",
+    "ldpfda.cli",
+)
 _FINGERPRINT: str | None = None
 
 
@@ -173,13 +177,16 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
     for name, value in REFERENCE_PROTOCOL.items():
         # The studies are about the reference MRMA protocol; pin it where the core
         # offers other protocols, unless a study file chooses one itself.
-        if name in names and not any(k.rsplit(".", 1)[-1] == name.replace("_", "-")
-                                     for k in fixed):
+        if name in names and not any(
+            k.rsplit(".", 1)[-1] == name.replace("_", "-") for k in fixed
+        ):
             fixed[name.replace("_", "-")] = value
     base = Settings.from_mapping(fixed)
     base = base.replace(seed=int(study.get("seed", base.seed)))
-    baselines = {name: conf.get("baselines", {}).get(name, {})
-                 for name in study.get("baselines", [])}
+    baselines = {
+        name: conf.get("baselines", {}).get(name, {})
+        for name in study.get("baselines", [])
+    }
     tasks: list[Task] = []
     for raw in _grid_points(conf.get("grid", {})):
         point = dict(raw)
@@ -201,17 +208,29 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
             "order": settings.order,
             "cutoff": settings.cutoff,
         }
-        ident = {"study": study["name"], "driver": driver,
-                 "settings": settings.to_mapping(), "dataset": info["dataset"],
-                 "baselines": baselines, **extra}
+        ident = {
+            "study": study["name"],
+            "driver": driver,
+            "settings": settings.to_mapping(),
+            "dataset": info["dataset"],
+            "baselines": baselines,
+            **extra,
+        }
         point_id = _key(ident)
         for r in range(repeats):
-            tasks.append({
-                "key": _key({**ident, "repeat": r}), "point_id": point_id,
-                "study": study["name"], "driver": driver, "point": info,
-                "settings": settings.to_mapping(), "baselines": baselines,
-                "repeat": r, **extra,
-            })
+            tasks.append(
+                {
+                    "key": _key({**ident, "repeat": r}),
+                    "point_id": point_id,
+                    "study": study["name"],
+                    "driver": driver,
+                    "point": info,
+                    "settings": settings.to_mapping(),
+                    "baselines": baselines,
+                    "repeat": r,
+                    **extra,
+                }
+            )
     return tasks
 
 
@@ -223,17 +242,26 @@ def run_task(task: Task) -> dict[str, Any]:
         from ldpfda.experiments.realdata import SplitRule
         from ldpfda.experiments.realdata import run_point as run_real
 
-        errors, extra = run_real(settings, task["repeat"], task["baselines"],
-                                 dataset=task["point"]["dataset"],
-                                 rule=SplitRule.from_mapping(task.get("rule")))
+        errors, extra = run_real(
+            settings,
+            task["repeat"],
+            task["baselines"],
+            dataset=task["point"]["dataset"],
+            rule=SplitRule.from_mapping(task.get("rule")),
+        )
     else:
         from ldpfda.experiments.synthetic import run_point as run_synthetic
 
         errors, extra = run_synthetic(settings, task["repeat"], task["baselines"])
     return {
-        "key": task["key"], "point_id": task["point_id"], "study": task["study"],
-        "point": task["point"], "repeat": task["repeat"], "errors": errors,
-        "extra": extra, "seconds": time.perf_counter() - t0,
+        "key": task["key"],
+        "point_id": task["point_id"],
+        "study": task["study"],
+        "point": task["point"],
+        "repeat": task["repeat"],
+        "errors": errors,
+        "extra": extra,
+        "seconds": time.perf_counter() - t0,
         "code": code_fingerprint(),
     }
 
@@ -266,12 +294,14 @@ def _init_worker() -> None:
     threadpool_limits(1)
 
 
-def _execute(todo: list[Task], workers: int, runs: Path, progress: bool, label: str
-             ) -> None:
+def _execute(
+    todo: list[Task], workers: int, runs: Path, progress: bool, label: str
+) -> None:
     from tqdm import tqdm
 
-    bar = tqdm(total=len(todo), desc=label, unit="run", disable=not progress,
-               file=sys.stderr)
+    bar = tqdm(
+        total=len(todo), desc=label, unit="run", disable=not progress, file=sys.stderr
+    )
     if runs.exists() and runs.stat().st_size:
         with open(runs, "rb") as fh:
             fh.seek(-1, os.SEEK_END)
@@ -280,6 +310,7 @@ def _execute(todo: list[Task], workers: int, runs: Path, progress: bool, label: 
             with open(runs, "a") as fh:
                 fh.write("\n")
     with open(runs, "a") as out:
+
         def write(record: dict[str, Any]) -> None:
             out.write(json.dumps(record) + "\n")
             out.flush()
@@ -291,8 +322,9 @@ def _execute(todo: list[Task], workers: int, runs: Path, progress: bool, label: 
                 write(run_task(task))
         else:
             context = get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                     initializer=_init_worker) as pool:
+            with ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=_init_worker
+            ) as pool:
                 futures = [pool.submit(run_task, task) for task in todo]
                 try:
                     for future in as_completed(futures):
@@ -304,16 +336,18 @@ def _execute(todo: list[Task], workers: int, runs: Path, progress: bool, label: 
     bar.close()
 
 
-def summarise(tasks: Iterable[Task], records: dict[str, dict[str, Any]]
-              ) -> list[dict[str, Any]]:
+def summarise(
+    tasks: Iterable[Task], records: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Mean and standard error of each method's test error, per point."""
     groups: dict[str, dict[str, Any]] = {}
     for task in tasks:
         record = records.get(task["key"])
         if record is None:
             continue
-        group = groups.setdefault(task["point_id"],
-                                  {"point": task["point"], "runs": []})
+        group = groups.setdefault(
+            task["point_id"], {"point": task["point"], "runs": []}
+        )
         group["runs"].append(record)
     rows = []
     for group in groups.values():
@@ -321,11 +355,20 @@ def summarise(tasks: Iterable[Task], records: dict[str, dict[str, Any]]
         methods = [m for m in ALL_METHODS if all(m in r["errors"] for r in runs)]
         for method in methods:
             values = np.array([r["errors"][method] for r in runs], dtype=float)
-            se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 \
+            se = (
+                float(values.std(ddof=1) / math.sqrt(values.size))
+                if values.size > 1
                 else float("nan")
-            rows.append({**{k: group["point"][k] for k in POINT_FIELDS},
-                         "method": method, "mean": float(values.mean()), "se": se,
-                         "n": int(values.size)})
+            )
+            rows.append(
+                {
+                    **{k: group["point"][k] for k in POINT_FIELDS},
+                    "method": method,
+                    "mean": float(values.mean()),
+                    "se": se,
+                    "n": int(values.size),
+                }
+            )
     return rows
 
 
@@ -333,10 +376,13 @@ def _machine() -> dict[str, Any]:
     import sklearn
 
     return {
-        "cpu_count": os.cpu_count(), "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
         "processor": platform.processor() or platform.machine(),
-        "system": platform.system(), "python": platform.python_version(),
-        "numpy": np.__version__, "sklearn": sklearn.__version__,
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "sklearn": sklearn.__version__,
     }
 
 
@@ -375,46 +421,80 @@ def run_study(
         records = {k: r for k, r in records.items() if r.get("code") == code}
     rows = summarise(tasks, records)
     with open(folder / "summary.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[*POINT_FIELDS, "method", "mean", "se",
-                                                "n"])
+        writer = csv.DictWriter(
+            fh, fieldnames=[*POINT_FIELDS, "method", "mean", "se", "n"]
+        )
         writer.writeheader()
         writer.writerows(rows)
     with open(folder / "summary.json", "w") as fh:
-        json.dump({"study": conf["study"]["name"], "quick": quick, "rows": rows}, fh,
-                  indent=1)
+        json.dump(
+            {"study": conf["study"]["name"], "quick": quick, "rows": rows}, fh, indent=1
+        )
     meta_path = folder / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"sessions": []}
     used = [records[t["key"]] for t in tasks if t["key"] in records]
-    meta.update(config=conf, machine=_machine(), n_tasks=len(tasks),
-                n_records=len(used), code=sorted({r.get("code") or "?" for r in used}))
-    meta["sessions"].append({"ran": len(todo), "cached": len(tasks) - len(todo),
-                             "wall_seconds": wall, "workers": workers,
-                             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    meta.update(
+        config=conf,
+        machine=_machine(),
+        n_tasks=len(tasks),
+        n_records=len(used),
+        code=sorted({r.get("code") or "?" for r in used}),
+    )
+    meta["sessions"].append(
+        {
+            "ran": len(todo),
+            "cached": len(tasks) - len(todo),
+            "wall_seconds": wall,
+            "workers": workers,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+    )
     meta_path.write_text(json.dumps(meta, indent=1, default=str))
     return folder
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="ldpfda experiment", description=__doc__
-                                     .split("\n")[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="ldpfda experiment", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("configs", nargs="+", help="study files (conf/*.toml)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small version of each study (its [quick] table)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small version of each study (its [quick] table)",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes (default: 2)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="override the study's number of repeats")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes (default: 2)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="override the study's number of repeats",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.add_argument("--allow-stale", action="store_true",
-                        help="reuse cached runs made by other versions of the code")
+    parser.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="reuse cached runs made by other versions of the code",
+    )
     args = parser.parse_args(argv)
     for conf in args.configs:
         t0 = time.perf_counter()
-        folder = run_study(conf, quick=args.quick, out=args.out, workers=args.workers,
-                           repeats=args.repeats, progress=not args.no_progress,
-                           allow_stale=args.allow_stale)
+        folder = run_study(
+            conf,
+            quick=args.quick,
+            out=args.out,
+            workers=args.workers,
+            repeats=args.repeats,
+            progress=not args.no_progress,
+            allow_stale=args.allow_stale,
+        )
         print(f"{conf}: {folder} ({time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -13,14 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfda.config import (
-    DATASETS,
-    LABEL_CORRECTIONS,
-    MECHANISMS,
-    SERVER_METHODS,
-    WEAK_LEARNERS,
-    Settings,
-)
+from ldpfda.config import DATASETS, Settings, settings_table
 
 __all__ = ["main", "simulate"]
 
@@ -32,10 +25,52 @@ def _epsilon(text: str) -> float:
     return value
 
 
+#: The settings ``ldpfda simulate`` takes as flags (``--n-train``, ...).
+SIMULATE_FLAGS = (
+    "dataset",
+    "n_train",
+    "n_eval",
+    "n_test",
+    "num_weak_models",
+    "subsample_size",
+    "cutoff",
+    "mechanism",
+    "method",
+    "weak_learner",
+    "label_share",
+    "n_clusters",
+    "pilot_share",
+    "min_cluster_size",
+    "correction",
+    "n_basis",
+    "order",
+    "calibration_size",
+    "repeats",
+    "seed",
+)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """One ``--kebab-name`` flag per setting, typed, with its default, choices, help."""
+    types = {"int": int, "float": float, "str": str}
+    defaults = Settings()
+    for row in settings_table():
+        if row["name"] not in names:
+            continue
+        default = getattr(defaults, row["name"])
+        parser.add_argument(
+            "--" + row["name"].replace("_", "-"),
+            type=types[row["type"]],
+            choices=row["choices"] or None,
+            default=default,
+            help=f"{row['help']} (default: {row['default']})",
+        )
+
+
 def _simulate_parser(sub: argparse._SubParsersAction) -> None:
-    d = Settings()
     p = sub.add_parser(
         "simulate",
+        allow_abbrev=False,
         help="run the protocol in-process on an embedded dataset",
         description="Run the whole protocol in-process on an embedded dataset, for "
         "one or more privacy budgets, and print the test error of every method that "
@@ -43,7 +78,6 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         "once with the hybrid mechanism and the server fits the moment classifier; "
         "--reference runs the reference MRMA protocol, its ablations and baselines.",
     )
-    p.add_argument("--dataset", choices=DATASETS, default=d.dataset)
     p.add_argument(
         "--epsilon",
         type=_epsilon,
@@ -51,26 +85,7 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         default=[2.0, 5.0, 10.0],
         help="per-client budget(s); 'inf' for the non-private protocol",
     )
-    p.add_argument("--n-train", type=int, default=d.n_train)
-    p.add_argument("--n-eval", type=int, default=d.n_eval)
-    p.add_argument("--n-test", type=int, default=d.n_test)
-    p.add_argument("--num-weak-models", type=int, default=d.num_weak_models)
-    p.add_argument("--subsample-size", type=int, default=d.subsample_size)
-    p.add_argument("--cutoff", type=float, default=d.cutoff)
-    p.add_argument(
-        "--mechanism",
-        choices=MECHANISMS,
-        default=d.mechanism,
-        help="what clients release (default: one joint release of y~(1, x) with the "
-        "hybrid mechanism; 'reference': Laplace + randomized response, as MRMA)",
-    )
-    p.add_argument(
-        "--method",
-        choices=SERVER_METHODS,
-        default=d.method,
-        help="server method: the moment classifier on every client's release, or "
-        "MRMA ('auto': moment for joint releases, MRMA for the reference release)",
-    )
+    add_setting_flags(p, SIMULATE_FLAGS)
     p.add_argument(
         "--reference",
         action="store_true",
@@ -83,52 +98,10 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
         "unlabeled features",
     )
     p.add_argument(
-        "--weak-learner",
-        choices=WEAK_LEARNERS,
-        default=d.weak_learner,
-        help="MRMA's weak learner ('auto': moment for joint releases, logistic for "
-        "the reference release)",
-    )
-    p.add_argument(
         "--raw-average",
         action="store_true",
         help="average raw coefficients instead of unit-norm models",
     )
-    p.add_argument(
-        "--label-share",
-        type=float,
-        default=None,
-        help="share of a training client's epsilon on its label, reference release "
-        "only (default: the reference 1/(p+1))",
-    )
-    p.add_argument(
-        "--n-clusters",
-        type=int,
-        default=d.n_clusters,
-        help="label-cluster / label-p2p: k-means clusters of the public features",
-    )
-    p.add_argument(
-        "--pilot-share",
-        type=float,
-        default=d.pilot_share,
-        help="label-cluster: share of each cluster releasing K-RR labels for its prior",
-    )
-    p.add_argument(
-        "--min-cluster-size",
-        type=int,
-        default=d.min_cluster_size,
-        help="label-p2p: smallest cluster s (delta = 1/s^2)",
-    )
-    p.add_argument(
-        "--correction",
-        choices=LABEL_CORRECTIONS,
-        default=d.correction,
-        help="label-only modes: the corrected loss",
-    )
-    p.add_argument("--n-basis", type=int, default=d.n_basis)
-    p.add_argument("--order", type=int, default=d.order)
-    p.add_argument("--repeats", type=int, default=d.repeats)
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
         "--out",
         type=Path,
@@ -291,6 +264,7 @@ DEFAULT_SERVERS = ("500,2500,5,0,0", "500,2500,5,0.2,0.5", "100,600,5,0,-0.5")
 def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "multiserver",
+        allow_abbrev=False,
         help="servers with different populations evaluate each other's models",
         description="Multi-server MRMA in-process: per-server and global test error "
         "against single-server MRMA and voting across servers (mean +- SE). With "
@@ -414,12 +388,12 @@ def _run_multiserver(args: argparse.Namespace) -> int:
 
 
 def _deploy_module(name: str) -> Any:
-    """A module of the checkout's ``deploy/`` folder (the commands above the library)."""
+    """A module of the checkout's ``deploy/`` folder (commands above the library)."""
     import importlib
 
     deploy = Path(__file__).resolve().parents[1] / "deploy"
     if not (deploy / f"{name}.py").exists():
-        raise RuntimeError(f"this command needs a source checkout of ldpfda ({deploy})")
+        raise RuntimeError(f"this command needs a source checkout of ldpfda: {deploy}")
     if str(deploy) not in sys.path:
         sys.path.insert(0, str(deploy))
     return importlib.import_module(name)
@@ -448,8 +422,9 @@ def _run_multiserver_flower(
         print(f"rejected {path}: {reason}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out} (session {report['session']}, "
-          f"{report['wall_time_s']:.0f} s)")
+    print(
+        f"wrote {args.out} (session {report['session']}, {report['wall_time_s']:.0f} s)"
+    )
     return 0
 
 
@@ -470,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         return _delegate(delegated[argv[0]], argv[1:])
     parser = argparse.ArgumentParser(
         prog="ldpfda",
+        allow_abbrev=False,
         description="Federated classification of functional data under local DP.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ldpfda._validation import check_epsilon, check_int, check_real
@@ -34,6 +34,9 @@ __all__ = [
     "Settings",
     "WEAK_LEARNERS",
     "run_settings",
+    "setting",
+    "settings_markdown",
+    "settings_table",
 ]
 
 DATASETS = ("vector", "functional")
@@ -68,34 +71,19 @@ SERVER_METHODS = ("auto", "moment", "mrma")
 #: Weak learners of MRMA; ``auto`` is ``moment`` for joint releases and ``logistic``
 #: for the reference release.
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
-_GROUPS = {
-    "epsilon": "privacy",
-    "mechanism": "privacy",
-    "label_share": "privacy",
-    "method": "server",
-    "n_basis": "fda",
-    "order": "fda",
-    "calibration_size": "fda",
-    "num_weak_models": "mrma",
-    "subsample_size": "mrma",
-    "cutoff": "mrma",
-    "weak_learner": "mrma",
-    "normalize_models": "mrma",
-    "n_clusters": "labeldp",
-    "pilot_share": "labeldp",
-    "min_cluster_size": "labeldp",
-    "correction": "labeldp",
-    "dataset": "data",
-    "public_features": "data",
-    "n_train": "data",
-    "n_eval": "data",
-    "n_test": "data",
-    "repeats": "data",
-    "server_id": "data",
-    "feature_shift": "data",
-    "label_shift": "data",
-    "seed": None,
-}
+
+
+def setting(
+    default: Any, group: str | None, help: str, *, choices: tuple[str, ...] = ()
+) -> Any:
+    """A field of :class:`Settings` with its group (the key's prefix), help and choices.
+
+    This is the one declaration of a setting: the run-config key, the CLI flag, the
+    docs table (:func:`settings_markdown`) and the defaults all come from it.
+    """
+    return field(
+        default=default, metadata={"group": group, "help": help, "choices": choices}
+    )
 
 
 @dataclass(frozen=True)
@@ -168,32 +156,146 @@ class Settings:
     seed : int
     """
 
-    epsilon: float = 5.0
-    mechanism: str = "joint-hybrid"
-    method: str = "auto"
-    label_share: float | None = None
-    n_basis: int = 10
-    order: int = 4
-    calibration_size: int = 1000
-    num_weak_models: int = 50
-    subsample_size: int = 50
-    cutoff: float = 0.2
-    weak_learner: str = "auto"
-    normalize_models: bool = True
-    n_clusters: int = 10
-    pilot_share: float = 0.2
-    min_cluster_size: int = 10
-    correction: str = "forward"
-    dataset: str = "vector"
-    public_features: bool = True
-    n_train: int = 500
-    n_eval: int = 2500
-    n_test: int = 100_000
-    repeats: int = 20
-    server_id: int = -1
-    feature_shift: float = 0.0
-    label_shift: float = 0.0
-    seed: int = 0
+    epsilon: float = setting(
+        5.0,
+        "privacy",
+        "each client's total budget, spent once ('inf': non-private, simulation only)",
+    )
+    mechanism: str = setting(
+        "joint-hybrid",
+        "privacy",
+        "what clients release: joint-<vector mechanism> (one release of y~(1, x)), "
+        "'reference' (Laplace + randomized response, as MRMA) or a label-only mode",
+        choices=MECHANISMS,
+    )
+    method: str = setting(
+        "auto",
+        "server",
+        "server method: the moment classifier on every release, or MRMA ('auto': "
+        "moment for joint releases, MRMA for the reference release)",
+        choices=SERVER_METHODS,
+    )
+    label_share: float | None = setting(
+        None,
+        "privacy",
+        "share of a training client's epsilon on its label, reference release only "
+        "('reference': 1/(p+1))",
+    )
+    n_basis: int = setting(
+        10,
+        "fda",
+        "B-spline basis size p (functional data)",
+    )
+    order: int = setting(
+        4,
+        "fda",
+        "B-spline order (4 = cubic)",
+    )
+    calibration_size: int = setting(
+        1000,
+        "fda",
+        "public calibration curves that fix the rescaling bounds",
+    )
+    num_weak_models: int = setting(
+        50,
+        "mrma",
+        "M, MRMA's weak classifiers",
+    )
+    subsample_size: int = setting(
+        50,
+        "mrma",
+        "payloads each weak classifier is trained on",
+    )
+    cutoff: float = setting(
+        0.2,
+        "mrma",
+        "c of the selection rule |1/2 - e| > 1/2 - c",
+    )
+    weak_learner: str = setting(
+        "auto",
+        "mrma",
+        "MRMA's weak learner ('auto': moment for joint releases, logistic for the "
+        "reference release)",
+        choices=WEAK_LEARNERS,
+    )
+    normalize_models: bool = setting(
+        True,
+        "mrma",
+        "scale every weak model to unit norm before averaging",
+    )
+    n_clusters: int = setting(
+        10,
+        "labeldp",
+        "label-cluster / label-p2p: k-means clusters of the public features",
+    )
+    pilot_share: float = setting(
+        0.2,
+        "labeldp",
+        "label-cluster: share of each cluster releasing K-RR labels for its prior",
+    )
+    min_cluster_size: int = setting(
+        10,
+        "labeldp",
+        "label-p2p: smallest cluster s (delta = 1/s^2)",
+    )
+    correction: str = setting(
+        "forward",
+        "labeldp",
+        "label-only modes: the corrected loss",
+        choices=LABEL_CORRECTIONS,
+    )
+    dataset: str = setting(
+        "vector",
+        "data",
+        "embedded design",
+        choices=DATASETS,
+    )
+    public_features: bool = setting(
+        True,
+        "data",
+        "the moment classifier's feature second moment from public, unlabeled "
+        "features (false: from the releases)",
+    )
+    n_train: int = setting(
+        500,
+        "data",
+        "training clients (every client releases in a moment run)",
+    )
+    n_eval: int = setting(
+        2500,
+        "data",
+        "evaluation clients",
+    )
+    n_test: int = setting(
+        100_000,
+        "data",
+        "clean test points of the design",
+    )
+    repeats: int = setting(
+        20,
+        "data",
+        "repeats of a simulation",
+    )
+    server_id: int = setting(
+        -1,
+        "data",
+        "this server's index in a multi-server session (-1: single server)",
+    )
+    feature_shift: float = setting(
+        0.0,
+        "data",
+        "feature shift of this server's population (multi-server sessions)",
+    )
+    label_shift: float = setting(
+        0.0,
+        "data",
+        "label shift of this server's population (multi-server sessions)",
+    )
+    seed: int = setting(
+        0,
+        None,
+        "run seed of every derived stream",
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -379,7 +481,7 @@ class Settings:
     @staticmethod
     def key(name: str) -> str:
         """The kebab-case, grouped configuration key of field ``name``."""
-        group = _GROUPS[name]
+        group = _FIELDS[name].metadata["group"]
         kebab = name.replace("_", "-")
         return kebab if group is None else f"{group}.{kebab}"
 
@@ -425,6 +527,51 @@ class Settings:
         return out
 
 
+_FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def settings_table() -> list[dict[str, Any]]:
+    """Every setting: its key, type, default, choices and help, in declaration order."""
+    defaults = Settings().to_mapping()
+    return [
+        {
+            "name": f.name,
+            "key": Settings.key(f.name),
+            "type": str(f.type).replace(" | None", ""),
+            "default": defaults[Settings.key(f.name)],
+            "choices": f.metadata["choices"],
+            "help": f.metadata["help"],
+        }
+        for f in fields(Settings)
+    ]
+
+
+def settings_markdown() -> str:
+    """The settings as a Markdown table (``docs/settings.md`` is this, verbatim)."""
+    lines = [
+        "# Settings",
+        "",
+        "Every run setting, as `[tool.flwr.app.config]` and `--run-config` take it",
+        "(the group prefix may be left out in process). Generated from",
+        "`ldpfda.config.Settings` by `python -m ldpfda.config`; a test keeps it "
+        "current.",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for row in settings_table():
+        meaning = row["help"]
+        if row["choices"]:
+            meaning += "; one of " + ", ".join(f"`{c}`" for c in row["choices"])
+        default = (
+            str(row["default"]).lower()
+            if isinstance(row["default"], bool)
+            else row["default"]
+        )
+        lines.append(f"| `{row['key']}` | {row['type']} | `{default}` | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
 #: Run-config keys that start with this prefix belong to the Flower apps, not Settings.
 FLOWER_PREFIX = "flower."
 
@@ -445,3 +592,7 @@ def run_settings(run_config: Mapping[str, Any]) -> tuple[Settings, dict[str, Any
         {k: v for k, v in run_config.items() if not k.startswith(FLOWER_PREFIX)}
     )
     return settings, flower
+
+
+if __name__ == "__main__":  # pragma: no cover - regenerates docs/settings.md
+    print(settings_markdown(), end="")

@@ -257,3 +257,53 @@ def test_keys_are_grouped_kebab_case():
     assert Settings.key("seed") == "seed"
     mapping = Settings().to_mapping()
     assert set(mapping) == {Settings.key(f.name) for f in dataclasses.fields(Settings)}
+
+
+# -- one declaration per setting -------------------------------------------------------
+
+
+def test_the_docs_table_is_generated_from_the_settings():
+    from pathlib import Path
+
+    from ldpfda.config import settings_markdown
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+    assert docs.read_text(encoding="utf-8") == settings_markdown(), (
+        "docs/settings.md is stale: run python -m ldpfda.config > docs/settings.md"
+    )
+
+
+def test_the_flower_app_config_names_every_setting_once():
+    import tomllib
+    from pathlib import Path
+
+    from ldpfda.config import FLOWER_PREFIX, Settings
+
+    def flat(table, prefix=""):
+        for key, value in table.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            else:
+                yield prefix + key
+
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    keys = set(flat(config["tool"]["flwr"]["app"]["config"]))
+    assert {k for k in keys if not k.startswith(FLOWER_PREFIX)} == set(
+        Settings().to_mapping()
+    )
+
+
+def test_cli_flags_come_from_the_settings_table():
+    import argparse
+
+    from ldpfda.cli import SIMULATE_FLAGS, add_setting_flags
+    from ldpfda.config import Settings
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_setting_flags(parser, SIMULATE_FLAGS)
+    args = parser.parse_args([])
+    for name in SIMULATE_FLAGS:
+        assert getattr(args, name) == getattr(Settings(), name), name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--n-trai", "5"])  # no prefix matching

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     from ldpfda.labeldp import NoisyLabelLogisticRegression
     from ldpfda.privacy import derive_seed
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--dataset", default="fashion_mnist")
     parser.add_argument("--clusters", type=int, nargs="+", default=[100, 200])
     parser.add_argument("--config", type=Path, default=run.DEFAULT_CONFIG)

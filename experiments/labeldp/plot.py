@@ -248,7 +248,9 @@ EXPORTED_FIGURES = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument(
