@@ -252,7 +252,7 @@ def run_with_faults(
         for c, reason in sorted({**round_.missing, **round_.rejected}.items())
     ]
     used = {
-        "payloads": len(session.rounds[catalog.PRIVATIZE].answered),
-        "bits": len(session.rounds[catalog.EVALUATE].answered),
+        "payloads": int(session.rounds[catalog.PRIVATIZE].answered.size),
+        "bits": int(session.rounds[catalog.EVALUATE].answered.size),
     }
     return FaultResult(dict(result.test_errors), rejected, used)

@@ -65,6 +65,13 @@ class ArrayClients:
         return self.featurizer.transform(self.raw)
 
 
+def _slice(rows: NDArray[np.int64]) -> NDArray[np.int64] | slice:
+    """``rows`` as a slice when they are consecutive (a view, not a copy)."""
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size and np.all(np.diff(rows) == 1):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def all_ids(population: ClientPopulation) -> NDArray[np.int64]:
     """Every client id of ``population``, in its order."""
     ids = getattr(population, "client_ids", None)
@@ -105,6 +112,11 @@ class InProcessClients:
         self.seed = seed
         self.ledger = ledger
         self.chunk_size = chunk_size
+        ranges = []
+        for population in self.populations:
+            ids = all_ids(population)
+            ranges.append((int(ids.min()), int(ids.max())) if ids.size else (0, -1))
+        self._ranges = ranges
 
     def ids(self) -> NDArray[np.int64]:
         """Every client id, population by population."""
@@ -139,7 +151,12 @@ class InProcessClients:
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
-        for population in self.populations:
+        for population, (low, high) in zip(self.populations, self._ranges, strict=True):
+            inside = np.searchsorted(sorted_ids, high, side="right") - np.searchsorted(
+                sorted_ids, low
+            )
+            if inside == 0:  # nobody asked here: its clients need not compute
+                continue
             for batch_ids, x, y in population.batches(self.chunk_size):
                 if sorted_ids.size == 0:
                     break
@@ -149,10 +166,12 @@ class InProcessClients:
                 if not match.any():
                     continue
                 rows = order[pos[match]]
-                batch = ClientBatch(
-                    batch_ids[match], x[match], y[match], self.seed, self.ledger
+                if not match.all():
+                    batch_ids, x, y = batch_ids[match], x[match], y[match]
+                batch = ClientBatch(batch_ids, x, y, self.seed, self.ledger)
+                reply = answer(
+                    query.name, batch, request.take(_slice(rows)), self.settings
                 )
-                reply = answer(query.name, batch, request.take(rows), self.settings)
                 parts.append((rows, reply))
         found = np.zeros(ids.size, dtype=bool)
         values: dict[str, NDArray] = {}

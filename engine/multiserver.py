@@ -70,7 +70,8 @@ def run_multiserver_repeat(
     population (:meth:`ServerSpec.settings`, server ids ``0 .. S-1``). Client ids are
     per server, training clients first, as in a Flower run of each server; the noise of
     a server's clients is keyed by its own seed
-    (:func:`~ldpfda.datasets.population.simulated_noise_seed`). The single-server baseline of
+    (:func:`~ldpfda.datasets.population.simulated_noise_seed`). The single-server
+    baseline of
     server s is the MRMA run it would do alone on the same clients (a counterfactual:
     in either world each client releases once).
     """

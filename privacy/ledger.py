@@ -18,6 +18,10 @@ __all__ = ["LedgerEntry", "PrivacyLedger"]
 _SLACK = 1e-9
 
 
+def _has_duplicates(sorted_ids: NDArray[np.int64]) -> bool:
+    return bool(sorted_ids.size > 1 and np.any(sorted_ids[1:] == sorted_ids[:-1]))
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One release charged to a set of clients."""
@@ -47,15 +51,27 @@ class PrivacyLedger:
     def __init__(self, *, budget: float, client_ids: ArrayLike) -> None:
         self.budget = check_epsilon(budget, "budget")
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-        if np.unique(ids).size != ids.size:
+        self._sorter = np.argsort(ids)
+        if _has_duplicates(ids[self._sorter]):
             raise ValueError("client_ids must be unique")
         self.client_ids = ids
-        self._sorter = np.argsort(ids)
+        # Ids first, first + 1, ... (every run of the engine): a client's row is its
+        # id minus the first, with no search.
+        first = int(ids[0]) if ids.size else 0
+        self._first = (
+            first if np.array_equal(ids, first + np.arange(ids.size)) else None
+        )
         self._spent = np.zeros(ids.size)
         self.entries: list[LedgerEntry] = []
 
     def _index(self, client_ids: ArrayLike) -> NDArray[np.int64]:
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        if self._first is not None:
+            pos = ids - self._first
+            outside = (pos < 0) | (pos >= self.client_ids.size)
+            if np.any(outside):
+                raise KeyError(f"client {int(ids[outside][0])} is not in this ledger")
+            return pos
         pos = np.searchsorted(self.client_ids, ids, sorter=self._sorter)
         pos = self._sorter[np.clip(pos, 0, self.client_ids.size - 1)]
         unknown = self.client_ids[pos] != ids if ids.size else np.zeros(0, bool)
@@ -82,7 +98,7 @@ class PrivacyLedger:
         is raised.
         """
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-        if np.unique(ids).size != ids.size:
+        if _has_duplicates(np.sort(ids)):
             raise ValueError(
                 "a release may be charged to each client only once per call"
             )

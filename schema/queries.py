@@ -154,7 +154,7 @@ class Request:
     shared: Mapping[str, NDArray] = field(default_factory=dict)
     ragged: Mapping[str, tuple[NDArray, NDArray, NDArray]] = field(default_factory=dict)
 
-    def take(self, index: NDArray[np.int64]) -> Request:
+    def take(self, index: NDArray[np.int64] | slice) -> Request:
         """The request of the clients at positions ``index``, in that order."""
         ragged = {
             k: (values, offsets[index], counts[index])
@@ -290,7 +290,9 @@ def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], lis
     reasons: dict[int, str] = {}
     if spec.values is not None:
         # A categorical value that is not finite is simply not one of the categories.
-        allowed = np.isin(flat, np.arange(spec.values)).all(axis=1)
+        allowed = (
+            (flat >= 0) & (flat <= spec.values - 1) & (np.floor(flat) == flat)
+        ).all(axis=1)
         for i in np.flatnonzero(~allowed):
             describe = (
                 spec.describe or f"{spec.name} must be in {{0, ..., {spec.values - 1}}}"

@@ -80,7 +80,7 @@ def joint_output_range(
 def training_mechanisms(
     epsilon: float, n_features: int, label_share: float | None
 ) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
-    """The reference release's two mechanisms: Laplace on x, randomized response on y."""
+    """The reference release's mechanisms: Laplace on x, randomized response on y."""
     split = split_budget(
         epsilon=epsilon, n_coefficients=n_features, label_share=label_share
     )
@@ -109,7 +109,7 @@ def training_output_range(
     return training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
-# -- label-only releases -----------------------------------------------------------------
+# -- label-only releases ---------------------------------------------------------------
 
 
 def uniform_priors(n: int, n_classes: int) -> NDArray[np.float64]:
@@ -149,7 +149,7 @@ def prior_probabilities(priors: ArrayLike, *, epsilon: float) -> NDArray[np.floa
 
 
 def label_event(prior: NDArray[np.float64], epsilon: float) -> ReleaseEvent:
-    """What randomizing a label with ``prior`` (one row) costs: UniformRR or prior RR."""
+    """What randomizing a label with ``prior`` (one row) costs: uniform or prior RR."""
     k = prior.size
     lam = resampling_probability(epsilon=epsilon, q_min=float(prior.min()))
     if np.all(np.abs(prior - 1.0 / k) <= _UNIFORM_TOL):

@@ -243,7 +243,7 @@ class GridClients:
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
         self.nodes = wait_for_nodes(self.grid, expected, minimum, wait_timeout)
-        self.identify.asked = list(self.nodes)
+        self.identify.ask(self.nodes)
         query = catalog.identify_query()
         replies = self._send(query, {n: RecordDict() for n in self.nodes})
         for node in sorted(self.nodes):
@@ -267,7 +267,7 @@ class GridClients:
             else:
                 self.node_of[client_id] = node
                 self.reported[client_id] = figures
-                self.identify.answered.append(node)
+                self.identify.answer([node])
                 continue
             self.identify.record(Replies(_NONE, {}, rejected={node: reason}))
 

@@ -45,7 +45,7 @@ from ldpfda.server.mrma import (
     reverse_models,
 )
 from ldpfda.server.plans import release_payload
-from ldpfda.server.session import Session
+from ldpfda.server.session import Session, locate
 
 __all__ = [
     "ServerSpec",
@@ -268,10 +268,10 @@ def evaluate_phase(
     )
     order = np.argsort(got.ids, kind="stable")
     answered = got.ids[order]
-    group_of = dict(zip(eval_ids.tolist(), groups.tolist(), strict=True))
+    _, where = locate(eval_ids, answered)
     estimates = estimate_errors(
         got.values["bit"][order].astype(np.int8),
-        np.array([group_of[int(c)] for c in answered], dtype=np.int64),
+        groups[where],
         n_models=len(weak),
         epsilon=settings.epsilon,
     )

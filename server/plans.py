@@ -57,7 +57,7 @@ from ldpfda.server.labels import (
     uniform_priors,
 )
 from ldpfda.server.mrma import assign_groups
-from ldpfda.server.session import QuorumError, Replies, Session, logger
+from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
 
 __all__ = ["Plan", "run_plan"]
 
@@ -93,7 +93,7 @@ class Plan:
 
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
-    """Run the protocol of ``plan.settings`` through ``session``; its timings included."""
+    """Run the protocol of ``plan.settings`` through ``session``, timings included."""
     protocol = plan.settings.protocol
     if protocol == "moment":
         return _moment(session, plan)
@@ -220,11 +220,8 @@ def ask_feedback(
         what="evaluation",
     )
     answered, order = _sorted(got)
-    group_of = dict(zip(plan.eval_ids.tolist(), groups.tolist(), strict=True))
-    return (
-        got.values["bit"][order].astype(np.int8),
-        np.array([group_of[int(c)] for c in answered], dtype=np.int64),
-    )
+    _, where = locate(plan.eval_ids, answered)
+    return got.values["bit"][order].astype(np.int8), groups[where]
 
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:

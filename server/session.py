@@ -31,6 +31,7 @@ __all__ = [
     "Round",
     "Session",
     "check_replies",
+    "locate",
     "reason_kind",
     "wire_rows",
 ]
@@ -73,12 +74,23 @@ class Replies:
         """Array ``key`` for clients ``ids``, ``fill`` where a client gave none."""
         values = self.values[key]
         out = np.full((ids.size, *values.shape[1:]), fill, dtype=values.dtype)
-        position = {int(c): i for i, c in enumerate(self.ids)}
-        for k, c in enumerate(ids):
-            i = position.get(int(c))
-            if i is not None:
-                out[k] = values[i]
+        found, where = locate(self.ids, ids)
+        out[found] = values[where[found]]
         return out
+
+
+def locate(
+    haystack: NDArray[np.int64], needles: NDArray[np.int64]
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """For each needle: whether it is in ``haystack`` (unique ids), and where."""
+    if haystack.size == 0:
+        return np.zeros(needles.size, dtype=bool), np.zeros(
+            needles.size, dtype=np.int64
+        )
+    order = np.argsort(haystack, kind="stable")
+    pos = np.minimum(np.searchsorted(haystack[order], needles), haystack.size - 1)
+    where = order[pos]
+    return haystack[where] == needles, where
 
 
 class Clients(Protocol):
@@ -126,6 +138,8 @@ def check_replies(
             if ok[i]:
                 rejected[int(ids[i])] = reason
         ok &= good
+    if ok.all():
+        return Replies(ids, dict(values), {}, rejected)
     return Replies(ids[ok], {k: v[ok] for k, v in values.items()}, {}, rejected)
 
 
@@ -133,17 +147,35 @@ def check_replies(
 class Round:
     """Who was asked one query, who answered, who did not, and what was rejected.
 
-    Keys are client ids. ``missing`` and ``rejected`` give each key its reason,
-    ``"<kind>: <detail>"``; a missing client is ``timeout`` or ``unavailable``.
+    Keys are client ids (node ids in the identify round). ``missing`` and ``rejected``
+    give each key its reason, ``"<kind>: <detail>"``; a missing client is
+    ``timeout`` or ``unavailable``. Who was asked and who answered are kept as arrays,
+    since a round in process may hold millions of clients.
     """
 
     name: str
-    asked: list[int] = field(default_factory=list)
-    answered: list[int] = field(default_factory=list)
     missing: dict[int, str] = field(default_factory=dict)
     rejected: dict[int, str] = field(default_factory=dict)
     refused_by_server: list[int] = field(default_factory=list)
     who: str = "client"
+    _asked: list[NDArray[np.int64]] = field(default_factory=list, repr=False)
+    _answered: list[NDArray[np.int64]] = field(default_factory=list, repr=False)
+
+    @property
+    def asked(self) -> NDArray[np.int64]:
+        return _joined(self._asked)
+
+    @property
+    def answered(self) -> NDArray[np.int64]:
+        return _joined(self._answered)
+
+    def ask(self, keys: NDArray[np.int64] | list[int]) -> None:
+        """Record that ``keys`` were asked."""
+        self._asked.append(np.asarray(keys, dtype=np.int64))
+
+    def answer(self, keys: NDArray[np.int64] | list[int]) -> None:
+        """Record that ``keys`` gave a valid reply."""
+        self._answered.append(np.asarray(keys, dtype=np.int64))
 
     def record(self, replies: Replies) -> None:
         """Add what one ask brought back, logging every missing and rejected reply."""
@@ -161,16 +193,20 @@ class Round:
                 key,
                 reason,
             )
-        self.answered.extend(int(c) for c in replies.ids)
+        self.answer(replies.ids)
 
     def summary(self) -> dict[str, Any]:
         return {
-            "asked": len(self.asked),
-            "answered": len(self.answered),
+            "asked": int(self.asked.size),
+            "answered": int(self.answered.size),
             "missing": sorted(self.missing),
             "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
             "not_asked_budget": sorted(self.refused_by_server),
         }
+
+
+def _joined(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 class QuorumError(RuntimeError):
@@ -224,7 +260,7 @@ class Session:
         minimum: int = 1,
         what: str = "",
     ) -> Replies:
-        """Ask clients ``ids`` ``query`` as round ``stage`` and return the valid replies.
+        """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
         Each client is first charged the query's cost in the server's ledger; one that
         cannot afford it is not asked (``not_asked_budget``). Stops the run with
@@ -237,7 +273,7 @@ class Session:
         affordable = self._charge(query, request, ids)
         asked = ids[affordable]
         round_.refused_by_server.extend(int(c) for c in ids[~affordable])
-        round_.asked.extend(int(c) for c in asked)
+        round_.ask(asked)
         if affordable.all():
             replies = self.clients.ask(query, asked, request)
         else:
@@ -269,7 +305,7 @@ class Session:
         return ok
 
     def require(self, round_: Round, minimum: int, what: str) -> None:
-        """Stop the run, saying why, if too few clients of ``round_`` gave a valid reply.
+        """Stop the run, saying why, if too few clients of ``round_`` replied validly.
 
         Raises
         ------
@@ -278,14 +314,15 @@ class Session:
             and rejected, with the first of each.
         """
         fraction = self.min_reply_fraction
-        needed = max(minimum, math.ceil(fraction * len(round_.asked)))
-        if len(round_.answered) < needed:
+        asked, answered = round_.asked.size, round_.answered.size
+        needed = max(minimum, math.ceil(fraction * asked))
+        if answered < needed:
             raise QuorumError(
-                f"only {len(round_.answered)} of {len(round_.asked)} {what} clients "
+                f"only {answered} of {asked} {what} clients "
                 f"gave a valid reply in round {round_.name!r}; the run needs {needed} "
                 f"(flower.min-reply-fraction = {fraction:g}, and at least {minimum}). "
                 f"Missing ({len(round_.missing)}): {_head(sorted(round_.missing))}; "
                 f"rejected ({len(round_.rejected)}): "
                 f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
-                f"budget: {len(round_.refused_by_server)} (see the log for every reason)"
+                f"budget: {len(round_.refused_by_server)} (the log has every reason)"
             )
