@@ -1,4 +1,4 @@
-"""The wheel: one import package ``ldpfda`` and the declared extras."""
+"""The wheel: one import package ``ldpfda``, the declared extras, one version."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import email.parser
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+import ldpfda
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
@@ -74,6 +77,11 @@ def metadata(wheel):
     return email.parser.Parser().parsestr(text)
 
 
+def _pyproject(path: Path) -> dict:
+    with path.open("rb") as handle:
+        return tomllib.load(handle)
+
+
 def _requirements(metadata) -> list[Requirement]:
     return [Requirement(line) for line in metadata.get_all("Requires-Dist")]
 
@@ -111,6 +119,7 @@ def test_wheel_contains_every_package_and_py_typed(wheel, tmp_path):
     assert "ldpfda/py.typed" in names
     assert "ldpfda/__init__.py" in names
     assert "ldpfda/experiments/conf/vector.toml" in names
+    assert f"ldpfda-{ldpfda.__version__}.dist-info/licenses/LICENSE" in names
     for package in PACKAGES:
         assert f"ldpfda/{package}/__init__.py" in names
     # Never as bare top-level modules.
@@ -192,3 +201,11 @@ def test_readme_install_pulls_in_every_extra(metadata):
         everything |= _with_extras(requirements, {extra})
     assert _with_extras(requirements, extras) == everything
     assert {"flwr[simulation]", "scikit-learn", "dp-accounting"} <= everything
+
+
+def test_one_version_everywhere(metadata, wheel):
+    version = ldpfda.__version__
+    assert metadata["Version"] == version
+    assert wheel.name.startswith(f"ldpfda-{version}-")
+    # Static in pyproject.toml: Flower reads [project].version of a Flower app.
+    assert _pyproject(ROOT / "pyproject.toml")["project"]["version"] == version
