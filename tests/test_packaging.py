@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 import ldpfda
 
 ROOT = Path(__file__).resolve().parents[1]
+FLOWER_APP = ROOT / "flower-app"
 PACKAGES = (
     "client",
     "server",
@@ -124,7 +125,7 @@ def test_wheel_contains_every_package_and_py_typed(wheel, tmp_path):
         assert f"ldpfda/{package}/__init__.py" in names
     # Never as bare top-level modules.
     tops = {n.split("/")[0] for n in names}
-    assert not tops & {"client", "server", "fda", "privacy", "tests"}
+    assert not tops & {"client", "server", "fda", "privacy", "tests", "flower-app"}
 
     # Installed from the wheel alone (dependencies from this environment), it imports.
     target = tmp_path / "site"
@@ -209,3 +210,25 @@ def test_one_version_everywhere(metadata, wheel):
     assert wheel.name.startswith(f"ldpfda-{version}-")
     # Static in pyproject.toml: Flower reads [project].version of a Flower app.
     assert _pyproject(ROOT / "pyproject.toml")["project"]["version"] == version
+    assert _pyproject(FLOWER_APP / "pyproject.toml")["project"]["version"] == version
+
+
+def test_flower_app_folder_has_the_project_app_and_no_code():
+    root = _pyproject(ROOT / "pyproject.toml")
+    app = _pyproject(FLOWER_APP / "pyproject.toml")
+    # The same run config, key for key and value for value.
+    assert app["tool"]["flwr"]["app"]["config"] == root["tool"]["flwr"]["app"]["config"]
+    assert app["tool"]["flwr"]["app"] == root["tool"]["flwr"]["app"]
+    assert app["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "ldpfda.server.server_app:app",
+        "clientapp": "ldpfda.client.client_app:app",
+    }
+    # Never the library's name (pip would take the folder for ldpfda itself), no build
+    # system, and no Flower federations (`flwr run` would rewrite the file).
+    assert app["project"]["name"] != root["project"]["name"]
+    assert "build-system" not in app
+    assert set(app["tool"]) == {"flwr"}
+    assert set(app["tool"]["flwr"]) == {"app"}
+    assert [Requirement(r).name for r in app["project"]["dependencies"]] == ["flwr"]
+    files = {p.name for p in FLOWER_APP.iterdir() if p.name != "__pycache__"}
+    assert files == {"pyproject.toml"}
