@@ -11,6 +11,9 @@ The package gathers the product's top-level folders under one import name:
 
 from ldpfda.exceptions import BudgetExceededError, PrivacyLeakWarning
 
+# The one version of the package. pyproject.toml and flower-app/pyproject.toml repeat it
+# as a literal, because Flower reads [project].version of a Flower app statically;
+# tests/test_packaging.py checks that the three agree.
 __version__ = "0.1.0"
 
 __all__ = ["BudgetExceededError", "PrivacyLeakWarning", "__version__"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ldpfda import __version__
 from ldpfda.config import DATASETS, Settings, settings_table
 
 __all__ = ["main", "simulate"]
@@ -448,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_abbrev=False,
         description="Federated classification of functional data under local DP.",
     )
+    parser.add_argument("--version", action="version", version=f"ldpfda {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _simulate_parser(sub)
     _multiserver_parser(sub)

@@ -125,3 +125,12 @@ def test_bad_settings_fail_with_the_parameter_named(args, name, tmp_path, capsys
         code = exc.code
     assert code == 2
     assert name in capsys.readouterr().err
+
+
+def test_version_prints_the_package_version(capsys):
+    import ldpfda
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"ldpfda {ldpfda.__version__}\n"
