@@ -158,24 +158,24 @@ class Round:
     rejected: dict[int, str] = field(default_factory=dict)
     refused_by_server: list[int] = field(default_factory=list)
     who: str = "client"
-    _asked: list[NDArray[np.int64]] = field(default_factory=list, repr=False)
-    _answered: list[NDArray[np.int64]] = field(default_factory=list, repr=False)
+    _asked: list[Any] = field(default_factory=list, repr=False)
+    _answered: list[Any] = field(default_factory=list, repr=False)
 
     @property
-    def asked(self) -> NDArray[np.int64]:
+    def asked(self) -> NDArray[Any]:
         return _joined(self._asked)
 
     @property
-    def answered(self) -> NDArray[np.int64]:
+    def answered(self) -> NDArray[Any]:
         return _joined(self._answered)
 
     def ask(self, keys: NDArray[np.int64] | list[int]) -> None:
-        """Record that ``keys`` were asked."""
-        self._asked.append(np.asarray(keys, dtype=np.int64))
+        """Record that ``keys`` were asked (node ids may not fit in int64)."""
+        self._asked.append(keys)
 
     def answer(self, keys: NDArray[np.int64] | list[int]) -> None:
         """Record that ``keys`` gave a valid reply."""
-        self._answered.append(np.asarray(keys, dtype=np.int64))
+        self._answered.append(keys)
 
     def record(self, replies: Replies) -> None:
         """Add what one ask brought back, logging every missing and rejected reply."""
@@ -205,8 +205,11 @@ class Round:
         }
 
 
-def _joined(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+def _joined(parts: list[Any]) -> NDArray[Any]:
+    """Client ids (int64 arrays) or node ids (Python ints, up to 2**64) as one array."""
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return np.array([int(k) for p in parts for k in p], dtype=object)
 
 
 class QuorumError(RuntimeError):
