@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, RecordDict
@@ -271,6 +270,16 @@ class GridClients:
                 continue
             self.identify.record(Replies(_NONE, {}, rejected={node: reason}))
 
+    def describe(self) -> str:
+        """Who is connected and identified, and who gave no identity reply."""
+        missing = sorted(self.identify.missing.items())
+        rejected = sorted(self.identify.rejected.items())
+        return (
+            f"connected nodes: {len(self.nodes)}, identified clients: "
+            f"{len(self.node_of)}, nodes without an identity reply: {missing[:5]}, "
+            f"rejected identities: {rejected[:5]}"
+        )
+
     def ids(self) -> NDArray[np.int64]:
         """The identified clients, by id."""
         return np.array(sorted(self.node_of), dtype=np.int64)
@@ -357,13 +366,3 @@ def _stack(rows: list[NDArray], spec: ArraySpec) -> NDArray:
         return np.stack([np.asarray(r) for r in rows])
     shape = tuple(max(d, 0) for d in spec.shape)
     return np.zeros((0, *shape), dtype=spec.dtype)
-
-
-def node_table(clients: GridClients) -> dict[str, Any]:
-    """Who was connected and identified, for an error message or the report."""
-    return {
-        "connected_nodes": len(clients.nodes),
-        "identified_clients": len(clients.node_of),
-        "identify_missing": sorted(clients.identify.missing),
-        "identify_rejected": sorted(clients.identify.rejected),
-    }

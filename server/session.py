@@ -327,5 +327,11 @@ class Session:
                 f"Missing ({len(round_.missing)}): {_head(sorted(round_.missing))}; "
                 f"rejected ({len(round_.rejected)}): "
                 f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
-                f"budget: {len(round_.refused_by_server)} (the log has every reason)"
+                f"budget: {len(round_.refused_by_server)}{self._who()} (the log has "
+                "every reason)"
             )
+
+    def _who(self) -> str:
+        """What the transport knows of who took part (connected, identified nodes)."""
+        describe = getattr(self.clients, "describe", None)
+        return f"; {describe()}" if describe is not None else ""

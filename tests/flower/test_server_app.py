@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -594,3 +595,23 @@ def test_stray_and_repeated_replies_are_ignored(run_config):
     assert part["rejections"] == [] and part["privatize"]["answered"] == 50
     reference = run_repeat(settings, 0)
     np.testing.assert_array_equal(result.payload.releases, reference.payload.releases)
+
+
+def test_a_failed_quorum_says_who_was_connected_identified_and_missing(run_config):
+    # 25 of the 30 training clients die before they release: the run stops, and the
+    # message names the round, the counts and the nodes the server knew of.
+    config = run_config(SMALL, REFERENCE)
+    settings, options = parse_run_config(config)
+    grid = FakeGrid(client_app, config, partitions(50), silent=range(25))
+    with pytest.raises(RuntimeError) as caught:
+        run_server(grid, settings, options, run_id=7)
+    message = str(caught.value)
+    assert "only 5 of 30 training clients gave a valid reply in round 'privatize'" in (
+        message
+    )
+    assert "Missing (25): [0, 1, 2, 3, 4, ... 20 more]" in message
+    assert "connected nodes: 50, identified clients: 50" in message
+    status = json.loads(
+        (Path(options.report_dir) / "run-7" / "status.json").read_text()
+    )
+    assert status["stage"] == "failed" and "only 5 of 30" in status["error"]
