@@ -18,8 +18,8 @@ keeps its label with probability :math:`1-\lambda_i` and otherwise draws one fro
           \qquad \lambda_i = \frac{1}{1 + q_{i,\min}(e^\varepsilon - 1)},
 
 the largest :math:`\lambda_i` that the client's own epsilon allows
-(:func:`~ldpfda.privacy.label_accounting.resampling_probability`): the ratio of the output
-probabilities under two labels is at most
+(:func:`~ldpfda.privacy.label_accounting.resampling_probability`): the ratio of the
+output probabilities under two labels is at most
 :math:`1 + (1-\lambda_i)/(\lambda_i q_{i,\min}) = e^\varepsilon`
 (:func:`~ldpfda.privacy.label_accounting.resampling_epsilon`). The client computes
 :math:`\lambda_i` itself from its budget and the prior it received, so no prior a

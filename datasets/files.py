@@ -24,8 +24,8 @@ every client and the server: it is fixed by the run settings (the embedded desig
 by ``data.dataset``, its grid, and public calibration curves drawn from the run seed),
 exactly as the in-process engine builds it. A data file must therefore be sampled on
 that design's grid. The server's public, unlabeled features (the feature second moment
-of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come from the
-same public information; no node is asked for them.
+of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come
+from the same public information; no node is asked for them.
 
 In a multi-server session (``data.server-id >= 0``, :mod:`ldpfda.server.multiserver`)
 every server has its own population, drawn from the design shifted by

@@ -201,7 +201,8 @@ def parse_features(message, *, client_id, n_features):
     from ldpfda.schema import catalog
     from ldpfda.server.grid import parse_checked
 
-    rows, figures = parse_checked(catalog.features_query(n_features), message, client_id)
+    query = catalog.features_query(n_features)
+    rows, figures = parse_checked(query, message, client_id)
     return rows["x"], figures
 
 
