@@ -83,8 +83,8 @@ from ldpfda.privacy.randomized_response import (
 )
 from ldpfda.privacy.vector_mechanisms import HybridMechanism
 from ldpfda.server.learners import (
+    FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
-    NoisyLabelLogisticRegression,
     as_weak_learner,
     fit_weak_models_with,
 )
@@ -273,7 +273,7 @@ def run_config(
         yr = label_mech.randomise(y, streams.stream(SPLIT_LABEL_STREAM))
         rho = 1.0 - label_mech.keep_probability
         if config.learner == "natarajan":
-            clf: Any = NoisyLabelLogisticRegression(
+            clf: Any = FlipCorrectedLogisticRegression(
                 alpha=config.alpha_for(data.dataset), flip_rate=rho
             )
         else:
@@ -314,7 +314,7 @@ def run_config(
             )
             rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
             learner = as_weak_learner(
-                NoisyLabelLogisticRegression(
+                FlipCorrectedLogisticRegression(
                     alpha=config.alpha_for(data.dataset), flip_rate=rho
                 )
             )

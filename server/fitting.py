@@ -31,8 +31,8 @@ from ldpfda.schema.payloads import (
     TrainingPayload,
 )
 from ldpfda.server.learners import (
+    FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
-    NoisyLabelLogisticRegression,
     as_weak_learner,
     fit_weak_models_with,
 )
@@ -152,7 +152,7 @@ def make_learner(
     to remove its noise from the feature second moment, and takes that moment from
     the ``public`` features instead when ``settings.public_features`` is True; for the
     reference release it also corrects the randomized-response flip rate, as does
-    ``"natarajan"`` (:class:`~ldpfda.server.learners.NoisyLabelLogisticRegression`).
+    ``"natarajan"`` (:class:`~ldpfda.server.learners.FlipCorrectedLogisticRegression`).
 
     Raises
     ------
@@ -179,7 +179,7 @@ def make_learner(
         )
     rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
     if name == "natarajan":
-        return NoisyLabelLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
+        return FlipCorrectedLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
     features = LaplaceMechanism(
         epsilon=payload.feature_epsilon, dimension=payload.features.shape[1]
     )

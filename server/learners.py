@@ -3,9 +3,9 @@ r"""Learners for privatized releases, usable alone or as MRMA weak learners.
 * :class:`MomentLinearClassifier` -- least-squares linear discriminant from estimated
   moments: :math:`E[\tilde y (1, x)]` from the releases and :math:`E[(1,x)(1,x)^\top]`
   from public features or from the releases with the noise removed; a ridge system.
-* :class:`NoisyLabelLogisticRegression` -- logistic regression with Natarajan et al.'s
-  unbiased loss for labels flipped with a known rate (randomized response), with an
-  L2 penalty that keeps the problem well posed.
+* :class:`FlipCorrectedLogisticRegression` -- logistic regression with Natarajan et
+  al.'s unbiased loss for labels flipped with a known rate (randomized response),
+  with an L2 penalty that keeps the problem well posed.
 * :func:`fit_weak_models_with` / :func:`as_weak_learner` -- the ``learner=`` hook: any
   estimator here (or any callable returning
   :class:`~ldpfda.server.mrma.LinearModels`) trains MRMA's weak models.
@@ -40,7 +40,7 @@ from ldpfda.server.mrma import LinearModels, fit_weak_models
 
 __all__ = [
     "MomentLinearClassifier",
-    "NoisyLabelLogisticRegression",
+    "FlipCorrectedLogisticRegression",
     "REGULARIZATIONS",
     "WeakLearner",
     "as_weak_learner",
@@ -348,7 +348,7 @@ class MomentLinearClassifier(_LinearClassifier):
         return np.column_stack([1.0 - p1, p1])
 
 
-class NoisyLabelLogisticRegression(_LinearClassifier):
+class FlipCorrectedLogisticRegression(_LinearClassifier):
     r"""L2-penalised logistic regression with labels flipped at a known rate.
 
     When each label is flipped independently with probability :math:`\rho_i < 1/2`
@@ -419,7 +419,7 @@ class NoisyLabelLogisticRegression(_LinearClassifier):
         y: ArrayLike,
         sample_weight: ArrayLike | None = None,
         flip_rates: ArrayLike | None = None,
-    ) -> NoisyLabelLogisticRegression:
+    ) -> FlipCorrectedLogisticRegression:
         alpha = check_real(self.alpha, "alpha", low=0.0, low_open=True)
         max_iter = check_int(self.max_iter, "max_iter", minimum=1)
         tol = check_real(self.tol, "tol", low=0.0, low_open=True)

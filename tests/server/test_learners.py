@@ -17,8 +17,8 @@ from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.privacy.vector_mechanisms import HybridMechanism
 from ldpfda.server.learners import (
+    FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
-    NoisyLabelLogisticRegression,
     as_weak_learner,
     fit_weak_models_with,
     nearest_psd,
@@ -191,14 +191,14 @@ def test_nearest_psd():
 
 
 # ------------------------------------------------------------------------------------
-# NoisyLabelLogisticRegression
+# FlipCorrectedLogisticRegression
 # ------------------------------------------------------------------------------------
 
 
 def test_without_flips_it_is_l2_logistic_regression(vector_data):
     x, y = vector_data
     alpha = 0.01
-    ours = NoisyLabelLogisticRegression(alpha=alpha, fit_intercept=False).fit(x, y)
+    ours = FlipCorrectedLogisticRegression(alpha=alpha, fit_intercept=False).fit(x, y)
     ref = LogisticRegression(
         C=1.0 / (alpha * x.shape[0]), fit_intercept=False, tol=1e-10, max_iter=10_000
     ).fit(x, y)
@@ -210,23 +210,25 @@ def test_the_corrected_loss_is_unbiased(vector_data):
     # over the flips, so the corrected fit must equal the clean fit exactly.
     x, y = vector_data
     rho = 0.3
-    clean = NoisyLabelLogisticRegression(alpha=0.05).fit(x, y)
+    clean = FlipCorrectedLogisticRegression(alpha=0.05).fit(x, y)
     xx = np.vstack([x, x])
     yy = np.concatenate([y, 1 - y])
     w = np.concatenate([np.full(y.size, 1 - rho), np.full(y.size, rho)])
-    corrected = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=rho).fit(
+    corrected = FlipCorrectedLogisticRegression(alpha=0.05, flip_rate=rho).fit(
         xx, yy, sample_weight=w
     )
     np.testing.assert_allclose(corrected.coef_, clean.coef_, rtol=1e-5, atol=1e-7)
     assert corrected.intercept_ == pytest.approx(clean.intercept_, abs=1e-6)
-    uncorrected = NoisyLabelLogisticRegression(alpha=0.05).fit(xx, yy, sample_weight=w)
+    uncorrected = FlipCorrectedLogisticRegression(alpha=0.05).fit(
+        xx, yy, sample_weight=w
+    )
     assert np.linalg.norm(uncorrected.coef_) < 0.7 * np.linalg.norm(clean.coef_)
 
 
 def test_per_sample_flip_rates(vector_data):
     x, y = vector_data
-    a = NoisyLabelLogisticRegression(alpha=0.05, flip_rate=0.2).fit(x, y)
-    b = NoisyLabelLogisticRegression(alpha=0.05).fit(
+    a = FlipCorrectedLogisticRegression(alpha=0.05, flip_rate=0.2).fit(x, y)
+    b = FlipCorrectedLogisticRegression(alpha=0.05).fit(
         x, y, flip_rates=np.full(y.size, 0.2)
     )
     np.testing.assert_allclose(a.coef_, b.coef_)
@@ -236,7 +238,7 @@ def test_noisy_label_logistic_recovers_the_direction():
     x, y = VectorDesign().sample(100_000, np.random.default_rng(6))
     rr = BinaryRandomizedResponse(epsilon=1.0)
     yr = rr.randomise(y, np.random.default_rng(7)).astype(np.int8)
-    fit = NoisyLabelLogisticRegression(
+    fit = FlipCorrectedLogisticRegression(
         alpha=1e-3, flip_rate=1 - rr.keep_probability
     ).fit(x, yr)
     assert _cosine(fit.coef_, VectorDesign().beta) > 0.99
@@ -247,15 +249,15 @@ def test_noisy_label_logistic_recovers_the_direction():
 def test_noisy_label_logistic_validation(vector_data):
     x, y = vector_data
     with pytest.raises(NotFittedError):
-        NoisyLabelLogisticRegression().decision_function(x)
+        FlipCorrectedLogisticRegression().decision_function(x)
     with pytest.raises(ValueError, match="alpha must be in"):
-        NoisyLabelLogisticRegression(alpha=0.0).fit(x, y)
+        FlipCorrectedLogisticRegression(alpha=0.0).fit(x, y)
     with pytest.raises(ValueError, match="flip_rate must be in"):
-        NoisyLabelLogisticRegression(flip_rate=0.5).fit(x, y)
+        FlipCorrectedLogisticRegression(flip_rate=0.5).fit(x, y)
     with pytest.raises(ValueError, match="flip_rates"):
-        NoisyLabelLogisticRegression().fit(x, y, flip_rates=np.full(3, 0.1))
+        FlipCorrectedLogisticRegression().fit(x, y, flip_rates=np.full(3, 0.1))
     with pytest.raises(ValueError, match="y must be in"):
-        NoisyLabelLogisticRegression().fit(x, y + 1)
+        FlipCorrectedLogisticRegression().fit(x, y + 1)
 
 
 # ------------------------------------------------------------------------------------
@@ -265,7 +267,7 @@ def test_noisy_label_logistic_validation(vector_data):
 
 def test_fit_weak_models_with_estimators(vector_data):
     x, y = vector_data
-    learner = as_weak_learner(NoisyLabelLogisticRegression(alpha=0.1))
+    learner = as_weak_learner(FlipCorrectedLogisticRegression(alpha=0.1))
     a = fit_weak_models_with(
         x, y, learner=learner, n_models=7, subsample_size=40, rng=3
     )
