@@ -10,13 +10,12 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ldpfda._validation import check_int
 from ldpfda.config import Settings
 from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.engine.runner import run_protocol
 from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
-from ldpfda.privacy.random import derive_seed
+from ldpfda.privacy.random import derive_seed, run_seed
 from ldpfda.server.fitting import ProtocolResult
 
 __all__ = ["MRMAClassifier"]
@@ -60,7 +59,11 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         with ``n_basis``/``order`` for curves (``grid_points`` given), with rescaling
         bounds from ``public_curves``; or the identity on [-1, 1]^p for vectors.
     n_basis, order : int
-    random_state : int or None
+    random_state : int, Generator or None
+        None (default) keys the clients' noise and the server's randomness with fresh
+        OS entropy, so nobody can replay the noise. A fixed value makes the noise
+        reproducible -- for simulation and tests only: noise whose seed is known
+        protects nothing.
 
     Attributes
     ----------
@@ -90,7 +93,7 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         featurizer: Featurizer | None = None,
         n_basis: int = 10,
         order: int = 4,
-        random_state: int | None = None,
+        random_state: int | np.random.Generator | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.n_estimators = n_estimators
@@ -147,11 +150,7 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         if y.size != n:
             raise ValueError(f"y has {y.size} labels for {n} clients")
         labels = (y == classes[1]).astype(np.int8)
-        seed = check_int(
-            0 if self.random_state is None else self.random_state,
-            "random_state",
-            minimum=0,
-        )
+        seed = run_seed(self.random_state)
         n_eval = int(round(n * float(self.eval_fraction)))
         # The reference MRMA, pinned (see the class docstring); the estimator has no
         # public features, so a moment weak learner would estimate its second moment

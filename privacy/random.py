@@ -20,6 +20,7 @@ as 1, 2, 3", SC'11.
 
 from __future__ import annotations
 
+import secrets
 import zlib
 from typing import Protocol, runtime_checkable
 
@@ -36,6 +37,7 @@ __all__ = [
     "client_keys",
     "derive_seed",
     "philox4x32",
+    "run_seed",
     "uniform",
 ]
 
@@ -66,6 +68,30 @@ def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
         return np.random.default_rng(rng)
     raise TypeError(
         f"rng must be a numpy Generator, an int or None, got {type(rng).__name__}"
+    )
+
+
+def run_seed(random_state: np.random.Generator | int | None) -> int:
+    """The seed of a run from a scikit-learn style ``random_state``.
+
+    ``None`` draws 62 bits of fresh OS entropy: noise keyed by a seed that the server
+    (or anyone) knows protects nothing, so only a caller who asks for reproducible
+    noise, in simulation, gets it. An int is that seed (>= 0); a Generator gives one
+    draw.
+    """
+    if random_state is None:
+        return secrets.randbits(62)
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**62))
+    if isinstance(random_state, (int, np.integer)) and not isinstance(
+        random_state, bool
+    ):
+        if random_state < 0:
+            raise ValueError(f"random_state must be >= 0, got {random_state}")
+        return int(random_state)
+    raise TypeError(
+        "random_state must be a numpy Generator, an int or None, got "
+        f"{type(random_state).__name__}"
     )
 
 

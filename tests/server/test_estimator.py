@@ -45,6 +45,31 @@ def test_fit_is_reproducible_for_a_random_state():
     np.testing.assert_array_equal(a.coef_, b.coef_)
 
 
+def test_without_a_random_state_the_noise_is_fresh_and_cannot_be_replayed():
+    # A curious server that knows the old default (seed 0) and the data pipeline tries
+    # to replay the clients' noise. With random_state=None every fit draws fresh OS
+    # entropy: the replay and a second fit both end elsewhere.
+    x, y = VectorDesign().sample(900, 0)
+    replay = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=0).fit(x, y)
+    fits = [
+        MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=None).fit(x, y)
+        for _ in range(2)
+    ]
+    for fit in fits:
+        assert not np.array_equal(fit.coef_, replay.coef_)
+    assert not np.array_equal(fits[0].coef_, fits[1].coef_)
+    # A Generator is a random_state too: the same Generator state, the same noise.
+    a = MRMAClassifier(
+        epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
+    )
+    b = MRMAClassifier(
+        epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
+    )
+    np.testing.assert_array_equal(a.fit(x, y).coef_, b.fit(x, y).coef_)
+    with pytest.raises(ValueError, match="random_state"):
+        MRMAClassifier(random_state=-1).fit(x, y)
+
+
 def test_the_estimator_runs_the_reference_mrma():
     x, y = VectorDesign().sample(900, 0)
     model = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=5).fit(x, y)
