@@ -33,6 +33,9 @@ from ldpfda.schema.releases import P2P_RR, PRIOR_RR, UNIFORM_RR
 __all__ = ["ClientBatch", "Refusal", "answer", "release_index"]
 
 LABEL_MODES = ("label-uniform", "label-cluster", "label-p2p")
+#: The smallest prior entry a node samples from: 2^-32, so that the 52-bit uniforms
+#: realise every category's probability to a relative error of 2^-20 or less.
+MIN_PRIOR = 2.0**-32
 
 
 class Refusal(Exception):
@@ -172,6 +175,16 @@ def _features(batch: ClientBatch, request: Request, s: Settings) -> dict[str, ND
 def _label(batch: ClientBatch, request: Request, s: Settings) -> dict[str, NDArray]:
     _require_mode(s, "label-uniform", "label-cluster")
     q = request.per_client("q", batch.ids.size).astype(np.float64)
+    if q.ndim != 2 or not np.all(np.isfinite(q)) or np.any(q < 0):
+        raise ValueError("the prior must be finite and >= 0")
+    # Sums off 1 by rounding are renormalised; an entry the sampler cannot realise
+    # (its uniforms have 52 bits) would be a category that is never drawn.
+    q = q / q.sum(axis=1, keepdims=True)
+    if np.any((q > 0) & (q < MIN_PRIOR)):  # zeros are refused by the release itself
+        raise ValueError(
+            f"every prior entry must be >= 2^-32 (the samplers' resolution with "
+            f"margin), got {q.min():.3g}"
+        )
     if s.mechanism == "label-uniform" and not np.allclose(
         q, 1.0 / q.shape[1], rtol=0, atol=1e-12
     ):

@@ -40,6 +40,9 @@ The test-only fault injection (``test-misbehave``) is a mod of the separate test
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from typing import Any
 
 import numpy as np
@@ -47,7 +50,16 @@ from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from ldpfda.client.answers import ClientBatch, Refusal, answer
-from ldpfda.client.node import client_data, client_setup, ledger_record, node_ledger
+from ldpfda.client.ledger import LedgerError
+from ldpfda.client.node import (
+    DataError,
+    client_data,
+    client_setup,
+    ledger_record,
+    node_state,
+    noise_seed,
+)
+from ldpfda.client.policy import PolicyRefusal
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import (
@@ -60,6 +72,8 @@ from ldpfda.schema.queries import (
 )
 
 __all__ = ["ERROR_BUDGET", "ERROR_REQUEST", "QUERIES", "app", "handle", "register"]
+
+logger = logging.getLogger("flwr.ldpfda.node")
 
 #: Every query a node answers.
 QUERIES = (
@@ -113,14 +127,54 @@ def _reply_content(
     return RecordDict(content)
 
 
+#: The queries that release something private (charged, and memoized on a host).
+RELEASES = (catalog.PRIVATIZE, catalog.EVALUATE, catalog.LABEL, catalog.P2P_RANDOMIZE)
+
+
+def memo_key(
+    name: str,
+    settings: Any,
+    features: np.ndarray,
+    labels: np.ndarray,
+    request: Request,
+) -> str:
+    """A hash of everything that determines a release: an equal key, an equal release.
+
+    The query, the release's mechanism and budget, the scaled features and label (so
+    the featurizer and the data), and every request array.
+    """
+    digest = hashlib.sha256()
+    parts: list[Any] = [
+        name,
+        settings.mechanism,
+        settings.epsilon,
+        settings.label_share,
+    ]
+    digest.update(json.dumps(parts, default=str).encode())
+    for array in (features, labels):
+        digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+    arrays = {**request.rows, **request.shared}
+    for key, (values, _, _) in request.ragged.items():
+        arrays[key] = values
+    for key in sorted(arrays):
+        digest.update(key.encode())
+        digest.update(np.ascontiguousarray(arrays[key], dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
 def handle(name: str, message: Message, context: Context) -> RecordDict:
-    """Answer query ``name`` for the node of ``context`` (the content of the reply)."""
+    """Answer query ``name`` for the node of ``context`` (the content of the reply).
+
+    The node's policy is checked first; a deployed node answers a query identical to
+    an earlier one with the stored release, at no cost.
+    """
     setup = client_setup(context)
-    if name == catalog.IDENTIFY:
+    if name != catalog.IDENTIFY:
+        setup.policy.check_run(setup.settings)
+        features, labels = client_data(context, setup)
+    else:
         features = np.zeros((1, 0))
         labels = np.zeros(1, dtype=np.int8)
-    else:
-        features, labels = client_data(context, setup)
     query = node_query(name, setup.settings, features.shape[1])
     try:
         request = Request.of_client(
@@ -128,24 +182,49 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
         )
     except ReplyError as exc:
         raise ValueError(f"malformed request: {exc}") from exc
-    with node_ledger(context, setup) as ledger:
-        batch = ClientBatch(
-            np.array([setup.client_id], dtype=np.int64),
-            features,
-            labels,
-            setup.noise_seed,
-            ledger,
+    memoize = setup.record is not None and name in RELEASES
+    with node_state(context, setup) as state:
+        key = (
+            memo_key(name, setup.settings, features, labels, request) if memoize else ""
         )
-        arrays = answer(name, batch, request, setup.settings)
-    return _reply_content(query, arrays, ledger)
+        if key in state.memo:
+            stored = state.memo[key]
+            arrays = {
+                k: np.asarray(v, dtype=stored["dtypes"][k])
+                for k, v in stored["arrays"].items()
+            }
+        else:
+            batch = ClientBatch(
+                np.array([setup.client_id], dtype=np.int64),
+                features,
+                labels,
+                noise_seed(setup, state.counter),
+                state.ledger,
+            )
+            arrays = answer(name, batch, request, setup.settings)
+            if name in RELEASES:
+                state.counter += 1
+            if memoize:
+                state.memo[key] = {
+                    "arrays": {k: np.asarray(v).tolist() for k, v in arrays.items()},
+                    "dtypes": {k: np.asarray(v).dtype.str for k, v in arrays.items()},
+                }
+        return _reply_content(query, arrays, state.ledger)
 
 
 def respond(name: str, message: Message, context: Context) -> Message:
-    """:func:`handle`, with a refusal or a bad request as an error reply."""
+    """:func:`handle`, with a refusal or a bad request as an error reply.
+
+    A refusal for the node's policy, ledger or data carries only its code and a generic
+    reason; the node's own log says why.
+    """
     try:
         return Message(handle(name, message, context), reply_to=message)
     except BudgetExceededError as exc:
         return Message(Error(ERROR_BUDGET, f"refused: {exc}"), reply_to=message)
+    except (PolicyRefusal, LedgerError, DataError) as exc:
+        logger.warning("ldpfda node: %s refused: %s", name, exc.reason)
+        return Message(Error(exc.code, str(exc)), reply_to=message)
     except Refusal as exc:
         return Message(Error(exc.code, str(exc)), reply_to=message)
     except (ValueError, TypeError, KeyError, OSError) as exc:

@@ -1,10 +1,11 @@
-"""A SuperNode's own state: who it is, its data, its ledger across queries.
+"""A SuperNode's own state: who it is, its policy, its data, its ledger.
 
 Everything the generic query handler of :mod:`ldpfda.client.client_app` derives from
-a Flower ``Context`` before it answers: the node's identity and noise seed
-(:func:`client_setup`), its client's scaled features and label (:func:`client_data`),
-and its privacy ledger, rebuilt for every query from what it released before
-(:func:`node_ledger`).
+a Flower ``Context`` before it answers: the node's identity and privacy policy
+(:func:`client_setup`, :mod:`ldpfda.client.policy`), its client's scaled features and
+label (:func:`client_data`), and its ledger (:func:`node_state`). A deployed node (one
+with a data file) keeps a lifetime ledger per record with its memoized releases
+(:mod:`ldpfda.client.ledger`); a simulated partition keeps a ledger for the run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from flwr.app import ConfigRecord, Context
 from numpy.typing import NDArray
 
 from ldpfda.client.answers import Refusal
+from ldpfda.client.ledger import RecordState, open_record, record_key
+from ldpfda.client.policy import NodePolicy
 from ldpfda.config import Settings, run_settings
 from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import (
@@ -34,15 +37,17 @@ from ldpfda.datasets.population import (
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
-from ldpfda.schema.queries import ERROR_REQUEST
+from ldpfda.schema.queries import ERROR_DATA, ERROR_REQUEST
 
 __all__ = [
     "ClientSetup",
+    "DataError",
     "client_data",
     "client_setup",
     "ledger_record",
     "load_ledger",
-    "node_ledger",
+    "node_state",
+    "noise_seed",
     "save_ledger",
 ]
 
@@ -62,17 +67,34 @@ class ClientSetup:
         The run's settings, parsed like the in-process CLI's.
     repeat : int
         The repeat whose derived seeds the run uses (``flower.repeat``).
-    budget : float
-        The node's epsilon cap for the run.
-    noise_seed : int
-        Seed that, with the client id, keys the node's noise.
+    policy : NodePolicy
+        The node's own privacy rules (its budget among them).
+    record : str or None
+        A deployed node's record (client id and data hash); None when simulated.
+    secret : int or None
+        The node's ``noise-seed``, if its operator set one.
     """
 
     client_id: int
     settings: Settings
     repeat: int
-    budget: float
-    noise_seed: int
+    policy: NodePolicy
+    record: str | None = None
+    secret: int | None = None
+
+    @property
+    def budget(self) -> float:
+        return self.policy.budget
+
+
+class DataError(Exception):
+    """The node's data cannot be used; ``reason`` is for the node's log only."""
+
+    code = ERROR_DATA
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("the node's data cannot be used (see the node's log)")
+        self.reason = reason
 
 
 def _node_int(node_config: dict[str, Any], key: str) -> int | None:
@@ -85,7 +107,7 @@ def _node_int(node_config: dict[str, Any], key: str) -> int | None:
 
 
 def client_setup(context: Context) -> ClientSetup:
-    """Identity, settings, budget and noise seed of the node running ``context``."""
+    """Identity, settings and privacy policy of the node running ``context``."""
     node = dict(context.node_config)
     settings, flower = run_settings(context.run_config)
     repeat = int(flower.get("repeat", 0))
@@ -94,35 +116,68 @@ def client_setup(context: Context) -> ClientSetup:
         client_id = _node_int(node, "partition-id")
     if client_id is None or client_id < 0:
         raise Refusal(ERROR_REQUEST, "the node has no client-id (nor partition-id)")
-    budget = node.get("privacy-budget", settings.epsilon)
-    if isinstance(budget, str):
-        budget = float(budget)
-    secret = _node_int(node, "noise-seed")
-    if secret is not None:
-        noise_seed = derive_seed(secret, "noise", settings.seed, repeat)
-    elif node.get("data-path"):
-        noise_seed = secrets.randbits(62)
-    else:
-        # Simulated partition: the engine's client seed, so both runs release the same.
-        noise_seed = simulated_noise_seed(settings, repeat)
-    return ClientSetup(client_id, settings, repeat, float(budget), noise_seed)
+    policy = NodePolicy.from_node_config(node, settings)
+    record = None
+    if policy.deployed:
+        path = Path(str(node["data-path"]))
+        try:
+            record = record_key(client_id, path.read_bytes())
+        except OSError as exc:
+            raise DataError(f"cannot read the data file {path}: {exc}") from exc
+    return ClientSetup(
+        client_id, settings, repeat, policy, record, _node_int(node, "noise-seed")
+    )
+
+
+def noise_seed(setup: ClientSetup, counter: int) -> int:
+    """The seed that, with the client id, keys the noise of a node's next release.
+
+    A simulated partition uses the engine's client seed, so a simulation releases what
+    the in-process engine does. A deployed node draws fresh OS entropy for every
+    release; with a ``noise-seed`` (its operator's secret) the seed is derived from the
+    secret, the record and the record's persistent release counter, never from
+    anything the server chooses.
+    """
+    if setup.record is None:
+        return simulated_noise_seed(setup.settings, setup.repeat)
+    if setup.secret is None:
+        return secrets.randbits(62)
+    return derive_seed(setup.secret, "noise", setup.record, counter)
 
 
 def client_data(
     context: Context, setup: ClientSetup
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """The node's scaled features ``(1, p)`` and true label ``(1,)``."""
+    """The node's scaled features ``(1, p)`` and true label ``(1,)``.
+
+    Raises
+    ------
+    DataError
+        For a data file the node cannot use; what is wrong goes to the node's log
+        only, never into a reply (it may describe the data).
+    """
     path = context.node_config.get("data-path")
-    if not path:
-        return simulated_partition(setup.settings, setup.repeat, setup.client_id)
-    data = load_node_data(str(path))
-    if len(data) != 1:
-        raise ValueError(f"a node holds one client's data; {path} has {len(data)} rows")
-    featurizer, grid = public_featurizer(setup.settings, setup.repeat)
-    return data.features(featurizer, grid), data.labels
+    try:
+        if not path:
+            return simulated_partition(setup.settings, setup.repeat, setup.client_id)
+        data = load_node_data(str(path))
+        if len(data) != 1:
+            raise ValueError(
+                f"a node holds one client's data; {path} has {len(data)} rows"
+            )
+        featurizer, grid = public_featurizer(setup.settings, setup.repeat)
+        features = data.features(featurizer, grid)
+        if np.any(np.abs(features) > 1.0 + 1e-12):
+            raise ValueError(
+                f"{path}: its scaled features leave [-1, 1] (max |x| = "
+                f"{np.abs(features).max():.6g}): the data is not on the run's scale"
+            )
+        return features, data.labels
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{type(exc).__name__}: {exc}") from exc
 
 
-# -- the ledger, kept across the queries of one run ------------------------------------
+# -- a simulated node's ledger, kept across the queries of one run --------------------
 
 
 def _ledger_scope(context: Context) -> str:
@@ -155,10 +210,9 @@ def _state_key(context: Context) -> str:
 
 
 def load_ledger(context: Context, client_id: int, budget: float) -> PrivacyLedger:
-    """The node's ledger for this run, rebuilt from what it released so far.
+    """A simulated node's ledger for this run, rebuilt from what it released so far.
 
-    Releases are replayed into a fresh :class:`PrivacyLedger`; a node that already
-    spent more than ``budget`` (e.g. restarted with a smaller one) refuses everything.
+    A node that already spent more than ``budget`` refuses every further release.
     """
     file = _ledger_file(context, client_id)
     key = _state_key(context)
@@ -172,24 +226,34 @@ def load_ledger(context: Context, client_id: int, budget: float) -> PrivacyLedge
     else:
         stored = "[]"
     ledger = PrivacyLedger(budget=budget, client_ids=[client_id])
-    for item in json.loads(stored):
-        event = ReleaseEvent.of(
-            item["mechanism"], item["epsilon"], **item["parameters"]
-        )
-        ledger.charge(event, [client_id])
+    ledger.restore(
+        [
+            ReleaseEvent.of(item["mechanism"], item["epsilon"], **item["parameters"])
+            for item in json.loads(stored)
+        ],
+        [client_id],
+    )
     return ledger
 
 
 @contextmanager
-def node_ledger(context: Context, setup: ClientSetup) -> Iterator[PrivacyLedger]:
-    """The node's ledger for one release, saved afterwards even if the release fails.
+def node_state(context: Context, setup: ClientSetup) -> Iterator[RecordState]:
+    """The node's ledger (and memoized releases) for one query, saved afterwards.
 
-    A refused release charges nothing, and a charged one is on disk (or in the run
-    state) before the reply leaves.
+    A deployed node: its record's lifetime ledger (:func:`~ldpfda.client.ledger.
+    open_record`), locked while the query is answered. A simulated partition: its
+    ledger for the run, without memoized releases. A refused release charges nothing,
+    and a charged one is stored before the reply leaves.
     """
+    if setup.record is not None:
+        with open_record(
+            setup.policy.state_dir, setup.record, setup.client_id, setup.budget
+        ) as state:
+            yield state
+        return
     ledger = load_ledger(context, setup.client_id, setup.budget)
     try:
-        yield ledger
+        yield RecordState(ledger, memo={}, counter=len(ledger.entries))
     finally:
         save_ledger(context, ledger)
 

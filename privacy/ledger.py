@@ -121,6 +121,19 @@ class PrivacyLedger:
         for event in events:
             self.entries.append(LedgerEntry(event, ids.copy()))
 
+    def restore(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
+        """Record releases that already happened (a stored ledger read back).
+
+        No budget check: they were charged when they were made. A ledger that holds
+        more than its budget (say, its budget was lowered since) refuses every
+        further charge.
+        """
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        index = self._index(ids)
+        for event in events:
+            self._spent[index] += event.epsilon
+            self.entries.append(LedgerEntry(event, ids.copy()))
+
     def spent(self, client_id: int) -> float:
         """Total epsilon spent so far by one client."""
         return float(self._spent[self._index([client_id])[0]])

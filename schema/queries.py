@@ -28,6 +28,9 @@ from ldpfda.privacy.base import ReleaseEvent
 
 __all__ = [
     "ERROR_BUDGET",
+    "ERROR_DATA",
+    "ERROR_LEDGER",
+    "ERROR_POLICY",
     "ERROR_REQUEST",
     "ArraySpec",
     "Query",
@@ -39,8 +42,15 @@ __all__ = [
 
 #: Error code of a refused release (the node's budget would be overspent).
 ERROR_BUDGET = 4001
-#: Error code of a malformed request or of data the node cannot use.
+#: Error code of a malformed request.
 ERROR_REQUEST = 4000
+#: Error code of a query the node's own privacy policy refuses (kind, epsilon).
+ERROR_POLICY = 4002
+#: Error code of a node whose ledger is missing or corrupted: it answers nothing until
+#: its operator acts.
+ERROR_LEDGER = 4003
+#: Error code of a node whose data cannot be used (the node's log says why).
+ERROR_DATA = 4004
 
 #: ``cost(request, index)``: what answering costs the clients at positions ``index`` of
 #: a request, as distinct event lists and each client's position in them.

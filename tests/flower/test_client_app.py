@@ -16,6 +16,7 @@ from ldpfda.config import run_settings
 from ldpfda.datasets.files import save_node_data
 from ldpfda.datasets.population import simulated_partition
 from ldpfda.privacy.random import derive_seed
+from ldpfda.schema.queries import ERROR_DATA
 from ldpfda.schema.releases import joint_output_range, training_output_range
 
 from .support import REFERENCE, SMALL
@@ -199,40 +200,63 @@ def test_ledger_dir_survives_a_restart(run_config, tmp_path):
     assert not _ask(_context(config, node, run_id=4), "privatize").has_error()
 
 
+def _host(path, tmp_path, name="state", **extra):
+    """The node config of a host holding ``path``, with a lifetime budget of 10."""
+    return {
+        "client-id": 0,
+        "data-path": str(path),
+        "privacy-budget": 10.0,
+        "state-dir": str(tmp_path / name),
+        **extra,
+    }
+
+
 def test_data_file_node_uses_private_noise(run_config, tmp_path):
     config = run_config(SMALL, {"data.dataset": "vector"})
     path = save_node_data(tmp_path / "c.npz", [[0.5, -0.5, 0.25, 0.0]], [1])
-    releases = []
-    for _ in range(2):
-        context = _context(config, {"client-id": 0, "data-path": str(path)})
-        releases.append(_released(_ask(context, "privatize")))
-    # Fresh entropy per node: the server cannot recompute (and remove) the noise.
+    # Two hosts with the same data: fresh OS entropy each, so the server cannot
+    # recompute (and remove) the noise.
+    releases = [
+        _released(_ask(_context(config, _host(path, tmp_path, f"s{i}")), "privatize"))
+        for i in range(2)
+    ]
     assert not np.array_equal(releases[0], releases[1])
+    # An operator's noise-seed makes the host's noise reproducible for its operator,
+    # keyed by its own release counter, never by anything the server sends.
     seeded = [
         _released(
             _ask(
-                _context(
-                    config, {"client-id": 0, "data-path": str(path), "noise-seed": 11}
-                ),
+                _context(config, _host(path, tmp_path, f"n{i}", **{"noise-seed": 11})),
                 "privatize",
             )
         )
-        for _ in range(2)
+        for i in range(2)
     ]
     np.testing.assert_array_equal(seeded[0], seeded[1])
+    other_run = run_config(SMALL, {"data.dataset": "vector", "seed": 99})
+    reseeded = _released(
+        _ask(
+            _context(other_run, _host(path, tmp_path, "n9", **{"noise-seed": 11})),
+            "privatize",
+        )
+    )
+    np.testing.assert_array_equal(reseeded, seeded[0])  # the run seed changes nothing
 
 
-def test_data_file_must_hold_one_client(run_config, tmp_path):
+def test_data_file_must_hold_one_client(run_config, tmp_path, caplog):
     path = save_node_data(tmp_path / "two.npz", np.zeros((2, 4)), [0, 1])
-    context = _context(run_config(SMALL), {"client-id": 0, "data-path": str(path)})
+    context = _context(run_config(SMALL), _host(path, tmp_path))
     reply = _ask(context, "privatize")
-    assert reply.error.code == ERROR_REQUEST and "2 rows" in reply.error.reason
+    # The reply says only that the data cannot be used; the node's log says why.
+    assert reply.error.code == ERROR_DATA and "rows" not in reply.error.reason
+    assert "2 rows" in caplog.text
 
 
-def test_node_without_identity_or_data_is_refused(run_config):
+def test_node_without_identity_or_data_is_refused(run_config, caplog):
     assert _ask(_context(run_config(SMALL), {}), "identify").error.code == ERROR_REQUEST
     context = _context(run_config(SMALL), {"partition-id": 60, "num-partitions": 61})
-    assert "has no data" in _ask(context, "privatize").error.reason
+    assert _ask(context, "privatize").error.code == ERROR_DATA
+    assert "has no data" in caplog.text
 
 
 @pytest.mark.parametrize(

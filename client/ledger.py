@@ -1,0 +1,167 @@
+"""A deployed node's lifetime ledger: one file per record, kept across every run.
+
+A *record* is one client's data on the host: the client id and a hash of the data
+file's content. Its ledger holds every release the record ever made (each one's
+:class:`~ldpfda.privacy.ReleaseEvent`), the replies of those releases (so that an
+identical query is answered with the identical release, at no further cost, as
+RAPPOR's permanent randomized response), and a monotone release counter. It does not
+depend on the run id or on any session name the server chooses, so a new run cannot
+reset it, and it survives restarts.
+
+The file is ``<state-dir>/<record>.json``, written atomically (temporary file, fsync,
+rename) under an exclusive lock on ``<state-dir>/.lock``, so two queries in flight
+cannot both spend. It fails closed: a file that cannot be read, holds another record
+or another format, or is missing although the state directory's index lists
+the record, raises :class:`LedgerError`, and the node answers nothing until its
+operator acts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.schema.queries import ERROR_LEDGER
+
+__all__ = ["LEDGER_FORMAT", "LedgerError", "RecordState", "open_record", "record_key"]
+
+LEDGER_FORMAT = "ldpfda-node-ledger/1"
+_INDEX = "records.json"
+
+
+class LedgerError(Exception):
+    """The node's ledger cannot be trusted: the node refuses every query."""
+
+    code = ERROR_LEDGER
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("the node's privacy ledger needs its operator")
+        self.reason = reason
+
+
+def record_key(client_id: int, data: bytes) -> str:
+    """The name of a record: its client id and the SHA-256 of its data file."""
+    return f"client-{int(client_id)}-{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+@dataclass
+class RecordState:
+    """What a record's ledger holds while one query is answered.
+
+    Attributes
+    ----------
+    ledger : PrivacyLedger
+        Over the record's one client id, with every release made so far.
+    memo : dict
+        Reply arrays of earlier releases, by the hash of everything that determined
+        them.
+    counter : int
+        Releases made so far (never decreases).
+    """
+
+    ledger: PrivacyLedger
+    memo: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counter: int = 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _event(item: dict[str, Any]) -> ReleaseEvent:
+    return ReleaseEvent.of(item["mechanism"], item["epsilon"], **item["parameters"])
+
+
+def _load(path: Path, record: str, client_id: int, budget: float) -> RecordState:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        if body.get("format") != LEDGER_FORMAT or body.get("record") != record:
+            raise LedgerError(
+                f"{path} is not this record's ledger (format {body.get('format')!r}, "
+                f"record {body.get('record')!r})"
+            )
+        events = [_event(item) for item in body["events"]]
+        memo, counter = dict(body["memo"]), int(body["counter"])
+    except LedgerError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LedgerError(
+            f"{path} cannot be read: {type(exc).__name__}: {exc}"
+        ) from exc
+    ledger = PrivacyLedger(budget=budget, client_ids=[client_id])
+    ledger.restore(events, [client_id])
+    return RecordState(ledger, memo, counter)
+
+
+def _save(path: Path, record: str, state: RecordState) -> None:
+    body = {
+        "format": LEDGER_FORMAT,
+        "record": record,
+        "counter": state.counter,
+        "events": [
+            {
+                "mechanism": e.event.mechanism,
+                "epsilon": e.event.epsilon,
+                "parameters": dict(e.event.parameters),
+            }
+            for e in state.ledger.entries
+        ],
+        "memo": state.memo,
+    }
+    _write_atomically(path, json.dumps(body, allow_nan=False))
+
+
+@contextmanager
+def open_record(
+    state_dir: Path, record: str, client_id: int, budget: float
+) -> Iterator[RecordState]:
+    """The record's state for one query, locked, and saved afterwards.
+
+    The state is written back even if the query fails after a charge, so a charged
+    release is on disk before any reply can leave.
+
+    Raises
+    ------
+    LedgerError
+        When the ledger cannot be trusted (see the module docstring).
+    """
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / f"{record}.json"
+    index = state_dir / _INDEX
+    with (state_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            known = set(json.loads(index.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            known = set()
+        except (OSError, ValueError, TypeError) as exc:
+            raise LedgerError(f"{index} cannot be read: {exc}") from exc
+        if path.exists():
+            state = _load(path, record, client_id, budget)
+        elif record in known:
+            raise LedgerError(
+                f"{path} is missing although {index} lists the record: restore it "
+                "from a backup, or retire the record"
+            )
+        else:
+            state = RecordState(PrivacyLedger(budget=budget, client_ids=[client_id]))
+        try:
+            yield state
+        finally:
+            _save(path, record, state)
+            if record not in known:
+                _write_atomically(index, json.dumps(sorted(known | {record})))

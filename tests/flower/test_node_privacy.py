@@ -1,0 +1,230 @@
+"""The node owns its privacy: what a curious server tries, through the ClientApp.
+
+Every test calls the host's ClientApp handlers exactly as a ServerApp's messages
+would, on a deployed node (a data file, a lifetime budget, a state directory), and
+sends what the server's operator controls: the run config and the requests. Each was
+written against the behaviour before the node policy and fails there.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from ldpfda.client.client_app import ERROR_BUDGET, app
+from ldpfda.datasets.files import save_node_data
+from ldpfda.schema.queries import ERROR_LEDGER, ERROR_POLICY
+
+from .support import SMALL
+
+VECTOR = {"data.dataset": "vector"}
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, 1, 1
+
+
+@pytest.fixture
+def host(tmp_path):
+    """The node config of a host with one client's data and a budget of 5."""
+    path = save_node_data(tmp_path / "me.npz", [[0.5, -0.5, 0.25, 0.0]], [1])
+
+    def build(**extra):
+        return {
+            "client-id": 0,
+            "data-path": str(path),
+            "privacy-budget": 5.0,
+            "state-dir": str(tmp_path / "state"),
+            **extra,
+        }
+
+    return build
+
+
+def _ask(run_config, node, kind, content=None, *, run_id=3):
+    """One query to a fresh ClientApp process (Flower starts one per query)."""
+    context = Context(
+        run_id=run_id,
+        node_id=99,
+        node_config=dict(node),
+        state=RecordDict(),
+        run_config=dict(run_config),
+    )
+    return app(Message(content or RecordDict(), 99, f"query.{kind}"), context)
+
+
+def _model(coef, intercept):
+    return RecordDict(
+        {
+            "model": ArrayRecord(
+                {
+                    "coef": Array(np.asarray(coef, dtype=float)),
+                    "intercept": Array(np.array([intercept], dtype=float)),
+                }
+            )
+        }
+    )
+
+
+def _spent(reply):
+    return reply.content.config_records["ledger"]["spent"]
+
+
+# -- 1. the label-only switch ----------------------------------------------------------
+
+
+def test_a_label_only_run_cannot_make_a_host_send_its_features(run_config, host):
+    config = run_config(SMALL, VECTOR, {"privacy.mechanism": "label-uniform"})
+    reply = _ask(config, host(), "features")
+    assert reply.has_error() and reply.error.code == ERROR_POLICY
+    # Only the node's operator can declare its features public.
+    public = _ask(config, host(**{"features-public": True}), "features")
+    assert not public.has_error()
+
+
+# -- 2. the budget comes from the node; epsilon = inf ----------------------------------
+
+
+def test_a_host_without_a_finite_budget_answers_nothing(run_config, host):
+    config = run_config(SMALL, VECTOR)
+    for budget in (None, "inf"):
+        node = host()
+        node.pop("privacy-budget")
+        if budget is not None:
+            node["privacy-budget"] = budget
+        for kind in ("identify", "privatize"):
+            reply = _ask(config, node, kind)
+            assert reply.has_error() and reply.error.code == ERROR_POLICY, (
+                budget,
+                kind,
+            )
+
+
+def test_a_host_refuses_epsilon_inf_and_epsilons_that_make_rr_deterministic(
+    run_config, host
+):
+    for epsilon in (float("inf"), 40.0):
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": epsilon})
+        reply = _ask(config, host(**{"privacy-budget": 1e6}), "privatize")
+        assert reply.has_error() and reply.error.code == ERROR_POLICY, epsilon
+
+
+def test_max_release_epsilon_is_the_nodes_cap(run_config, host):
+    config = run_config(SMALL, VECTOR, {"privacy.epsilon": 2.0})
+    reply = _ask(config, host(**{"max-release-epsilon": 1.0}), "privatize")
+    assert reply.has_error() and reply.error.code == ERROR_POLICY
+
+
+# -- 3. the ledger is per record, for life ---------------------------------------------
+
+
+def test_new_runs_and_sessions_do_not_reset_the_lifetime_budget(run_config, host):
+    # The server tries three runs of eps 2 (and new session names) on a record whose
+    # lifetime budget is 5; a fresh context each time, as a restarted node has.
+    spent = []
+    for run_id, session in ((3, ""), (4, "s1"), (5, "s2")):
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": 2.0 + run_id / 100})
+        config["flower.session"] = session
+        reply = _ask(config, host(), "privatize", run_id=run_id)
+        spent.append(None if reply.has_error() else _spent(reply))
+        if reply.has_error():
+            assert reply.error.code == ERROR_BUDGET
+    assert spent[:2] == pytest.approx([2.03, 2.03 + 2.04])
+    assert spent[2] is None  # 2.03 + 2.04 + 2.05 > 5: refused
+
+
+def test_an_identical_query_returns_the_identical_release_for_free(run_config, host):
+    config = run_config(SMALL, VECTOR)
+    first = _ask(config, host(), "privatize", run_id=3)
+    # Another run, a restarted node (fresh context): the same release, nothing spent.
+    again = _ask(config, host(), "privatize", run_id=8)
+    for reply in (first, again):
+        assert not reply.has_error()
+    np.testing.assert_array_equal(
+        again.content.array_records["payload"]["releases"].numpy(),
+        first.content.array_records["payload"]["releases"].numpy(),
+    )
+    assert _spent(first) == _spent(again) == 5.0
+
+
+def test_a_corrupted_or_vanished_ledger_fails_closed(run_config, host, tmp_path):
+    config = run_config(SMALL, VECTOR, {"privacy.epsilon": 1.0})
+    assert not _ask(config, host(), "privatize").has_error()
+    (ledger,) = (tmp_path / "state").glob("client-0-*.json")
+    body = json.loads(ledger.read_text())
+    ledger.write_text(json.dumps(body)[:-7])  # a torn write
+    for kind in ("identify", "privatize"):
+        reply = _ask(config, host(), kind)
+        assert reply.has_error() and reply.error.code == ERROR_LEDGER
+    ledger.unlink()  # gone, though the state directory's index lists the record
+    reply = _ask(config, host(), "privatize")
+    assert reply.has_error() and reply.error.code == ERROR_LEDGER
+
+
+def test_concurrent_queries_cannot_both_spend(run_config, host):
+    # Budget 5, releases of eps 3 under different epsilons (not memoized): of the
+    # queries in flight at once, exactly one is answered.
+    replies = []
+
+    def ask(i):
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": 3.0 + i / 100})
+        replies.append(_ask(config, host(), "privatize"))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    answered = [r for r in replies if not r.has_error()]
+    assert len(answered) == 1
+    assert all(r.error.code == ERROR_BUDGET for r in replies if r.has_error())
+
+
+# -- 4. repeatable noise: the XOR attack -----------------------------------------------
+
+
+def test_the_threshold_scan_attack_gets_no_more_than_the_budget(run_config, host):
+    # The attack of the issue: one constant model, then sign(x1 - t) over a grid of t,
+    # each in a new run with the operator's noise-seed set. Before, every run's ledger
+    # was fresh and the noise repeated, so XOR-ing the bits cancelled the randomized
+    # response. Now each distinct model is a new release on one lifetime budget, and a
+    # repeated model gets the repeated bit.
+    config = run_config(SMALL, VECTOR, {"privacy.epsilon": 1.0})
+    node = host(**{"noise-seed": 11})
+    bits = []
+    for run_id, t in enumerate([None, *np.linspace(-1, 1, 40)]):
+        coef = np.zeros(4) if t is None else np.array([1.0, 0, 0, 0])
+        intercept = 1.0 if t is None else -float(t)
+        reply = _ask(config, node, "evaluate", _model(coef, intercept), run_id=run_id)
+        bits.append(
+            None
+            if reply.has_error()
+            else int(reply.content.array_records["feedback"]["bit"].numpy()[0])
+        )
+    answered = [b for b in bits if b is not None]
+    assert len(answered) == 5  # budget 5 at eps 1: five releases, then refusals
+    repeat = _ask(config, node, "evaluate", _model(np.zeros(4), 1.0), run_id=99)
+    assert int(repeat.content.array_records["feedback"]["bit"].numpy()[0]) == bits[0]
+
+
+# -- 8. priors the sampler cannot realise ----------------------------------------------
+
+
+def _prior(q):
+    return RecordDict({"prior": ArrayRecord({"q": Array(np.asarray(q, dtype=float))})})
+
+
+def test_a_prior_with_a_category_never_drawn_is_refused(run_config, host):
+    config = run_config(SMALL, VECTOR, {"privacy.mechanism": "label-cluster"})
+    node = host(**{"features-public": True})
+    reply = _ask(config, node, "label", _prior([1.0 - 1e-15, 1e-15]))
+    assert reply.has_error() and "2^-32" in reply.error.reason
+    # A prior off 1 by rounding is renormalised and answered.
+    fine = _ask(config, node, "label", _prior([0.3 + 1e-9, 0.7]))
+    assert not fine.has_error()
