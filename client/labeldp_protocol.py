@@ -57,7 +57,7 @@ from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.schema.releases import (
     check_priors,
     label_event,
-    p2p_event,
+    p2p_relay_event,
     prior_groups,
     prior_probabilities,
 )
@@ -191,14 +191,14 @@ def p2p_randomize(
 
     Each client flips its bit with probability :math:`1/(1 + e^{\varepsilon_0})`, noise
     from its stream ``labeldp/p2p-rr#<release>``. The ledger is charged
-    :func:`p2p_event` (the guarantee of the forwarded bits for these ``cluster_sizes``)
+    :func:`~ldpfda.schema.releases.p2p_relay_event` (what the relay, the server, sees)
     before anything is released.
     """
     ids = _client_ids(client_ids)
     y = check_binary_labels(labels)
     if y.size != ids.size:
         raise ValueError(f"labels has {y.size} entries for {ids.size} clients")
-    event = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
+    event = p2p_relay_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
     if ledger is not None:
         ledger.charge(event, ids)
     stream = ClientStreams(seed, ids).stream(f"{P2P_RR_STREAM}#{release}")

@@ -34,7 +34,7 @@ from ldpfda.schema.releases import (
     joint_events,
     joint_output_range,
     label_event,
-    p2p_event,
+    p2p_relay_event,
     prior_groups,
     privatize_events,
     training_output_range,
@@ -198,7 +198,7 @@ def p2p_randomize_query() -> Query:
     def cost(
         request: Request, index: NDArray[np.int64]
     ) -> tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]]:
-        event = p2p_event(
+        event = p2p_relay_event(
             local_epsilon=float(request.common("local-epsilon").reshape(-1)[0]),
             cluster_sizes=request.common("cluster-sizes"),
         )

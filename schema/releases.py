@@ -37,6 +37,7 @@ __all__ = [
     "label_event",
     "label_events",
     "p2p_event",
+    "p2p_relay_event",
     "prior_groups",
     "prior_probabilities",
     "privatize_events",
@@ -189,6 +190,28 @@ def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
         delta=delta,
         local_epsilon=local_epsilon,
         min_cluster_size=min(sizes),
+    )
+
+
+def p2p_relay_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
+    r"""What a peer-to-peer bit costs its client when the relay is the server.
+
+    The relay receives each client's bit by randomized response at
+    :math:`\varepsilon_0`; in the Flower app the relay is the ServerApp, so the client
+    is charged :math:`\varepsilon_0` (pure, :math:`\delta = 0` toward the server),
+    whatever the cluster sizes the server claims (a client cannot check them). The
+    stronger :math:`(\varepsilon, \delta)` toward an analyst who sees only the
+    forwarded bits (:func:`p2p_event`) is recorded as ``analyst_epsilon`` and
+    ``analyst_delta``.
+    """
+    analyst = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
+    return ReleaseEvent.of(
+        P2P_RR,
+        float(local_epsilon),
+        relay="server",
+        analyst_epsilon=analyst.epsilon,
+        analyst_delta=float(analyst.as_dict()["delta"]),
+        min_cluster_size=int(analyst.as_dict()["min_cluster_size"]),
     )
 
 

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from ldpfda.config import Settings
 from ldpfda.privacy.budget import split_budget
-from ldpfda.privacy.peer_to_peer import p2p_guarantee, p2p_local_epsilon
+from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.schema import catalog
 from ldpfda.schema.payloads import JointPayload, LabelPayload, TrainingPayload
 from ldpfda.schema.queries import Request
@@ -288,6 +288,11 @@ def _p2p_rounds(
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], float, dict[str, Any]]:
     """``label-p2p``: the relay's round, then every client forwards a peer's bit.
 
+    The relay is the server: every client randomizes its bit at its whole epsilon
+    (``eps0 = epsilon``) and is charged that; the forwarded bits, which the model is fit
+    on, are :math:`(\varepsilon, \\delta)`-label-DP with a smaller epsilon toward an
+    analyst who sees only them (reported under ``labeldp``).
+
     Only clients whose bit arrived are forwarded, in clusters that kept at least
     ``labeldp.min-cluster-size`` bits; the run stops if missing replies shrank the
     clusters so far that the forwarded bits would be less private than promised.
@@ -298,7 +303,9 @@ def _p2p_rounds(
         x, n_clusters=s.n_clusters, min_size=size, rng=plan.server_rng
     )
     sizes = np.bincount(clusters)
-    eps0 = p2p_local_epsilon(epsilon=s.epsilon, cluster_sizes=sizes)
+    # The relay is this server, which sees every bit at eps0: each client's whole
+    # budget goes into its one randomized bit; the forwarded bits are amplified.
+    eps0 = float(s.epsilon)
     event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes)
     shared = {
         "local-epsilon": np.array([eps0], dtype=np.float64),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from ldpfda.client.labeldp_protocol import p2p_randomize
 from ldpfda.client.protocol import privatize
 from ldpfda.labeldp import histogram_sigma, noisy_cluster_histograms
 from ldpfda.privacy.joint import SignedFeatureMechanism
@@ -33,6 +34,7 @@ from ldpfda.privacy.vector_mechanisms import (
     HybridMechanism,
     PiecewiseMechanism,
 )
+from ldpfda.schema.releases import p2p_event, p2p_relay_event
 from tests.privacy.privacy_audit import PrivacyAudit, estimate_epsilon
 
 #: Releases per neighbouring input.
@@ -149,6 +151,32 @@ def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
                 np.array([5, 3]), np.array([4, 4]), np.array([-1.0, 1.0]), statistic)
 
 
+def _p2p_relay(local_epsilon: float, charged: float | None = None) -> Case:
+    """The peer-to-peer bit as the relay (in the Flower app: the server) receives it.
+
+    The client function :func:`~ldpfda.client.labeldp_protocol.p2p_randomize` on the
+    neighbouring labels 0 and 1, in a cluster of 10; the claim is what the client's
+    ledger is charged (:func:`~ldpfda.schema.releases.p2p_relay_event`). The broken
+    variant claims the amplified epsilon toward an analyst, as the ledger used to.
+    """
+
+    def release(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        ids = np.arange(y.size)
+        return p2p_randomize(
+            y.astype(np.int8),
+            client_ids=ids,
+            seed=int(rng.integers(2**62)),
+            local_epsilon=local_epsilon,
+            cluster_sizes=[10],
+        ).astype(float)
+
+    claim = p2p_relay_event(local_epsilon=local_epsilon, cluster_sizes=[10]).epsilon
+    label = "" if charged is None else " charged as amplified"
+    return Case(f"p2p relay bit eps0={local_epsilon:g}{label}",
+                claim if charged is None else charged, release, 0, 1,
+                np.array([0.5]))
+
+
 CORRECT = [
     _laplace(1.0, 4, "discrete"),
     _laplace(2.0, 2, "discrete"),
@@ -162,6 +190,7 @@ CORRECT = [
     _joint(1.0, 3),
     _privatize(2.0, 3),
     _histogram(1.0),
+    _p2p_relay(1.0),
 ]
 
 BROKEN = [
@@ -169,6 +198,8 @@ BROKEN = [
     (_rr(BinaryRandomizedResponse, 1.0, leak=1.3), 1.3),
     (_rr(KaryRandomizedResponse, 1.0, leak=1.4, n_categories=5), 1.4),
     (_histogram(1.0, noise_factor=0.5), 2.0),
+    (_p2p_relay(1.0, charged=p2p_event(local_epsilon=1.0, cluster_sizes=[10]).epsilon),
+     1.0),
 ]
 
 
