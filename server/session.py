@@ -205,6 +205,27 @@ class Round:
         }
 
 
+def _unavailable(replies: Replies, client: int) -> bool:
+    return replies.missing.get(client, "").startswith("unavailable")
+
+
+def _merged(first: Replies, retry: Replies) -> Replies:
+    """``first`` with the replies of the clients asked again in ``retry``."""
+    missing = {c: r for c, r in first.missing.items() if c not in retry.ids}
+    missing.update(retry.missing)
+    values = {
+        k: np.concatenate([v, retry.values[k]]) if k in retry.values else v
+        for k, v in first.values.items()
+    }
+    return Replies(
+        np.concatenate([first.ids, retry.ids]),
+        values,
+        missing,
+        {**first.rejected, **retry.rejected},
+        {**first.reported, **retry.reported},
+    )
+
+
 def _joined(parts: list[Any]) -> NDArray[Any]:
     """Client ids (int64 arrays) or node ids (Python ints, up to 2**64) as one array."""
     if all(isinstance(p, np.ndarray) for p in parts):
@@ -266,7 +287,8 @@ class Session:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
         Each client is first charged the query's cost in the server's ledger; one that
-        cannot afford it is not asked (``not_asked_budget``). Stops the run with
+        cannot afford it is not asked (``not_asked_budget``); one that was
+        unavailable is asked once more. Stops the run with
         :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
         valid replies come back.
         """
@@ -277,12 +299,16 @@ class Session:
         asked = ids[affordable]
         round_.refused_by_server.extend(int(c) for c in ids[~affordable])
         round_.ask(asked)
-        if affordable.all():
-            replies = self.clients.ask(query, asked, request)
-        else:
-            replies = self.clients.ask(
-                query, asked, request.take(np.flatnonzero(affordable))
-            )
+        if not affordable.all():
+            request = request.take(np.flatnonzero(affordable))
+        replies = self.clients.ask(query, asked, request)
+        # A node that was unavailable (it crashed, or restarted) is asked once more: it
+        # answers from its own ledger, with the very release it made if it made one.
+        again = [i for i, c in enumerate(asked) if _unavailable(replies, int(c))]
+        if again:
+            index = np.array(again, dtype=np.int64)
+            retry = self.clients.ask(query, asked[index], request.take(index))
+            replies = _merged(replies, retry)
         for c in replies.missing.keys() | replies.rejected.keys():
             self.reported.pop(c, None)
         self.reported.update(replies.reported)

@@ -615,3 +615,62 @@ def test_a_failed_quorum_says_who_was_connected_identified_and_missing(run_confi
         (Path(options.report_dir) / "run-7" / "status.json").read_text()
     )
     assert status["stage"] == "failed" and "only 5 of 30" in status["error"]
+
+
+class RestartingGrid(FakeGrid):
+    """A FakeGrid on which node ``restart`` releases, then restarts before its reply
+    leaves: the SuperLink reports it unavailable for that message, once."""
+
+    def __init__(self, *args, restart: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.restart = 1000 + restart
+        self.lost = 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error
+        from flwr.common.constant import ErrorCode
+
+        replies = []
+        for message in messages:
+            (reply,) = super().send_and_receive([message], timeout=timeout)
+            kind = message.metadata.message_type
+            if (
+                message.metadata.dst_node_id == self.restart
+                and kind == ("query.privatize")
+                and not self.lost
+            ):
+                self.lost += 1
+                message.metadata.__dict__["_message_id"] = f"lost-{self.lost}"
+                reply = Message(
+                    Error(ErrorCode.NODE_UNAVAILABLE, "node restarted"),
+                    reply_to=message,
+                )
+            replies.append(reply)
+        return replies
+
+
+def test_a_restarted_node_is_asked_again_and_answers_from_its_ledger(
+    run_config, tmp_path
+):
+    # Client 3 holds its own data file: its release is charged and stored before the
+    # node restarts; asked again, it sends the very same release at no further cost.
+    from ldpfda.datasets.files import save_node_data
+
+    config = run_config(SMALL)
+    settings, options = parse_run_config(config)
+    nodes = partitions(50)
+    path = save_node_data(tmp_path / "c3.npz", [[0.5, -0.5, 0.25, 0.0]], [1])
+    nodes[3] = {
+        "client-id": 3,
+        "data-path": str(path),
+        "privacy-budget": 5.0,
+        "state-dir": str(tmp_path / "state"),
+    }
+    grid = RestartingGrid(client_app, config, nodes, restart=3)
+    result, report = run_server(grid, settings, options, run_id=7)
+    assert grid.lost == 1
+    part = report["participation"]["privatize"]
+    assert part["missing"] == [] and part["answered"] == 50
+    assert 3 in result.payload.client_ids
+    figures = report["privacy"]["clients"]["3"]
+    assert figures["reported_spent"] == figures["charged_by_server"] == 5.0
