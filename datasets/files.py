@@ -24,8 +24,8 @@ every client and the server: it is fixed by the run settings (the embedded desig
 by ``data.dataset``, its grid, and public calibration curves drawn from the run seed),
 exactly as the in-process engine builds it. A data file must therefore be sampled on
 that design's grid. The server's public, unlabeled features (the feature second moment
-of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come from the
-same public information; no node is asked for them.
+of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come
+from the same public information; no node is asked for them.
 
 In a multi-server session (``data.server-id >= 0``, :mod:`ldpfda.server.multiserver`)
 every server has its own population, drawn from the design shifted by
@@ -39,7 +39,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -176,7 +176,9 @@ def save_node_data(
     grid: ArrayLike | None = None,
 ) -> Path:
     """Write rows to ``path`` in the ``.npz`` or ``.csv`` format that nodes read."""
-    data = NodeData(np.asarray(curves, dtype=float), np.asarray(labels), grid)
+    # NodeData.__post_init__ turns any array-like grid into a checked float array.
+    node_grid = cast(NDArray[np.float64] | None, grid)
+    data = NodeData(np.asarray(curves, dtype=float), np.asarray(labels), node_grid)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".npz":
