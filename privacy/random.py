@@ -87,7 +87,7 @@ def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
     """
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng
-    return as_generator(rng)  # type: ignore[arg-type]
+    return as_generator(rng)
 
 
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
@@ -95,7 +95,7 @@ def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
     randomness."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng.uniform(shape)
-    generator = as_generator(rng)  # type: ignore[arg-type]
+    generator = as_generator(rng)
     # 52 random bits centred in their cells: the largest value 1 - 2^-53 is exactly
     # representable, so the interval is open at both ends.
     bits = generator.integers(0, 1 << 52, size=shape, dtype=np.int64)
