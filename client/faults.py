@@ -28,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import Array, Context, Error, Message
 from flwr.clientapp import ClientApp
+from numpy.typing import NDArray
 
 from ldpfda.client.client_app import register
 from ldpfda.client.node import ClientSetup, client_data, client_setup
@@ -69,7 +70,7 @@ def _corrupt_release(
         released[0, 0] = _OUT_OF_RANGE
     elif how == "extreme":
         features, labels = client_data(context, setup)
-        truth = features
+        truth: NDArray[np.floating] = features
         if key == "releases":
             signs = 2.0 * labels[:, None] - 1.0
             truth = signs * np.hstack([np.ones((1, 1)), features])

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Context
@@ -220,7 +220,8 @@ def load_ledger(context: Context, client_id: int, budget: float) -> PrivacyLedge
         stored = file.read_text(encoding="utf-8") if file.exists() else "[]"
     elif key in context.state:
         record = context.state.config_records[key]
-        if int(record["client-id"]) != client_id:  # type: ignore[call-overload]
+        # save_ledger stored the id as an int
+        if cast(int, record["client-id"]) != client_id:
             raise Refusal(ERROR_REQUEST, "the node's identity changed during the run")
         stored = str(record["events"])
     else:

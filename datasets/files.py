@@ -39,7 +39,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -176,7 +176,9 @@ def save_node_data(
     grid: ArrayLike | None = None,
 ) -> Path:
     """Write rows to ``path`` in the ``.npz`` or ``.csv`` format that nodes read."""
-    data = NodeData(np.asarray(curves, dtype=float), np.asarray(labels), grid)
+    # NodeData.__post_init__ turns any array-like grid into a checked float array.
+    node_grid = cast(NDArray[np.float64] | None, grid)
+    data = NodeData(np.asarray(curves, dtype=float), np.asarray(labels), node_grid)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".npz":

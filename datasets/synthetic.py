@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,7 +30,7 @@ class VectorDesign:
     feature_shift: float = 0.0
     label_shift: float = 0.0
     name: str = "vector"
-    is_functional: bool = False
+    is_functional: Literal[False] = False
 
     @property
     def beta(self) -> NDArray[np.float64]:
@@ -82,7 +83,7 @@ class FunctionalDesign:
     feature_shift: float = 0.0
     label_shift: float = 0.0
     name: str = "functional"
-    is_functional: bool = True
+    is_functional: Literal[True] = True
 
     @property
     def grid_points(self) -> NDArray[np.float64]:
@@ -115,10 +116,11 @@ def make_design(
 ) -> VectorDesign | FunctionalDesign:
     """The embedded design called ``name`` ('vector' or 'functional'), optionally
     shifted."""
-    shifts = {"feature_shift": feature_shift, "label_shift": label_shift}
-    designs = {
-        "vector": VectorDesign(**shifts),
-        "functional": FunctionalDesign(**shifts),
+    designs: dict[str, VectorDesign | FunctionalDesign] = {
+        "vector": VectorDesign(feature_shift=feature_shift, label_shift=label_shift),
+        "functional": FunctionalDesign(
+            feature_shift=feature_shift, label_shift=label_shift
+        ),
     }
     if name not in designs:
         raise ValueError(f"dataset must be one of {sorted(designs)}, got {name!r}")

@@ -123,7 +123,7 @@ def run_one(
         keep_payload=False,
     )
     wall = time.perf_counter() - t0
-    if profiler is not None:
+    if profile and profiler is not None:
         import pstats
 
         profiler.disable()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 import numpy as np
 
 from ldpfda.config import Settings
 from ldpfda.engine.faults import run_with_faults
 
-SCENARIOS = {
+SCENARIOS: dict[str, dict[str, Any]] = {
     "no faults": {"malicious": 0.0},
     "2% crash + 2% hang": {"malicious": 0.0, "crash": 0.02, "hang": 0.02},
     "10% garbage (rejected)": {"malicious": 0.1, "attack": "garbage"},

@@ -125,11 +125,11 @@ def _line(
         return
     eps, mean, se = zip(*pts, strict=True)
     color, marker, ls = style or STYLES.get(method, ("C7", "o", "-"))
-    se = [0.0 if math.isnan(s) else s for s in se]
+    yerr = [0.0 if math.isnan(s) else s for s in se]
     ax.errorbar(
         eps,
         mean,
-        yerr=se,
+        yerr=yerr,
         label=label,
         color=color,
         marker=marker or None,

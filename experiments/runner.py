@@ -307,8 +307,8 @@ def _execute(
             fh.seek(-1, os.SEEK_END)
             cut = fh.read(1) != b"\n"
         if cut:  # the last line was cut short by an interruption: end it
-            with open(runs, "a") as fh:
-                fh.write("\n")
+            with open(runs, "a") as tail:
+                tail.write("\n")
     with open(runs, "a") as out:
 
         def write(record: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ ch. 3-5.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -178,7 +178,10 @@ class BSplineProjection:
             raise ValueError(f"domain_range {domain} must contain the grid")
         phi = bspline_design(grid, bspline_knots(domain, n_basis, order), order)
         projection, *_ = np.linalg.lstsq(phi, np.eye(grid.size), rcond=None)
-        return cls(n_basis, order, domain, grid, phi, projection)
+        # lstsq of two float64 arrays is float64; the stub only promises a float.
+        return cls(
+            n_basis, order, domain, grid, phi, cast(NDArray[np.float64], projection)
+        )
 
     @property
     def n_features_out(self) -> int:

@@ -354,7 +354,7 @@ class _CorrectedLogisticBase(_LogisticBase):
     ) -> Any:
         """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
         b = release.beta if beta is None else release.check_beta(beta)
-        return self.fit(  # type: ignore[attr-defined]
+        return self.fit(
             X,
             release.labels,
             clusters=release.clusters,

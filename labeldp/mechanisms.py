@@ -170,7 +170,7 @@ def cluster_distributions(
 
 
 def _frozen(array: ArrayLike, dtype: type) -> NDArray:
-    out = np.array(array, dtype=dtype)
+    out: NDArray = np.array(array, dtype=dtype)
     out.setflags(write=False)
     return out
 
@@ -447,6 +447,7 @@ class ClusterRR:
         if (clusters is None) == (features is None):
             raise ValueError("give exactly one of clusters and features")
         if clusters is None:
+            assert features is not None  # exactly one of the two was given
             c = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
             n_clusters = int(self.n_clusters)
         else:
@@ -492,6 +493,8 @@ class ClusterRR:
         elif q_min == 0.0:
             lam = 1.0  # spends 0 <= epsilon_resample
         else:
+            # _validate saw exactly one of resample_probability and epsilon_resample
+            assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
         eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
         if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing

@@ -113,7 +113,7 @@ def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
     """
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng
-    return as_generator(rng)  # type: ignore[arg-type]
+    return as_generator(rng)
 
 
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
@@ -121,11 +121,11 @@ def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
     randomness."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng.uniform(shape)
-    generator = as_generator(rng)  # type: ignore[arg-type]
+    generator = as_generator(rng)
     # 52 random bits centred in their cells: the largest value 1 - 2^-53 is exactly
     # representable, so the interval is open at both ends.
     bits = generator.integers(0, 1 << 52, size=shape, dtype=np.int64)
-    return (bits + 0.5) * 2.0**-52
+    return (bits.astype(np.float64) + 0.5) * 2.0**-52
 
 
 def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -152,8 +152,8 @@ def client_keys(seed: int, client_ids: ArrayLike) -> NDArray[np.uint64]:
 
 
 def philox4x32(
-    counter: tuple[NDArray[np.uint64], ...],
-    key: tuple[NDArray[np.uint64], NDArray[np.uint64]],
+    counter: tuple[ArrayLike, ...],
+    key: tuple[ArrayLike, ArrayLike],
 ) -> tuple[NDArray[np.uint64], ...]:
     """Philox4x32-10 on arrays of 32-bit words held in uint64 (broadcasting).
 

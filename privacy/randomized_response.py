@@ -167,7 +167,7 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         y = self._check_values(values)
-        return (1.0 - self.keep_probability) * (1.0 - 2.0 * y)
+        return (1.0 - self.keep_probability) * (1.0 - 2.0 * y.astype(np.float64))
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         y = self._check_values(values)

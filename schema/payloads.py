@@ -6,6 +6,7 @@ side (which produces them), the server (which learns from them) and the transpor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,9 @@ class LinearModels:
         """Misclassification rate of each model on (X, y)."""
         return (self.predict(X) != np.asarray(y)[:, None]).mean(axis=0)
 
-    def select(self, index: ArrayLike) -> LinearModels:
+    def select(
+        self, index: int | Sequence[int] | NDArray[np.integer] | NDArray[np.bool_]
+    ) -> LinearModels:
         return LinearModels(self.coef[index], self.intercept[index])
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -295,14 +296,18 @@ def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], lis
     """
     n = values.shape[0]
     flat = values.reshape(n, -1).astype(np.float64)
-    finite = np.isfinite(flat).all(axis=1)
+    # Reduced along the second axis of a 2-D array, so a 1-D mask (never a scalar).
+    finite = cast(NDArray[np.bool_], np.isfinite(flat).all(axis=1))
     ok = finite.copy()
     reasons: dict[int, str] = {}
     if spec.values is not None:
         # A categorical value that is not finite is simply not one of the categories.
-        allowed = (
-            (flat >= 0) & (flat <= spec.values - 1) & (np.floor(flat) == flat)
-        ).all(axis=1)
+        allowed = cast(
+            NDArray[np.bool_],
+            ((flat >= 0) & (flat <= spec.values - 1) & (np.floor(flat) == flat)).all(
+                axis=1
+            ),
+        )
         for i in np.flatnonzero(~allowed):
             describe = (
                 spec.describe or f"{spec.name} must be in {{0, ..., {spec.values - 1}}}"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -583,6 +583,7 @@ def gaussian_classifier(
         model = fit_linear(x_noisy, (label > 0).astype(np.int8))
     else:
         design = np.column_stack([np.ones(n), x_noisy])
-        coef, *_ = np.linalg.lstsq(design, label, rcond=None)
+        solution, *_ = np.linalg.lstsq(design, label, rcond=None)
+        coef = cast(NDArray[np.float64], solution)  # lstsq of float64 is float64
         model = LinearModels(coef[None, 1:], coef[:1])
     return GaussianClassifier(model, mechanism.event())

@@ -177,6 +177,7 @@ def make_learner(
         return MomentLinearClassifier(
             joint=True, gram=gram, mechanism=payload.release_mechanism().inner
         )
+    assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
     if name == "natarajan":
         return FlipCorrectedLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
@@ -366,6 +367,7 @@ def _head(payload: Payload) -> Payload:
             payload.epsilon,
             payload.mechanism,
         )
+    assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     return TrainingPayload(
         payload.client_ids[:0],
         payload.features[:0],

@@ -317,7 +317,7 @@ class GridClients:
             else:
                 node = int(reply.metadata.src_node_id)
             answers = unavailable or reply.metadata.message_type == kind
-            if node not in contents or node in replies or not answers:
+            if node is None or node not in contents or node in replies or not answers:
                 logger.warning(
                     "ldpfda: ignored a stray reply (%s from node %s) to the %s round",
                     reply.metadata.message_type,

@@ -118,6 +118,7 @@ def fit_weak_models(
             idx = gen.choice(n, size=subsample_size, replace=False)
             y_sub = None if y is None else y[idx]
             if isinstance(learner, str):
+                assert y_sub is not None  # a named learner without labels was refused
                 model = fit_linear(
                     x[idx],
                     y_sub,

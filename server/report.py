@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,6 +141,7 @@ def write_run(
         json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )
     np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
-    np.savez(out / "payload.npz", **payload)
+    # savez would take a key "allow_pickle" as its flag; payload keys are array names.
+    np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
     status("done", report=str(path.resolve()))
     logger.info("ldpfda: report written to %s", path.resolve())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import DTypeLike, NDArray
 from sklearn.datasets import load_digits
 from sklearn.decomposition import PCA
 from sklearn.model_selection import train_test_split
@@ -38,7 +38,7 @@ _FASHION_FILES = {
     "test_labels": "t10k-labels-idx1-ubyte",
 }
 #: IDX element types (third byte of the magic number).
-_IDX_TYPES = {
+_IDX_TYPES: dict[int, DTypeLike] = {
     0x08: np.uint8,
     0x09: np.int8,
     0x0B: ">i2",

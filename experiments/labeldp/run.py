@@ -32,7 +32,7 @@ import os
 import sys
 import time
 import tomllib
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +212,9 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
         elif method == "cluster_rr":
             clusters = _clusters(name, task["n_clusters"], trial, settings)
             n_parameters = (data.x_train.shape[1] + 1) * k
-            mech = AutoClusterRR(epsilon=eps, n_classes=k, n_parameters=n_parameters)
+            mech: AutoClusterRR | ClusterRR = AutoClusterRR(
+                epsilon=eps, n_classes=k, n_parameters=n_parameters
+            )
             release = mech.release(data.y_train, clusters=clusters, rng=rng)
             model = ForwardCorrectedLogisticRegression(**common).fit_release(
                 data.x_train, release
@@ -428,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                 record(task, run_task(task, settings))
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                pending = {}
+                pending: dict[Future[list[dict[str, Any]]], Task] = {}
                 queue = list(tasks)
                 while queue or pending:
                     while queue and len(pending) < 2 * workers:
