@@ -22,8 +22,13 @@ from ldpfda.privacy.random import derive_seed
 from ldpfda.server.baselines import gaussian_classifier, histogram_classifier
 from ldpfda.server.fitting import METHODS
 
-__all__ = ["ALL_METHODS", "BASELINES", "REFERENCE_PROTOCOL", "evaluate",
-           "reference_settings"]
+__all__ = [
+    "ALL_METHODS",
+    "BASELINES",
+    "REFERENCE_PROTOCOL",
+    "evaluate",
+    "reference_settings",
+]
 
 #: Baselines this package adds to the engine's methods; "default" is ldpfda's
 #: default protocol (one joint hybrid release per client, moment classifier) on the
@@ -98,8 +103,16 @@ def evaluate(
     x_all = np.vstack([train.features(), evaluation.features()])
     y_all = np.concatenate([train.labels, evaluation.labels]).astype(np.int8)
     ids_all = np.concatenate([train.client_ids, evaluation.client_ids])
-    result = run_protocol(train, evaluation, settings, seed=seed, server_rng=server_rng,
-                          test=test, clean_train=(x_all, y_all), keep_payload=False)
+    result = run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=seed,
+        server_rng=server_rng,
+        test=test,
+        clean_train=(x_all, y_all),
+        keep_payload=False,
+    )
     errors = dict(result.test_errors)
     extra: dict[str, Any] = {
         "selection_rule": result.selection_rule,
@@ -111,24 +124,46 @@ def evaluate(
     for name, options in (baselines or {}).items():
         kwargs = _kebab(options)
         if name == "histogram":
-            hist = histogram_classifier(x_all, y_all, epsilon=settings.epsilon,
-                                        client_ids=ids_all, seed=seed, **kwargs)
+            hist = histogram_classifier(
+                x_all,
+                y_all,
+                epsilon=settings.epsilon,
+                client_ids=ids_all,
+                seed=seed,
+                **kwargs,
+            )
             errors["histogram"] = hist.error(*test)
             extra["histogram_cells"] = hist.partition.n_cells
             extra["histogram_bins_per_axis"] = hist.partition.bins_per_axis
         elif name == "gaussian":
-            gauss = gaussian_classifier(x_all, y_all, epsilon=settings.epsilon,
-                                        client_ids=ids_all, seed=seed, **kwargs)
+            gauss = gaussian_classifier(
+                x_all,
+                y_all,
+                epsilon=settings.epsilon,
+                client_ids=ids_all,
+                seed=seed,
+                **kwargs,
+            )
             errors["gaussian"] = gauss.error(*test)
             extra["gaussian_sigma"] = dict(gauss.event.parameters)["sigma"]
         elif name == "default":
-            default = settings.replace(mechanism="joint-hybrid", method="moment",
-                                       weak_learner="auto", label_share=None,
-                                       public_features=public is not None)
+            default = settings.replace(
+                mechanism="joint-hybrid",
+                method="moment",
+                weak_learner="auto",
+                label_share=None,
+                public_features=public is not None,
+            )
             moment = run_protocol(
-                train, evaluation, default, seed=derive_seed(seed, "default"),
+                train,
+                evaluation,
+                default,
+                seed=derive_seed(seed, "default"),
                 server_rng=np.random.default_rng(derive_seed(seed, "default-server")),
-                test=test, public=public, keep_payload=False)
+                test=test,
+                public=public,
+                keep_payload=False,
+            )
             errors["default"] = moment.test_errors["moment"]
         else:
             raise ValueError(f"baselines must be among {BASELINES}, got {name!r}")

@@ -51,13 +51,19 @@ def simulate(n_clients: int, settings: Settings) -> dict[str, Any]:
     if not (ROOT / "pyproject.toml").exists():
         raise RuntimeError("the Flower benchmark needs a source checkout")
     n_train = n_clients // 2
-    run_config = (f'privacy.mechanism="reference" data.dataset="{settings.dataset}" '
-                  f"privacy.epsilon={settings.epsilon} data.n-train={n_train} "
-                  f"data.n-eval={n_clients - n_train} mrma.num-weak-models=10 "
-                  f"mrma.subsample-size={min(25, n_train)} seed={settings.seed}")
+    run_config = (
+        f'privacy.mechanism="reference" data.dataset="{settings.dataset}" '
+        f"privacy.epsilon={settings.epsilon} data.n-train={n_train} "
+        f"data.n-eval={n_clients - n_train} mrma.num-weak-models=10 "
+        f"mrma.subsample-size={min(25, n_train)} seed={settings.seed}"
+    )
     with tempfile.TemporaryDirectory() as home:
-        env = dict(os.environ, FLWR_HOME=home, FLWR_TELEMETRY_ENABLED="0",
-                   FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+        env = dict(
+            os.environ,
+            FLWR_HOME=home,
+            FLWR_TELEMETRY_ENABLED="0",
+            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        )
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         peak = [0.0]
         done = threading.Event()
@@ -71,9 +77,21 @@ def simulate(n_clients: int, settings: Settings) -> dict[str, Any]:
         sampler.start()
         t0 = time.perf_counter()
         proc = subprocess.run(
-            ["flwr", "run", ".", "--federation-config", f"num-supernodes={n_clients}",
-             "--run-config", run_config, "--stream"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+            [
+                "flwr",
+                "run",
+                ".",
+                "--federation-config",
+                f"num-supernodes={n_clients}",
+                "--run-config",
+                run_config,
+                "--stream",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         wall = time.perf_counter() - t0
         done.set()

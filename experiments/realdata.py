@@ -66,20 +66,28 @@ class ChannelFeaturizer:
             raise ValueError(
                 f"curves must have shape (n, {len(self.featurizers)}, T), got {x.shape}"
             )
-        return np.hstack([f.transform(x[:, c, :])
-                          for c, f in enumerate(self.featurizers)])
+        return np.hstack(
+            [f.transform(x[:, c, :]) for c, f in enumerate(self.featurizers)]
+        )
 
     @classmethod
     def calibrated(
-        cls, public_curves: NDArray[np.float64], grid: NDArray[np.float64], *,
-        n_basis: int, order: int,
+        cls,
+        public_curves: NDArray[np.float64],
+        grid: NDArray[np.float64],
+        *,
+        n_basis: int,
+        order: int,
     ) -> ChannelFeaturizer:
         """One calibrated :class:`CurveFeaturizer` per channel of ``public_curves``."""
-        return cls([
-            CurveFeaturizer.calibrated(public_curves[:, c, :], grid, n_basis=n_basis,
-                                       order=order)
-            for c in range(public_curves.shape[1])
-        ])
+        return cls(
+            [
+                CurveFeaturizer.calibrated(
+                    public_curves[:, c, :], grid, n_basis=n_basis, order=order
+                )
+                for c in range(public_curves.shape[1])
+            ]
+        )
 
 
 def make_real_featurizer(
@@ -90,10 +98,12 @@ def make_real_featurizer(
         scaler = CoefficientScaler.from_public(public)
         return VectorFeaturizer(scaler, public.shape[1])
     if public.ndim == 3:
-        return ChannelFeaturizer.calibrated(public, data.grid, n_basis=settings.n_basis,
-                                            order=settings.order)
-    return CurveFeaturizer.calibrated(public, data.grid, n_basis=settings.n_basis,
-                                      order=settings.order)
+        return ChannelFeaturizer.calibrated(
+            public, data.grid, n_basis=settings.n_basis, order=settings.order
+        )
+    return CurveFeaturizer.calibrated(
+        public, data.grid, n_basis=settings.n_basis, order=settings.order
+    )
 
 
 @dataclass(frozen=True)
@@ -126,10 +136,15 @@ class SplitRule:
 
     def mrma(self, n_train: int, n_eval: int) -> dict[str, int]:
         """Settings changes that size MRMA's ensemble for these group sizes."""
-        m = int(np.clip(n_eval // self.evaluators_per_model, self.min_models,
-                        self.max_models))
-        return {"num_weak_models": min(m, n_eval),
-                "subsample_size": max(2, min(self.max_subsample, n_train // 2))}
+        m = int(
+            np.clip(
+                n_eval // self.evaluators_per_model, self.min_models, self.max_models
+            )
+        )
+        return {
+            "num_weak_models": min(m, n_eval),
+            "subsample_size": max(2, min(self.max_subsample, n_train // 2)),
+        }
 
 
 @functools.lru_cache(maxsize=8)
@@ -157,20 +172,30 @@ def run_point(
     rng = np.random.default_rng(derive_seed(settings.seed, "data", dataset, repeat))
     order = rng.permutation(data.n_samples)
     cal, tr, ev, te = np.split(order, np.cumsum([n_cal, n_train, n_eval]))
-    settings = settings.replace(n_train=n_train, n_eval=n_eval, n_test=n_test,
-                                **rule.mrma(n_train, n_eval))
+    settings = settings.replace(
+        n_train=n_train, n_eval=n_eval, n_test=n_test, **rule.mrma(n_train, n_eval)
+    )
     featurizer = make_real_featurizer(data, data.curves[cal], settings)
     x, y = data.curves, data.labels
     train = ArrayClients(np.arange(n_train), x[tr], y[tr], featurizer)
     evaluation = ArrayClients(n_train + np.arange(n_eval), x[ev], y[ev], featurizer)
     errors, extra = evaluate(
-        train, evaluation, (featurizer.transform(x[te]), y[te]), settings,
+        train,
+        evaluation,
+        (featurizer.transform(x[te]), y[te]),
+        settings,
         seed=derive_seed(settings.seed, "clients", dataset, repeat),
         server_rng=np.random.default_rng(
-            derive_seed(settings.seed, "server", dataset, repeat)),
+            derive_seed(settings.seed, "server", dataset, repeat)
+        ),
         baselines=baselines,
         public=featurizer.transform(data.curves[cal]),
     )
-    extra.update(n_calibration=n_cal, n_train=n_train, n_eval=n_eval, n_test=n_test,
-                 subsample_size=settings.subsample_size)
+    extra.update(
+        n_calibration=n_cal,
+        n_train=n_train,
+        n_eval=n_eval,
+        n_test=n_test,
+        subsample_size=settings.subsample_size,
+    )
     return errors, extra

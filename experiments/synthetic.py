@@ -37,13 +37,18 @@ def run_point(
     x_eval, y_eval = design.sample(settings.n_eval, data_rng)
     x_test, y_test = design.sample(settings.n_test, data_rng)
     train = ArrayClients(np.arange(settings.n_train), x_train, y_train, featurizer)
-    evaluation = ArrayClients(settings.n_train + np.arange(settings.n_eval), x_eval,
-                              y_eval, featurizer)
+    evaluation = ArrayClients(
+        settings.n_train + np.arange(settings.n_eval), x_eval, y_eval, featurizer
+    )
     return evaluate(
-        train, evaluation, (featurizer.transform(x_test), y_test), settings,
+        train,
+        evaluation,
+        (featurizer.transform(x_test), y_test),
+        settings,
         seed=derive_seed(settings.seed, "clients", repeat),
         server_rng=np.random.default_rng(derive_seed(settings.seed, "server", repeat)),
         baselines=baselines,
         public=public_features(settings, repeat, featurizer=featurizer)
-        if baselines and "default" in baselines else None,
+        if baselines and "default" in baselines
+        else None,
     )

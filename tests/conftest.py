@@ -13,10 +13,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
     write = terminalreporter.write_line
     write("")
     write("privacy audit (10^6 releases per input): estimated vs claimed epsilon")
-    write(f"{'mechanism':52s} {'claimed':>8s} {'estimate':>9s} "
-          f"{'simultaneous bounds':>19s}  verdict")
+    write(
+        f"{'mechanism':52s} {'claimed':>8s} {'estimate':>9s} "
+        f"{'simultaneous bounds':>19s}  verdict"
+    )
     for name, claimed, audit, violated in AUDIT_TABLE:
         bounds = f"[{audit.lower_bound:.3f}, {audit.upper_bound:.3f}]"
         verdict = "VIOLATES" if violated else "ok"
-        write(f"{name:52s} {claimed:8.3f} {audit.estimate:9.4f} "
-              f"{bounds:>19s}  {verdict}")
+        write(
+            f"{name:52s} {claimed:8.3f} {audit.estimate:9.4f} {bounds:>19s}  {verdict}"
+        )

@@ -19,15 +19,23 @@ from ldpfda.privacy.vector_mechanisms import (
 from ldpfda.server.artifacts import ArtifactError, read_models, write_models
 from ldpfda.server.mrma import LinearModels
 
-FAST = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 epsilons = st.floats(min_value=0.05, max_value=8.0)
 
 
 @FAST
-@given(epsilon=epsilons, p=st.integers(1, 6), data=st.data(),
-       sampler=st.sampled_from(["discrete", "continuous"]), seed=st.integers(0, 2**32))
+@given(
+    epsilon=epsilons,
+    p=st.integers(1, 6),
+    data=st.data(),
+    sampler=st.sampled_from(["discrete", "continuous"]),
+    seed=st.integers(0, 2**32),
+)
 def test_laplace_outputs_stay_in_the_declared_range(epsilon, p, data, sampler, seed):
     mech = LaplaceMechanism(epsilon=epsilon, dimension=p, sampler=sampler)
     x = data.draw(arrays(np.float64, (20, p), elements=finite))
@@ -40,8 +48,9 @@ def test_laplace_outputs_stay_in_the_declared_range(epsilon, p, data, sampler, s
 
 
 @FAST
-@given(epsilon=epsilons, k=st.integers(2, 12), seed=st.integers(0, 2**32),
-       data=st.data())
+@given(
+    epsilon=epsilons, k=st.integers(2, 12), seed=st.integers(0, 2**32), data=st.data()
+)
 def test_randomized_response_outputs_are_categories(epsilon, k, seed, data):
     mech = KaryRandomizedResponse(epsilon=epsilon, n_categories=k)
     y = data.draw(arrays(np.int64, 30, elements=st.integers(0, k - 1)))
@@ -50,9 +59,13 @@ def test_randomized_response_outputs_are_categories(epsilon, k, seed, data):
 
 
 @FAST
-@given(cls=st.sampled_from([DuchiMechanism, PiecewiseMechanism, HybridMechanism]),
-       epsilon=epsilons, p=st.integers(1, 6), seed=st.integers(0, 2**32),
-       data=st.data())
+@given(
+    cls=st.sampled_from([DuchiMechanism, PiecewiseMechanism, HybridMechanism]),
+    epsilon=epsilons,
+    p=st.integers(1, 6),
+    seed=st.integers(0, 2**32),
+    data=st.data(),
+)
 def test_vector_mechanism_outputs_stay_in_the_declared_range(
     cls, epsilon, p, seed, data
 ):
@@ -73,15 +86,30 @@ def _artifact(tmp_path, p: int) -> dict:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | finite | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5),
-                                                                 inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
 
 @FAST
-@given(key=st.sampled_from(["format", "version", "kind", "server", "session",
-                            "dimension", "featurizer", "models"]), value=json_values)
+@given(
+    key=st.sampled_from(
+        [
+            "format",
+            "version",
+            "kind",
+            "server",
+            "session",
+            "dimension",
+            "featurizer",
+            "models",
+        ]
+    ),
+    value=json_values,
+)
 def test_artifact_reader_accepts_valid_models_or_raises_artifact_error(
     tmp_path, key, value
 ):
@@ -114,8 +142,12 @@ def test_truncated_artifacts_raise_artifact_error(tmp_path, cut):
 
 
 @FAST
-@given(cls=st.sampled_from([PiecewiseMechanism, HybridMechanism]), epsilon=epsilons,
-       p=st.integers(1, 5), seed=st.integers(0, 2**32))
+@given(
+    cls=st.sampled_from([PiecewiseMechanism, HybridMechanism]),
+    epsilon=epsilons,
+    p=st.integers(1, 5),
+    seed=st.integers(0, 2**32),
+)
 def test_piecewise_outputs_lie_on_a_fixed_grid(cls, epsilon, p, seed):
     # Snapped outputs: the set of possible outputs does not depend on the input.
     from ldpfda.privacy.vector_mechanisms import piecewise_bound

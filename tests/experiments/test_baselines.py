@@ -48,8 +48,9 @@ def test_gaussian_round_trip(eps):
 def test_gaussian_release_default_sensitivity_is_twice_the_clip():
     mech = GaussianRelease(epsilon=1.0, delta=1e-5, clipping_norm=1.5)
     assert mech.sensitivity == 3.0
-    assert mech.sigma == pytest.approx(gaussian_sigma(epsilon=1.0, delta=1e-5,
-                                                      sensitivity=3.0))
+    assert mech.sigma == pytest.approx(
+        gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=3.0)
+    )
     assert dict(mech.event().parameters)["sigma"] == mech.sigma
     clipped = mech.clip(np.array([[3.0, 4.0], [0.3, 0.4]]))
     assert np.allclose(np.linalg.norm(clipped, axis=1), [1.5, 0.5])
@@ -69,8 +70,10 @@ def test_histogram_scale_round_trip(eps):
         (lambda: gaussian_sigma(epsilon=0.0, delta=1e-5, sensitivity=1.0), "epsilon"),
         (lambda: gaussian_sigma(epsilon=1.0, delta=0.0, sensitivity=1.0), "delta"),
         (lambda: gaussian_sigma(epsilon=1.0, delta=1.0, sensitivity=1.0), "delta"),
-        (lambda: gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=0.0),
-         "sensitivity"),
+        (
+            lambda: gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=0.0),
+            "sensitivity",
+        ),
         (lambda: gaussian_epsilon(sigma=-1.0, delta=1e-5, sensitivity=1.0), "sigma"),
         (lambda: GaussianRelease(epsilon=1.0, clipping_norm=0.0), "clipping_norm"),
         (lambda: GaussianRelease(epsilon=-1.0, clipping_norm=1.0), "epsilon"),
@@ -78,8 +81,12 @@ def test_histogram_scale_round_trip(eps):
         (lambda: histogram_epsilon(scale=-0.5), "scale"),
         (lambda: LabelledHistogramRelease(epsilon=1.0, n_cells=0), "n_cells"),
         (lambda: HistogramPartition.regular(2, 2, max_cells=1), "max_cells"),
-        (lambda: histogram_bins_per_axis(n_clients=10, epsilon=1.0, dimension=2,
-                                         smoothness=0.0), "smoothness"),
+        (
+            lambda: histogram_bins_per_axis(
+                n_clients=10, epsilon=1.0, dimension=2, smoothness=0.0
+            ),
+            "smoothness",
+        ),
     ],
 )
 def test_invalid_parameters_name_themselves(call, match):
@@ -90,8 +97,9 @@ def test_invalid_parameters_name_themselves(call, match):
 def test_bad_label_mode_and_epsilon_type():
     x, y = _data(50)
     with pytest.raises(ValueError, match="label_mode"):
-        gaussian_classifier(x, y, epsilon=1.0, client_ids=np.arange(50), seed=0,
-                            label_mode="round")
+        gaussian_classifier(
+            x, y, epsilon=1.0, client_ids=np.arange(50), seed=0, label_mode="round"
+        )
     with pytest.raises(TypeError, match="epsilon"):
         histogram_classifier(x, y, epsilon="1", client_ids=np.arange(50), seed=0)
 
@@ -172,6 +180,7 @@ def test_ledger_is_charged_the_whole_budget():
     histogram_classifier(x, y, epsilon=2.0, client_ids=ids, seed=0, ledger=ledger)
     assert ledger.spent(0) == pytest.approx(2.0)
     ledger = PrivacyLedger(budget=2.0, client_ids=ids)
-    gaussian_classifier(x, y, epsilon=2.0, client_ids=ids, seed=0, ledger=ledger,
-                        label_mode="regress")
+    gaussian_classifier(
+        x, y, epsilon=2.0, client_ids=ids, seed=0, ledger=ledger, label_mode="regress"
+    )
     assert ledger.spent(39) == pytest.approx(2.0)

@@ -61,8 +61,20 @@ def _lines(path: Path) -> list[dict]:
 
 def test_quick_run_writes_the_expected_files(tiny_conf, tmp_path):
     out = tmp_path / "out"
-    assert runner.main([str(tiny_conf), "--quick", "--out", str(out), "--workers", "1",
-                        "--no-progress"]) == 0
+    assert (
+        runner.main(
+            [
+                str(tiny_conf),
+                "--quick",
+                "--out",
+                str(out),
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     folder = out / "tiny-quick"
     for name in ("runs.jsonl", "summary.csv", "summary.json", "meta.json"):
         assert (folder / name).is_file()
@@ -71,8 +83,14 @@ def test_quick_run_writes_the_expected_files(tiny_conf, tmp_path):
     with open(folder / "summary.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     methods = {r["method"] for r in rows}
-    assert {"mrma", "voting", "averaging", "histogram", "gaussian",
-            "non_private"} <= methods
+    assert {
+        "mrma",
+        "voting",
+        "averaging",
+        "histogram",
+        "gaussian",
+        "non_private",
+    } <= methods
     for r in rows:
         assert 0.0 <= float(r["mean"]) <= 1.0 and r["n"] == "1"
 
@@ -123,10 +141,18 @@ def test_bad_config_is_refused(tmp_path):
 
 
 def test_driver_reproduces_the_engines_run_repeat():
-    settings = reference_settings(dataset="functional", epsilon=5.0, n_basis=6,
-                                  n_train=80, n_eval=150, n_test=400,
-                                  num_weak_models=6, subsample_size=30,
-                                  calibration_size=50, seed=3)
+    settings = reference_settings(
+        dataset="functional",
+        epsilon=5.0,
+        n_basis=6,
+        n_train=80,
+        n_eval=150,
+        n_test=400,
+        num_weak_models=6,
+        subsample_size=30,
+        calibration_size=50,
+        seed=3,
+    )
     errors, extra = run_point(settings, 1, {"histogram": {}, "gaussian": {}})
     reference = run_repeat(settings, 1).test_errors
     for method in ("mrma", "mr", "ma", "weak", "voting", "averaging", "naive"):
@@ -139,12 +165,21 @@ def test_real_driver_on_basic_motions(no_network):
     from ldpfda.experiments.realdata import SplitRule
     from ldpfda.experiments.realdata import run_point as run_real
 
-    settings = reference_settings(epsilon=5.0, n_basis=2, order=2, num_weak_models=5,
-                                  subsample_size=2, n_train=2, n_eval=5)
+    settings = reference_settings(
+        epsilon=5.0,
+        n_basis=2,
+        order=2,
+        num_weak_models=5,
+        subsample_size=2,
+        n_train=2,
+        n_eval=5,
+    )
     errors, extra = run_real(settings, 0, {"histogram": {}}, dataset="BasicMotions")
     assert extra["n_features"] == 12  # 6 channels x 2 basis functions
-    assert extra["n_calibration"] + extra["n_train"] + extra["n_eval"] + \
-        extra["n_test"] == 80
+    assert (
+        extra["n_calibration"] + extra["n_train"] + extra["n_eval"] + extra["n_test"]
+        == 80
+    )
     assert set(errors) >= {"mrma", "histogram", "non_private"}
     assert SplitRule().mrma(230, 173) == {"num_weak_models": 8, "subsample_size": 50}
 
@@ -167,8 +202,9 @@ def test_lazy_population_does_not_depend_on_chunk_size():
     design = FunctionalDesign()
     settings = reference_settings(dataset="functional", calibration_size=50)
     feat = make_featurizer(design, settings, np.random.default_rng(0))
-    pop = LazyCurvePopulation(250, 1000, feat, seed=5, tag="t", design=design,
-                              block_size=100)
+    pop = LazyCurvePopulation(
+        250, 1000, feat, seed=5, tag="t", design=design, block_size=100
+    )
 
     def collect(chunk: int) -> tuple:
         parts = list(pop.batches(chunk))

@@ -69,8 +69,15 @@ def _laplace(epsilon: float, p: int, sampler: str, scale_factor: float = 1.0) ->
     mech = LaplaceMechanism(epsilon=epsilon, dimension=p, sampler=sampler)
     mech.scale *= scale_factor
     label = "" if scale_factor == 1.0 else f" x{scale_factor:g} scale"
-    return Case(f"laplace {sampler} p={p}{label}", epsilon, mech.randomise,
-                -np.ones(p), np.ones(p), _laplace_bins(p), _clipped_sum)
+    return Case(
+        f"laplace {sampler} p={p}{label}",
+        epsilon,
+        mech.randomise,
+        -np.ones(p),
+        np.ones(p),
+        _laplace_bins(p),
+        _clipped_sum,
+    )
 
 
 def _rr(cls, epsilon: float, leak: float | None = None, **kw) -> Case:
@@ -80,8 +87,9 @@ def _rr(cls, epsilon: float, leak: float | None = None, **kw) -> Case:
         mech.keep_probability = rr_keep_probability(epsilon=leak, n_categories=k)
     label = f" K={k}" if k > 2 else ""
     label += "" if leak is None else f" (keeps as eps={leak:g})"
-    return Case(f"{mech.name}{label}", epsilon, mech.randomise, 0, 1,
-                np.arange(k - 1) + 0.5)
+    return Case(
+        f"{mech.name}{label}", epsilon, mech.randomise, 0, 1, np.arange(k - 1) + 0.5
+    )
 
 
 def _count_positive(z: np.ndarray) -> np.ndarray:
@@ -93,20 +101,35 @@ def _vector(cls, epsilon: float, p: int) -> Case:
     if cls is DuchiMechanism:
         statistic, n_bins = _count_positive, p
     else:
+
         def statistic(z: np.ndarray, s=mech.scale) -> np.ndarray:
             return (np.asarray(z) / s >= 1.0).sum(axis=1)
+
         n_bins = mech.n_sampled
-    return Case(f"{mech.name} p={p}", epsilon, mech.randomise, -np.ones(p), np.ones(p),
-                np.arange(n_bins) + 0.5, statistic)
+    return Case(
+        f"{mech.name} p={p}",
+        epsilon,
+        mech.randomise,
+        -np.ones(p),
+        np.ones(p),
+        np.arange(n_bins) + 0.5,
+        statistic,
+    )
 
 
 def _joint(epsilon: float, p: int) -> Case:
     # (y=0, x=-1) and (y=1, x=-1) encode to opposite corners of the box.
     mech = SignedFeatureMechanism(epsilon=epsilon, n_features=p, mechanism="duchi")
     rows = np.column_stack
-    return Case(f"joint y*(1,x) duchi p={p}", epsilon, mech.randomise,
-                rows([[0], -np.ones((1, p))])[0], rows([[1], -np.ones((1, p))])[0],
-                np.arange(p + 1) + 0.5, _count_positive)
+    return Case(
+        f"joint y*(1,x) duchi p={p}",
+        epsilon,
+        mech.randomise,
+        rows([[0], -np.ones((1, p))])[0],
+        rows([[1], -np.ones((1, p))])[0],
+        np.arange(p + 1) + 0.5,
+        _count_positive,
+    )
 
 
 def _privatize(epsilon: float, p: int) -> Case:
@@ -119,15 +142,26 @@ def _privatize(epsilon: float, p: int) -> Case:
         return np.column_stack([out.features, out.labels])
 
     b = LaplaceMechanism(epsilon=epsilon * p / (p + 1), dimension=p).scale
+
     # Log-loss statistic: the coefficients' loss (in units of 2/b) and the label.
     def statistic(z: np.ndarray) -> np.ndarray:
-        return np.clip(z[:, :p], -1, 1).sum(axis=1) * (2 / b) + z[:, p] * (
-            epsilon / (p + 1)) * 2
+        return (
+            np.clip(z[:, :p], -1, 1).sum(axis=1) * (2 / b)
+            + z[:, p] * (epsilon / (p + 1)) * 2
+        )
+
     edges = np.linspace(-epsilon * 1.2, epsilon * 1.2, 25)
     x = np.concatenate([-np.ones(p), [0.0]])
     x_prime = np.concatenate([np.ones(p), [1.0]])
-    return Case(f"privatize (features+label) p={p}", epsilon, release, x, x_prime,
-                edges, statistic)
+    return Case(
+        f"privatize (features+label) p={p}",
+        epsilon,
+        release,
+        x,
+        x_prime,
+        edges,
+        statistic,
+    )
 
 
 def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
@@ -147,8 +181,15 @@ def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
         return first + second
 
     label = "" if noise_factor == 1.0 else f" x{noise_factor:g} noise"
-    return Case(f"cluster histogram (discrete Laplace){label}", epsilon, release,
-                np.array([5, 3]), np.array([4, 4]), np.array([-1.0, 1.0]), statistic)
+    return Case(
+        f"cluster histogram (discrete Laplace){label}",
+        epsilon,
+        release,
+        np.array([5, 3]),
+        np.array([4, 4]),
+        np.array([-1.0, 1.0]),
+        statistic,
+    )
 
 
 def _p2p_relay(local_epsilon: float, charged: float | None = None) -> Case:
@@ -172,9 +213,14 @@ def _p2p_relay(local_epsilon: float, charged: float | None = None) -> Case:
 
     claim = p2p_relay_event(local_epsilon=local_epsilon, cluster_sizes=[10]).epsilon
     label = "" if charged is None else " charged as amplified"
-    return Case(f"p2p relay bit eps0={local_epsilon:g}{label}",
-                claim if charged is None else charged, release, 0, 1,
-                np.array([0.5]))
+    return Case(
+        f"p2p relay bit eps0={local_epsilon:g}{label}",
+        claim if charged is None else charged,
+        release,
+        0,
+        1,
+        np.array([0.5]),
+    )
 
 
 CORRECT = [
@@ -198,14 +244,25 @@ BROKEN = [
     (_rr(BinaryRandomizedResponse, 1.0, leak=1.3), 1.3),
     (_rr(KaryRandomizedResponse, 1.0, leak=1.4, n_categories=5), 1.4),
     (_histogram(1.0, noise_factor=0.5), 2.0),
-    (_p2p_relay(1.0, charged=p2p_event(local_epsilon=1.0, cluster_sizes=[10]).epsilon),
-     1.0),
+    (
+        _p2p_relay(
+            1.0, charged=p2p_event(local_epsilon=1.0, cluster_sizes=[10]).epsilon
+        ),
+        1.0,
+    ),
 ]
 
 
 def _run(case: Case, seed: int) -> PrivacyAudit:
-    return estimate_epsilon(case.release, case.x, case.x_prime, n=N, bins=case.bins,
-                            statistic=case.statistic, rng=seed)
+    return estimate_epsilon(
+        case.release,
+        case.x,
+        case.x_prime,
+        n=N,
+        bins=case.bins,
+        statistic=case.statistic,
+        rng=seed,
+    )
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=[c.name for c in CORRECT])
@@ -214,15 +271,18 @@ def test_mechanism_keeps_its_claimed_epsilon(case):
     AUDIT_TABLE.append((case.name, case.epsilon, audit, audit.violates(case.epsilon)))
     assert not audit.violates(case.epsilon), (
         f"{case.name}: estimated {audit.estimate:.4f} +- {audit.margin:.4f} "
-        f"> claimed {case.epsilon}")
+        f"> claimed {case.epsilon}"
+    )
 
 
-@pytest.mark.parametrize(("case", "true_epsilon"), BROKEN,
-                         ids=[c.name for c, _ in BROKEN])
+@pytest.mark.parametrize(
+    ("case", "true_epsilon"), BROKEN, ids=[c.name for c, _ in BROKEN]
+)
 def test_the_audit_catches_a_broken_mechanism(case, true_epsilon):
     audit = _run(case, 202)
-    AUDIT_TABLE.append((f"BROKEN {case.name}", case.epsilon, audit,
-                        audit.violates(case.epsilon)))
+    AUDIT_TABLE.append(
+        (f"BROKEN {case.name}", case.epsilon, audit, audit.violates(case.epsilon))
+    )
     assert audit.violates(case.epsilon)
     # And it measures the real epsilon: the true value lies within the bounds.
     assert audit.lower_bound <= true_epsilon <= audit.upper_bound + 1e-12

@@ -39,8 +39,11 @@ def test_draws_follow_the_discrete_laplace_law(scale):
     tail = a ** (m + 1) / (1 + a)  # P(k > m) = P(k < -m)
     expected = n * np.concatenate([[tail], p, [tail]])
     observed = np.concatenate(
-        [[np.sum(k < -m)], np.bincount(k[np.abs(k) <= m] + m, minlength=2 * m + 1),
-         [np.sum(k > m)]]
+        [
+            [np.sum(k < -m)],
+            np.bincount(k[np.abs(k) <= m] + m, minlength=2 * m + 1),
+            [np.sum(k > m)],
+        ]
     )
     stat = float(np.sum((observed - expected) ** 2 / expected))
     assert stat < chi2.isf(1e-4, df=observed.size - 1), stat
