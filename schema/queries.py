@@ -64,9 +64,11 @@ Cost = Callable[
 class ReplyError(ValueError):
     """A reply that cannot be used: an error reply, or content that fails its check.
 
-    The message is ``"<kind>: <detail>"``; ``kind`` is one of ``error`` (the node
-    answered with an error), ``content`` (a record or array is missing or unreadable),
-    ``identity``, ``ledger``, ``shape``, ``nan``, ``range``, ``label`` or ``bit``.
+    The message is ``"<kind>: <detail>"``; ``kind`` is one of ``request``,
+    ``budget``, ``policy``, ``ledger`` or ``data`` (the node refused, with that error
+    code), ``error`` (another error reply), ``content`` (a record or array is
+    missing or unreadable), ``identity``, ``shape``, ``nan``, ``range``, ``label`` or
+    ``bit``.
     """
 
     def __init__(self, kind: str, detail: str) -> None:

@@ -22,7 +22,17 @@ from flwr.serverapp import Grid
 from numpy.typing import NDArray
 
 from ldpfda.schema import catalog
-from ldpfda.schema.queries import ArraySpec, Query, ReplyError, Request
+from ldpfda.schema.queries import (
+    ERROR_BUDGET,
+    ERROR_DATA,
+    ERROR_LEDGER,
+    ERROR_POLICY,
+    ERROR_REQUEST,
+    ArraySpec,
+    Query,
+    ReplyError,
+    Request,
+)
 from ldpfda.server.session import Replies, Round, check_replies, logger, wire_rows
 
 __all__ = [
@@ -46,10 +56,21 @@ _UNAVAILABLE = frozenset(
 )
 
 
+#: The kind a node's refusal is reported as, by its error code.
+REFUSALS = {
+    ERROR_REQUEST: "request",
+    ERROR_BUDGET: "budget",
+    ERROR_POLICY: "policy",
+    ERROR_LEDGER: "ledger",
+    ERROR_DATA: "data",
+}
+
+
 def _content(message: Message) -> RecordDict:
     if message.has_error():
         error = message.error
-        raise ReplyError("error", f"error reply (code {error.code}): {error.reason}")
+        kind = REFUSALS.get(int(error.code), "error")
+        raise ReplyError(kind, f"error reply (code {error.code}): {error.reason}")
     if not message.has_content():
         raise ReplyError("content", "reply has no content")
     return message.content

@@ -674,3 +674,33 @@ def test_a_restarted_node_is_asked_again_and_answers_from_its_ledger(
     assert 3 in result.payload.client_ids
     figures = report["privacy"]["clients"]["3"]
     assert figures["reported_spent"] == figures["charged_by_server"] == 5.0
+
+
+def test_every_refusal_is_reported_by_its_reason_code(run_config, tmp_path):
+    # Three hosts refuse a label-only run for three reasons of their own; the run goes
+    # on with the others and the report names each refusal by its kind.
+    from ldpfda.datasets.files import save_node_data
+
+    config = run_config(SMALL, {"privacy.mechanism": "label-uniform"})
+    settings, options = parse_run_config(config)
+    nodes = partitions(50)
+    path = save_node_data(tmp_path / "c.npz", [[0.5, -0.5, 0.25, 0.0]], [1])
+    host = {"data-path": str(path), "state-dir": str(tmp_path / "s")}
+    nodes[1] = {**host, "client-id": 1, "privacy-budget": 5.0}  # features private
+    nodes[2] = {**host, "client-id": 2, "features-public": True}  # no budget
+    nodes[3] = {  # budget below the run's epsilon
+        **host,
+        "client-id": 3,
+        "privacy-budget": 0.5,
+        "features-public": True,
+    }
+    grid = FakeGrid(client_app, config, nodes)
+    result, report = run_server(grid, settings, options, run_id=7)
+    kinds = {(r["client_id"], r["kind"]) for r in report["participation"]["rejections"]}
+    assert (1, "policy") in kinds and (3, "budget") in kinds
+    # A node without a budget does not even say who it is.
+    assert any(
+        r["kind"] == "policy" and r["stage"] == "identify"
+        for r in report["participation"]["rejections"]
+    )
+    assert len(result.payload) == 47
