@@ -22,6 +22,11 @@ Node config keys
     take part in the label-only modes. Default false on a deployed node
     (feature-private releases only); a simulated partition, whose data the simulator
     draws, allows them.
+``p2p`` (bool)
+    Whether the node takes part in the peer-to-peer label mode (``label-p2p``), in
+    which its randomized bit goes to the relay, the server, at its local epsilon, and
+    is then forwarded to a peer. Same default as ``features-public``; it needs
+    ``features-public`` too.
 ``state-dir`` (str)
     Where the node keeps its lifetime ledger and memoized releases (default
     ``$FLWR_HOME/ldpfda-node``, else ``~/.flwr/ldpfda-node``).
@@ -100,6 +105,7 @@ class NodePolicy:
     max_release_epsilon : float
     features_public : bool
     state_dir : Path
+    p2p : bool
     """
 
     deployed: bool
@@ -107,6 +113,7 @@ class NodePolicy:
     max_release_epsilon: float
     features_public: bool
     state_dir: Path
+    p2p: bool = False
 
     @classmethod
     def from_node_config(
@@ -139,6 +146,7 @@ class NodePolicy:
             per_release,
             _flag(node, "features-public", default=not deployed),
             state,
+            _flag(node, "p2p", default=not deployed),
         )
 
     def check_run(self, settings: Settings) -> None:
@@ -158,6 +166,8 @@ class NodePolicy:
                 "clear, and this node's features are private (features-public is not "
                 "set)"
             )
+        if settings.mechanism == "label-p2p" and not self.p2p:
+            raise PolicyRefusal("this node does not take part in label-p2p (p2p)")
         if self.deployed and math.isinf(eps):
             raise PolicyRefusal("epsilon = inf (no noise) is for simulation only")
         if self.deployed and eps > MAX_NODE_EPSILON:

@@ -86,6 +86,12 @@ def test_a_label_only_run_cannot_make_a_host_send_its_features(run_config, host)
     # Only the node's operator can declare its features public.
     public = _ask(config, host(**{"features-public": True}), "features")
     assert not public.has_error()
+    # Peer-to-peer needs its own consent.
+    p2p = run_config(SMALL, VECTOR, {"privacy.mechanism": "label-p2p"})
+    refused = _ask(p2p, host(**{"features-public": True}), "features")
+    assert refused.has_error() and refused.error.code == ERROR_POLICY
+    node = host(**{"features-public": True, "p2p": True})
+    assert not _ask(p2p, node, "features").has_error()
 
 
 # -- 2. the budget comes from the node; epsilon = inf ----------------------------------
