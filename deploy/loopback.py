@@ -9,10 +9,14 @@ free ports. The script
    ``deploy/gen_certs.py`` and SuperNode authentication, keys registered with
    ``flwr supernode register``);
 3. starts N ``flower-supernode`` processes, each with ``--node-config
-   'client-id=<i> data-path="<its file>"'``;
+   'client-id=<i> data-path="<its file>"'``, and waits until every one is connected and
+   ready to run its ClientApp;
 4. writes the ``loopback`` connection into ``$FLWR_HOME/config.toml``, submits the app
    with ``flwr run <app> loopback --run-config ...`` and waits for ``report.json``;
 5. stops every process it started, by PID.
+
+Every wait polls for a condition (a port open, a line in a process's log, a stage in
+``status.json``) up to a deadline; none sleeps for a fixed time.
 
 Usage::
 
@@ -195,6 +199,13 @@ def run_stage(report_dir: Path) -> str | None:
     return None
 
 
+#: What a SuperNode logs once the SuperLink has registered it (with its node id), and
+#: what its SuperExec (which starts a ClientApp process per message) logs once it runs.
+#: A node that has logged both answers a message without a start-up delay.
+_NODE_ID = re.compile(r"SuperNode ID: (\d+)")
+_SUPEREXEC_UP = "Starting Flower SuperExec"
+
+
 @dataclass
 class _Process:
     name: str
@@ -204,6 +215,10 @@ class _Process:
     @property
     def pid(self) -> int:
         return int(self.popen.pid)
+
+    def output(self) -> str:
+        """What the process has logged so far."""
+        return self.log.read_text(errors="replace")
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM this process (by PID), then SIGKILL it if it lingers."""
@@ -377,26 +392,30 @@ class LoopbackFederation:
         return self
 
     def node_ids(self, timeout: float = 120.0) -> list[int]:
-        """The SuperLink's node id of each SuperNode, once every one has connected.
+        """The SuperLink's node id of each SuperNode, once every one is ready.
 
-        Read from the ``SuperNode ID: <id>`` line a SuperNode logs when the SuperLink
-        has registered it; submit a run after this to have every node take part.
+        A SuperNode is ready when it has logged its ``SuperNode ID: <id>`` (the
+        SuperLink has registered it and lists it as online) and its SuperExec has
+        started (it runs the ClientApp of every message). The SuperLink lists a node as
+        soon as it connects, before its SuperExec runs: a run submitted then starts its
+        reply timeouts while the nodes are still starting. Submit a run after this.
 
         Raises
         ------
         RuntimeError
             If a SuperNode exits first.
         TimeoutError
-            If a SuperNode has not connected within ``timeout`` seconds.
+            If a SuperNode is not ready within ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
         ids: dict[int, int] = {}
         while len(ids) < len(self.supernodes):
             for i, process in enumerate(self.supernodes):
-                found = re.search(
-                    r"SuperNode ID: (\d+)", process.log.read_text(errors="replace")
-                )
-                if found:
+                if i in ids:
+                    continue
+                log = process.output()
+                found = _NODE_ID.search(log)
+                if found and _SUPEREXEC_UP in log:
                     ids[i] = int(found.group(1))
                 elif process.popen.poll() is not None:
                     raise RuntimeError(f"{process.name} exited; see {process.log}")
@@ -404,9 +423,9 @@ class LoopbackFederation:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"only {len(ids)} of {len(self.supernodes)} SuperNodes "
-                        f"connected after {timeout:g} s"
+                        f"ready after {timeout:g} s"
                     )
-                time.sleep(0.5)
+                time.sleep(0.2)
         return [ids[i] for i in range(len(self.supernodes))]
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
@@ -486,6 +505,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if federation.superlink
             else ""
         )
+        federation.node_ids()  # every node takes part in the run
         federation.submit(args.app, run_config)
         report = wait_for_report(workdir / "reports", args.timeout)
     print(
