@@ -211,6 +211,8 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    #: Sent SIGTERM already: a second one would cut its graceful shutdown short.
+    terminated: bool = False
 
     @property
     def pid(self) -> int:
@@ -220,11 +222,18 @@ class _Process:
         """What the process has logged so far."""
         return self.log.read_text(errors="replace")
 
+    def terminate(self) -> None:
+        """SIGTERM this process (by PID), once, without waiting for it to end."""
+        if self.popen.poll() is None and not self.terminated:
+            self.popen.send_signal(signal.SIGTERM)
+            self.terminated = True
+
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM this process (by PID), then SIGKILL it if it lingers."""
+        """SIGTERM this process (by PID) unless done, wait for it to end, then SIGKILL
+        it if it lingers ``grace`` seconds."""
         if self.popen.poll() is not None:
             return
-        self.popen.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             self.popen.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -352,6 +361,8 @@ class LoopbackFederation:
         self._write_connection()
         self.superlink = self._spawn("superlink", command)
         self._wait_for_port()
+        if self.tls:
+            self._register_keys()
         for i, data in enumerate(self.data_files):
             config = {"client-id": i, "data-path": str(Path(data).resolve())}
             if i < len(self.node_config):
@@ -366,20 +377,6 @@ class LoopbackFederation:
                 run_config_arg(config),
             ]
             if self.tls:
-                subprocess.run(
-                    [
-                        _executable("flwr"),
-                        "supernode",
-                        "register",
-                        str(self.certs / f"supernode-{i}.pub"),
-                        "loopback",
-                    ],
-                    check=True,
-                    env=self.env,
-                    cwd=self.workdir,
-                    capture_output=True,
-                    timeout=120,
-                )
                 command += [
                     "--root-certificates",
                     str(self.certs / "ca.crt"),
@@ -390,6 +387,46 @@ class LoopbackFederation:
                 command.append("--insecure")
             self.supernodes.append(self._spawn(f"supernode-{i}", command))
         return self
+
+    def _register_keys(self, timeout: float = 120.0) -> None:
+        """``flwr supernode register`` every SuperNode's public key, all at once.
+
+        A SuperNode can join only once its key is registered; the registrations are
+        independent, so they run side by side and this returns when all have ended.
+        """
+        register = [
+            subprocess.Popen(
+                [
+                    _executable("flwr"),
+                    "supernode",
+                    "register",
+                    str(self.certs / f"supernode-{i}.pub"),
+                    "loopback",
+                ],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            for i in range(len(self.data_files))
+        ]
+        deadline = time.monotonic() + timeout
+        failed = []
+        try:
+            for i, process in enumerate(register):
+                out, _ = process.communicate(
+                    timeout=max(deadline - time.monotonic(), 0.1)
+                )
+                if process.returncode != 0:
+                    failed.append(f"supernode-{i}: {out.decode(errors='replace')}")
+        finally:
+            for process in register:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        if failed:
+            raise RuntimeError("flwr supernode register failed:\n" + "\n".join(failed))
 
     def node_ids(self, timeout: float = 120.0) -> list[int]:
         """The SuperLink's node id of each SuperNode, once every one is ready.
@@ -450,7 +487,13 @@ class LoopbackFederation:
         return done.stdout
 
     def stop(self) -> None:
-        """Stop every SuperNode, then the SuperLink, by PID."""
+        """Stop every SuperNode, then the SuperLink, by PID.
+
+        The SuperNodes shut down side by side (each says goodbye to the SuperLink,
+        which stays up until they have ended).
+        """
+        for process in self.supernodes:
+            process.terminate()
         for process in self.supernodes:
             process.stop()
         if self.superlink is not None:
