@@ -52,7 +52,9 @@ __all__ = [
     "free_port",
     "make_node_files",
     "run_config_arg",
+    "run_stage",
     "wait_for_report",
+    "wait_for_stage",
 ]
 
 #: Settings for a 4-node run (3 training clients, 1 evaluation client).
@@ -197,6 +199,29 @@ def run_stage(report_dir: Path) -> str | None:
         except (OSError, json.JSONDecodeError, KeyError):
             return None
     return None
+
+
+def wait_for_stage(report_dir: Path, stages: Sequence[str], timeout: float) -> str:
+    """The stage of the run writing into ``report_dir`` once it is one of ``stages``.
+
+    Raises
+    ------
+    RuntimeError
+        If the run fails first.
+    TimeoutError
+        If the run reaches none of ``stages`` within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while (stage := run_stage(report_dir)) not in stages:
+        if stage == "failed":
+            raise RuntimeError(f"the run in {report_dir} failed before {stages}")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"the run in {report_dir} is at stage {stage!r}, not in {stages}, "
+                f"after {timeout:g} s"
+            )
+        time.sleep(0.2)
+    return str(stage)
 
 
 #: What a SuperNode logs once the SuperLink has registered it (with its node id), and
@@ -464,6 +489,39 @@ class LoopbackFederation:
                     )
                 time.sleep(0.2)
         return [ids[i] for i in range(len(self.supernodes))]
+
+    def wait_for_replies(
+        self, indices: Sequence[int], message_type: str, timeout: float
+    ) -> None:
+        """Until each SuperNode of ``indices`` has sent a reply to ``message_type``.
+
+        Read from the ``Sending: <message_type> message`` line a SuperNode logs when it
+        pushes the reply of its ClientApp to the SuperLink.
+
+        Raises
+        ------
+        RuntimeError
+            If one of the SuperNodes exits first.
+        TimeoutError
+            If one has not replied within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        line = f"Sending: {message_type} message"
+        waiting = set(indices)
+        while waiting:
+            for i in sorted(waiting):
+                process = self.supernodes[i]
+                if line in process.output():
+                    waiting.discard(i)
+                elif process.popen.poll() is not None:
+                    raise RuntimeError(f"{process.name} exited; see {process.log}")
+            if waiting:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"SuperNodes {sorted(waiting)} sent no {message_type} reply "
+                        f"within {timeout:g} s"
+                    )
+                time.sleep(0.2)
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""
