@@ -6,7 +6,8 @@ ledger directory that outlives the session's runs. The script
 
 1. writes one data file per client of every server: client ``i`` of server ``s`` gets
    the row :func:`ldpfda.server.multiserver.run_multiserver_repeat` gives it;
-2. starts all federations;
+2. starts all federations and waits until every SuperNode is connected and ready to
+   run its ClientApp;
 3. submits the ``train`` run to every server and waits for all of them, then the
    ``evaluate`` run (models and estimates move through one artifact directory);
 4. runs the combine step (:func:`ldpfda.server.multiserver_flower.combine_session`)
@@ -39,9 +40,11 @@ __all__ = ["make_server_node_files", "run_loopback_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Timeouts that suit a loopback run (each query starts an app process per node).
+#: Timeouts that suit a loopback run (each query starts an app process per node, and
+#: on a busy machine that takes long). A session's nodes are all honest: a reply
+#: timeout is only a bound on a round, never waited for in full.
 LOOPBACK_RUN_CONFIG: dict[str, Any] = {
-    "flower.reply-timeout": 60.0,
+    "flower.reply-timeout": 120.0,
     "flower.wait-timeout": 120.0,
     "flower.min-reply-fraction": 0.5,
 }
@@ -123,6 +126,11 @@ def run_loopback_session(
             for cfg, f in zip(configs, federations, strict=True)
             if f.superlink is not None
         }
+        # A server lists a node as soon as it connects, before the node can run its
+        # ClientApp; a run submitted earlier spends its reply timeout on node start-up
+        # and may find no client. Wait for every node of every server first.
+        for federation in federations:
+            federation.node_ids(timeout=timeout)
         for phase in PHASES:
             # The servers are independent: submit every run, then wait for them all.
             for cfg, federation in zip(configs, federations, strict=True):
