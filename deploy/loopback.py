@@ -9,10 +9,14 @@ free ports. The script
    ``deploy/gen_certs.py`` and SuperNode authentication, keys registered with
    ``flwr supernode register``);
 3. starts N ``flower-supernode`` processes, each with ``--node-config
-   'client-id=<i> data-path="<its file>"'``;
+   'client-id=<i> data-path="<its file>"'``, and waits until every one is connected and
+   ready to run its ClientApp;
 4. writes the ``loopback`` connection into ``$FLWR_HOME/config.toml``, submits the app
    with ``flwr run <app> loopback --run-config ...`` and waits for ``report.json``;
 5. stops every process it started, by PID.
+
+Every wait polls for a condition (a port open, a line in a process's log, a stage in
+``status.json``) up to a deadline; none sleeps for a fixed time.
 
 Usage::
 
@@ -48,7 +52,9 @@ __all__ = [
     "free_port",
     "make_node_files",
     "run_config_arg",
+    "run_stage",
     "wait_for_report",
+    "wait_for_stage",
 ]
 
 #: Settings for a 4-node run (3 training clients, 1 evaluation client).
@@ -195,21 +201,64 @@ def run_stage(report_dir: Path) -> str | None:
     return None
 
 
+def wait_for_stage(report_dir: Path, stages: Sequence[str], timeout: float) -> str:
+    """The stage of the run writing into ``report_dir`` once it is one of ``stages``.
+
+    Raises
+    ------
+    RuntimeError
+        If the run fails first.
+    TimeoutError
+        If the run reaches none of ``stages`` within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while (stage := run_stage(report_dir)) not in stages:
+        if stage == "failed":
+            raise RuntimeError(f"the run in {report_dir} failed before {stages}")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"the run in {report_dir} is at stage {stage!r}, not in {stages}, "
+                f"after {timeout:g} s"
+            )
+        time.sleep(0.2)
+    return str(stage)
+
+
+#: What a SuperNode logs once the SuperLink has registered it (with its node id), and
+#: what its SuperExec (which starts a ClientApp process per message) logs once it runs.
+#: A node that has logged both answers a message without a start-up delay.
+_NODE_ID = re.compile(r"SuperNode ID: (\d+)")
+_SUPEREXEC_UP = "Starting Flower SuperExec"
+
+
 @dataclass
 class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    #: Sent SIGTERM already: a second one would cut its graceful shutdown short.
+    terminated: bool = False
 
     @property
     def pid(self) -> int:
         return int(self.popen.pid)
 
+    def output(self) -> str:
+        """What the process has logged so far."""
+        return self.log.read_text(errors="replace")
+
+    def terminate(self) -> None:
+        """SIGTERM this process (by PID), once, without waiting for it to end."""
+        if self.popen.poll() is None and not self.terminated:
+            self.popen.send_signal(signal.SIGTERM)
+            self.terminated = True
+
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM this process (by PID), then SIGKILL it if it lingers."""
+        """SIGTERM this process (by PID) unless done, wait for it to end, then SIGKILL
+        it if it lingers ``grace`` seconds."""
         if self.popen.poll() is not None:
             return
-        self.popen.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             self.popen.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -337,6 +386,8 @@ class LoopbackFederation:
         self._write_connection()
         self.superlink = self._spawn("superlink", command)
         self._wait_for_port()
+        if self.tls:
+            self._register_keys()
         for i, data in enumerate(self.data_files):
             config = {"client-id": i, "data-path": str(Path(data).resolve())}
             if i < len(self.node_config):
@@ -351,20 +402,6 @@ class LoopbackFederation:
                 run_config_arg(config),
             ]
             if self.tls:
-                subprocess.run(
-                    [
-                        _executable("flwr"),
-                        "supernode",
-                        "register",
-                        str(self.certs / f"supernode-{i}.pub"),
-                        "loopback",
-                    ],
-                    check=True,
-                    env=self.env,
-                    cwd=self.workdir,
-                    capture_output=True,
-                    timeout=120,
-                )
                 command += [
                     "--root-certificates",
                     str(self.certs / "ca.crt"),
@@ -376,27 +413,71 @@ class LoopbackFederation:
             self.supernodes.append(self._spawn(f"supernode-{i}", command))
         return self
 
-    def node_ids(self, timeout: float = 120.0) -> list[int]:
-        """The SuperLink's node id of each SuperNode, once every one has connected.
+    def _register_keys(self, timeout: float = 120.0) -> None:
+        """``flwr supernode register`` every SuperNode's public key, all at once.
 
-        Read from the ``SuperNode ID: <id>`` line a SuperNode logs when the SuperLink
-        has registered it; submit a run after this to have every node take part.
+        A SuperNode can join only once its key is registered; the registrations are
+        independent, so they run side by side and this returns when all have ended.
+        """
+        register = [
+            subprocess.Popen(
+                [
+                    _executable("flwr"),
+                    "supernode",
+                    "register",
+                    str(self.certs / f"supernode-{i}.pub"),
+                    "loopback",
+                ],
+                env=self.env,
+                cwd=self.workdir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            for i in range(len(self.data_files))
+        ]
+        deadline = time.monotonic() + timeout
+        failed = []
+        try:
+            for i, process in enumerate(register):
+                out, _ = process.communicate(
+                    timeout=max(deadline - time.monotonic(), 0.1)
+                )
+                if process.returncode != 0:
+                    failed.append(f"supernode-{i}: {out.decode(errors='replace')}")
+        finally:
+            for process in register:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        if failed:
+            raise RuntimeError("flwr supernode register failed:\n" + "\n".join(failed))
+
+    def node_ids(self, timeout: float = 120.0) -> list[int]:
+        """The SuperLink's node id of each SuperNode, once every one is ready.
+
+        A SuperNode is ready when it has logged its ``SuperNode ID: <id>`` (the
+        SuperLink has registered it and lists it as online) and its SuperExec has
+        started (it runs the ClientApp of every message). The SuperLink lists a node as
+        soon as it connects, before its SuperExec runs: a run submitted then starts its
+        reply timeouts while the nodes are still starting. Submit a run after this.
 
         Raises
         ------
         RuntimeError
             If a SuperNode exits first.
         TimeoutError
-            If a SuperNode has not connected within ``timeout`` seconds.
+            If a SuperNode is not ready within ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
         ids: dict[int, int] = {}
         while len(ids) < len(self.supernodes):
             for i, process in enumerate(self.supernodes):
-                found = re.search(
-                    r"SuperNode ID: (\d+)", process.log.read_text(errors="replace")
-                )
-                if found:
+                if i in ids:
+                    continue
+                log = process.output()
+                found = _NODE_ID.search(log)
+                if found and _SUPEREXEC_UP in log:
                     ids[i] = int(found.group(1))
                 elif process.popen.poll() is not None:
                     raise RuntimeError(f"{process.name} exited; see {process.log}")
@@ -404,10 +485,43 @@ class LoopbackFederation:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
                         f"only {len(ids)} of {len(self.supernodes)} SuperNodes "
-                        f"connected after {timeout:g} s"
+                        f"ready after {timeout:g} s"
                     )
-                time.sleep(0.5)
+                time.sleep(0.2)
         return [ids[i] for i in range(len(self.supernodes))]
+
+    def wait_for_replies(
+        self, indices: Sequence[int], message_type: str, timeout: float
+    ) -> None:
+        """Until each SuperNode of ``indices`` has sent a reply to ``message_type``.
+
+        Read from the ``Sending: <message_type> message`` line a SuperNode logs when it
+        pushes the reply of its ClientApp to the SuperLink.
+
+        Raises
+        ------
+        RuntimeError
+            If one of the SuperNodes exits first.
+        TimeoutError
+            If one has not replied within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        line = f"Sending: {message_type} message"
+        waiting = set(indices)
+        while waiting:
+            for i in sorted(waiting):
+                process = self.supernodes[i]
+                if line in process.output():
+                    waiting.discard(i)
+                elif process.popen.poll() is not None:
+                    raise RuntimeError(f"{process.name} exited; see {process.log}")
+            if waiting:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"SuperNodes {sorted(waiting)} sent no {message_type} reply "
+                        f"within {timeout:g} s"
+                    )
+                time.sleep(0.2)
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""
@@ -431,7 +545,13 @@ class LoopbackFederation:
         return done.stdout
 
     def stop(self) -> None:
-        """Stop every SuperNode, then the SuperLink, by PID."""
+        """Stop every SuperNode, then the SuperLink, by PID.
+
+        The SuperNodes shut down side by side (each says goodbye to the SuperLink,
+        which stays up until they have ended).
+        """
+        for process in self.supernodes:
+            process.terminate()
         for process in self.supernodes:
             process.stop()
         if self.superlink is not None:
@@ -486,6 +606,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if federation.superlink
             else ""
         )
+        federation.node_ids()  # every node takes part in the run
         federation.submit(args.app, run_config)
         report = wait_for_report(workdir / "reports", args.timeout)
     print(

@@ -6,7 +6,8 @@ ledger directory that outlives the session's runs. The script
 
 1. writes one data file per client of every server: client ``i`` of server ``s`` gets
    the row :func:`ldpfda.server.multiserver.run_multiserver_repeat` gives it;
-2. starts all federations;
+2. starts all federations and waits until every SuperNode is connected and ready to
+   run its ClientApp;
 3. submits the ``train`` run to every server and waits for all of them, then the
    ``evaluate`` run (models and estimates move through one artifact directory);
 4. runs the combine step (:func:`ldpfda.server.multiserver_flower.combine_session`)
@@ -25,10 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,11 @@ __all__ = ["make_server_node_files", "run_loopback_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Timeouts that suit a loopback run (each query starts an app process per node).
+#: Timeouts that suit a loopback run (each query starts an app process per node, and
+#: on a busy machine that takes long). A session's nodes are all honest: a reply
+#: timeout is only a bound on a round, never waited for in full.
 LOOPBACK_RUN_CONFIG: dict[str, Any] = {
-    "flower.reply-timeout": 60.0,
+    "flower.reply-timeout": 120.0,
     "flower.wait-timeout": 120.0,
     "flower.min-reply-fraction": 0.5,
 }
@@ -84,13 +87,16 @@ def run_loopback_session(
     heterogeneity: float = 0.05,
     timeout: float = 300.0,
     extra: Mapping[str, Any] | None = None,
+    before_runs: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Run a whole session with one loopback federation per server; the report.
 
     ``specs`` are :class:`~ldpfda.server.multiserver.ServerSpec`, ``base`` the shared
     reference settings. The report is :func:`combine_session`'s, plus the phase
     reports' paths, the processes' PIDs and the wall time; it is also written to
-    ``<workdir>/report.json``.
+    ``<workdir>/report.json``. ``before_runs`` is called once every SuperNode is
+    ready, before the first run is submitted (to time the session against other work
+    on the machine); if it raises, the session stops there.
     """
     from ldpfda.server.multiserver_flower import (
         PHASES,
@@ -124,19 +130,33 @@ def run_loopback_session(
             for cfg, f in zip(configs, federations, strict=True)
             if f.superlink is not None
         }
+        # A server lists a node as soon as it connects, before the node can run its
+        # ClientApp; a run submitted earlier spends its reply timeout on node start-up
+        # and may find no client. Wait for every node of every server first.
+        for federation in federations:
+            federation.node_ids(timeout=timeout)
+        if before_runs is not None:
+            before_runs()
         for phase in PHASES:
             # The servers are independent: submit every run, then wait for them all.
-            for cfg, federation in zip(configs, federations, strict=True):
-                config = phase_run_config(
-                    cfg,
-                    phase=phase,
-                    session=session,
-                    artifact_dir=artifacts,
-                    report_dir=workdir / f"server{cfg.server_id}" / phase,
-                    repeat=repeat,
-                    extra={**LOOPBACK_RUN_CONFIG, **(extra or {})},
+            runs = [
+                (
+                    federation,
+                    phase_run_config(
+                        cfg,
+                        phase=phase,
+                        session=session,
+                        artifact_dir=artifacts,
+                        report_dir=workdir / f"server{cfg.server_id}" / phase,
+                        repeat=repeat,
+                        extra={**LOOPBACK_RUN_CONFIG, **(extra or {})},
+                    ),
                 )
-                federation.submit(ROOT, config)
+                for cfg, federation in zip(configs, federations, strict=True)
+            ]
+            with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+                for submitted in [pool.submit(f.submit, ROOT, c) for f, c in runs]:
+                    submitted.result()
             for cfg in configs:
                 name = f"server{cfg.server_id}"
                 report_dir = workdir / name / phase
@@ -147,8 +167,8 @@ def run_loopback_session(
         # Signal every process at once; leaving the stack then waits for each by PID.
         for federation in federations:
             for process in [*federation.supernodes, federation.superlink]:
-                if process is not None and process.popen.poll() is None:
-                    process.popen.send_signal(signal.SIGTERM)
+                if process is not None:
+                    process.terminate()
     return write_session_report(
         workdir,
         artifacts,

@@ -10,6 +10,7 @@ made silent (their replies are dropped, as for a node that died) to test fault h
 from __future__ import annotations
 
 import os
+import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -215,3 +216,30 @@ def parse_label(message, *, client_id, n_classes=2):
     query = catalog.label_query(Settings(mechanism="label-uniform"), n_classes)
     rows, figures = parse_checked(query, message, client_id)
     return int(rows["label"]), figures
+
+
+def descendants(pids: Iterable[int]) -> set[int]:
+    """Every live process below ``pids`` (SuperExec, ClientApp, ServerApp, ...)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = set(pids)
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier}
+        found |= frontier
+    return found
+
+
+def still_running(pids: Iterable[int], timeout: float = 20.0) -> set[int]:
+    """The processes of ``pids`` that are alive after waiting up to ``timeout`` s for
+    all of them to end."""
+    deadline = time.monotonic() + timeout
+    while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return running

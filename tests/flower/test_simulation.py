@@ -1,13 +1,18 @@
 """``flwr run .`` on the simulation runtime equals the in-process engine.
 
 Both protocols: the default (every client releases once, the moment classifier) and the
-reference MRMA.
+reference MRMA. The module fixture submits one run of each to the same local SuperLink
+(the first ``flwr run`` starts it, the second finds it running) and waits for both; the
+two runs go on side by side.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,11 +24,25 @@ from .support import REFERENCE, ROOT
 
 pytestmark = pytest.mark.slow
 
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "default-moment": {},
+    "reference-mrma": REFERENCE,
+}
 
-@pytest.mark.parametrize(
-    "protocol", [{}, REFERENCE], ids=["default-moment", "reference-mrma"]
-)
-def test_flwr_run_simulation_equals_the_engine(tmp_path, protocol):
+
+@dataclass
+class Simulations:
+    """Both runs: reports and run directories by protocol, and the SuperLinks."""
+
+    reports: dict[str, dict[str, Any]]
+    run_dirs: dict[str, Path]
+    superlinks: list[int]
+    superlinks_left: list[int]
+    wall_time_s: float
+
+
+@pytest.fixture(scope="module")
+def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
     from local_superlink import find_local_superlinks, stop_pid
     from loopback import (
         _executable,
@@ -33,57 +52,85 @@ def test_flwr_run_simulation_equals_the_engine(tmp_path, protocol):
         wait_for_report,
     )
 
+    workdir = tmp_path_factory.mktemp("simulation")
     http_port = free_port()
-    env = flower_env(tmp_path / "flwr-home") | {
+    env = flower_env(workdir / "flwr-home") | {
         # Own ports, so the test never talks to (or stops) anybody else's SuperLink.
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
     }
-    config = {
-        "data.dataset": "functional",
-        "data.n-train": 12,
-        "data.n-eval": 8,
-        "mrma.num-weak-models": 4,
-        "mrma.subsample-size": 6,
-        "data.n-test": 2000,
-        "flower.repeat": 2,
-        "flower.report-dir": str(tmp_path / "reports"),
-        "flower.reply-timeout": 120.0,
-        **protocol,
-    }
     started = time.perf_counter()
+    reports, run_dirs = {}, {}
     try:
-        done = subprocess.run(
-            [
-                _executable("flwr"),
-                "run",
-                str(ROOT),
-                "--federation-config",
-                "num-supernodes=20",
-                "--run-config",
-                run_config_arg(config),
-            ],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        report = wait_for_report(tmp_path / "reports", timeout=240)
+        # `flwr run` returns once the run is submitted, so the SuperLink the first
+        # one starts is up when the second one looks for it.
+        for name, protocol in PROTOCOLS.items():
+            config = {
+                "data.dataset": "functional",
+                "data.n-train": 12,
+                "data.n-eval": 8,
+                "mrma.num-weak-models": 4,
+                "mrma.subsample-size": 6,
+                "data.n-test": 2000,
+                "flower.repeat": 2,
+                "flower.report-dir": str(workdir / name),
+                "flower.reply-timeout": 120.0,
+                **protocol,
+            }
+            done = subprocess.run(
+                [
+                    _executable("flwr"),
+                    "run",
+                    str(ROOT),
+                    "--federation-config",
+                    "num-supernodes=20",
+                    "--run-config",
+                    run_config_arg(config),
+                ],
+                env=env,
+                cwd=workdir,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"flwr run ({name}) failed:\n{done.stdout}{done.stderr}"
+                )
+        for name in PROTOCOLS:
+            reports[name] = wait_for_report(workdir / name, timeout=240)
+            run_dirs[name] = next((workdir / name).glob("run-*"))
     finally:
         pids = find_local_superlinks(http_port)
         for pid in pids:
             stop_pid(pid)
-    assert len(pids) == 1, "flwr run should have started exactly one local SuperLink"
-    assert find_local_superlinks(http_port) == []
-    assert time.perf_counter() - started < 300
+    return Simulations(
+        reports=reports,
+        run_dirs=run_dirs,
+        superlinks=pids,
+        superlinks_left=find_local_superlinks(http_port),
+        wall_time_s=time.perf_counter() - started,
+    )
 
+
+def test_flwr_run_starts_one_local_superlink_which_is_stopped(simulations):
+    assert len(simulations.superlinks) == 1, (
+        "flwr run should have started exactly one local SuperLink"
+    )
+    assert simulations.superlinks_left == []
+    assert simulations.wall_time_s < 300
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_flwr_run_simulation_equals_the_engine(simulations, protocol):
+    report = simulations.reports[protocol]
+    run_dir = simulations.run_dirs[protocol]
     settings = Settings.from_mapping(report["settings"])
-    assert settings.mechanism == ("reference" if protocol else "joint-hybrid")
+    assert settings.mechanism == (
+        "reference" if PROTOCOLS[protocol] else "joint-hybrid"
+    )
     reference = run_repeat(settings, 2)
     assert report["method"] == reference.method
-    run_dir = next((tmp_path / "reports").glob("run-*"))
     payload = np.load(run_dir / "payload.npz")
     if settings.protocol == "moment":
         # Every client released, training and evaluation alike.

@@ -1,0 +1,431 @@
+"""Real deployments over loopback: SuperLinks and SuperNodes as separate processes.
+
+The module fixture runs two deployments side by side on 127.0.0.1, once, and every
+test asserts on what it recorded (reports, logs, processes):
+
+* **one federation with TLS and SuperNode authentication**: 1 SuperLink and 10
+  SuperNodes, each its own process with its own data file, registered by key. One run
+  of the reference MRMA protocol (6 training and 3 evaluation clients):
+
+  ======  ==========  ==============================================================
+  client  role        node
+  ======  ==========  ==============================================================
+  0       training    honest
+  1       training    ``range``: a value outside the mechanism's declared output range
+  2       training    ``extreme``: every value at the edge of the range (valid)
+  3       training    ``hang``: answers only after the reply timeout
+  4       training    ``nan``: a NaN feature
+  5       training    ``shape``: features of the wrong shape
+  6       evaluation  honest, its data in a CSV file
+  7       evaluation  ``bit``: feedback 3
+  8       evaluation  killed (SIGKILL) once the training round has begun
+  0       (again)     a tenth SuperNode that also says it is client 0, with its data
+  ======  ==========  ==============================================================
+
+  The run must complete with the honest and the valid replies, the report must name
+  every reply it did not use with the client and the reason, and every process must
+  be stopped.
+
+* **a two-server session without TLS**: 2 SuperLinks with 4 SuperNodes each (a server
+  needs a population of its own, so it cannot share the federation above: a SuperLink
+  offers every connected node to every run); models and estimates move between the
+  servers as artifacts. Its runs are submitted once the federation's non-hanging
+  training nodes have replied, so that they use the time its server waits for the
+  hanging node.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, redirect_stderr
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ldpfda.config import Settings
+from ldpfda.server.multiserver import ServerSpec
+from ldpfda.server.server_app import parse_run_config
+
+from .support import ROOT, alive, app_config, descendants, still_running
+
+pytestmark = pytest.mark.slow
+
+#: Seconds the server waits for each round; the hanging node answers after it.
+REPLY_TIMEOUT = 60.0
+
+#: The federation's run (its report directory is added by the fixture).
+RUN_CONFIG: dict[str, Any] = {
+    "data.dataset": "functional",
+    "data.n-train": 6,
+    "data.n-eval": 3,
+    "data.n-test": 2000,
+    "mrma.num-weak-models": 2,
+    "mrma.subsample-size": 2,
+    # MRMA: the killed node is an evaluation client, asked after the training round.
+    "privacy.mechanism": "reference",
+    "flower.reply-timeout": REPLY_TIMEOUT,
+    # 2 of the 6 training replies are valid, and 1 of the 3 evaluation replies.
+    "flower.min-reply-fraction": 0.25,
+    "flower.wait-timeout": 120.0,
+}
+
+#: Node config of each SuperNode, by index (the client id unless it says otherwise).
+NODES: list[dict[str, Any]] = [
+    {},
+    {"test-misbehave": "range"},
+    {"test-misbehave": "extreme"},
+    # Answers after the timeout: its late reply comes while the run goes on.
+    {"test-misbehave": "hang", "test-hang-seconds": REPLY_TIMEOUT},
+    {"test-misbehave": "nan"},
+    {"test-misbehave": "shape"},
+    {},
+    {"test-misbehave": "bit"},
+    {},
+    {"client-id": 0},
+]
+CSV_CLIENT, VICTIM, DUPLICATE = 6, 8, 9
+#: The training nodes, other than client 0's, that answer the privatize query in time.
+PROMPT_TRAINING = [1, 2, 4, 5]
+
+#: The two-server session: (n_train, n_eval, epsilon[, feature and label shift]).
+SESSION_SPECS = (ServerSpec(2, 2, 5.0), ServerSpec(2, 2, 2.0, 0.2, 0.5))
+SESSION = "lb1"
+
+
+class _Session(threading.Thread):
+    """The two-server session, run in the background. It sets ``ready`` once its nodes
+    are, and submits its first run only once ``gate`` is set (it gives up if
+    ``cancelled`` is set with it)."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(name="two-server-session", daemon=True)
+        self.workdir = workdir
+        self.ready = threading.Event()
+        self.gate = threading.Event()
+        self.cancelled = threading.Event()
+        self.report: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def _wait_for_gate(self) -> None:
+        self.ready.set()
+        if not self.gate.wait(timeout=600) or self.cancelled.is_set():
+            raise RuntimeError("the session was called off before its first run")
+
+    def run(self) -> None:
+        from multiserver_loopback import run_loopback_session
+
+        base = Settings.reference(
+            dataset="functional", num_weak_models=1, subsample_size=2, n_test=2000
+        )
+        try:
+            self.report = run_loopback_session(
+                SESSION_SPECS,
+                base,
+                self.workdir,
+                session=SESSION,
+                timeout=240,
+                before_runs=self._wait_for_gate,
+            )
+        except BaseException as exc:  # raised again by result()
+            self.error = exc
+
+    def wait_until_ready(self, timeout: float) -> None:
+        """Until every node of the session is ready (or the session failed)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(timeout=0.5):
+            if not self.is_alive():
+                raise RuntimeError(f"the two-server session failed: {self.error!r}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the session's nodes not ready after {timeout:g} s")
+
+    def result(self) -> dict[str, Any]:
+        self.join(timeout=600)
+        if self.is_alive():
+            raise TimeoutError("the two-server session did not end within 600 s")
+        if self.error is not None:
+            raise RuntimeError(f"the two-server session failed: {self.error!r}")
+        assert self.report is not None
+        return self.report
+
+
+@dataclass
+class Deployment:
+    """What the fixture saw of both deployments."""
+
+    settings: Settings
+    connection: str
+    tls_stderr: str
+    insecure_stderr: str
+    node_ids: list[int]
+    pids: list[int]
+    alive_at_start: bool
+    victim_alive_after_kill: bool
+    children: set[int]
+    left_running: set[int]
+    report: dict[str, Any]
+    payload: dict[str, np.ndarray]
+    session: _Session
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    from loopback import (
+        LoopbackFederation,
+        make_node_files,
+        wait_for_report,
+        wait_for_stage,
+    )
+
+    workdir = tmp_path_factory.mktemp("loopback")
+    reports = workdir / "reports"
+    config = {**RUN_CONFIG, "flower.report-dir": str(reports)}
+    settings, _ = parse_run_config(app_config() | config)
+    files = make_node_files(settings, workdir / "data")
+    files[CSV_CLIENT] = make_node_files(settings, workdir / "csv", suffix=".csv")[
+        CSV_CLIENT
+    ]
+    federation = LoopbackFederation(
+        workdir / "fed", [*files, files[0]], node_config=NODES, tls=True
+    )
+    session = _Session(workdir / "session")
+    tls_stderr, insecure_stderr = io.StringIO(), io.StringIO()
+    try:
+        with ExitStack() as stack:
+            with redirect_stderr(tls_stderr):
+                stack.enter_context(federation)
+            assert federation.superlink is not None
+            connection = (federation.home / "config.toml").read_text(encoding="utf-8")
+            pids = [federation.superlink.pid] + [p.pid for p in federation.supernodes]
+            alive_at_start = all(alive(pid) for pid in pids)
+            # The session's federations (no TLS: they warn) start while these do.
+            stack.enter_context(redirect_stderr(insecure_stderr))
+            session.start()
+            node_ids = federation.node_ids()  # every node takes part in the run
+            # No round starts its reply timeout while the other deployment's
+            # processes are still starting.
+            session.wait_until_ready(timeout=300)
+            federation.submit(ROOT, config)
+            wait_for_stage(reports, ("privatize",), timeout=240)
+            children = descendants(pids)
+            victim = federation.supernodes[VICTIM]
+            victim.kill()
+            victim_alive_after_kill = alive(victim.pid)
+            # Client 0 is whichever of its two nodes has the lower id.
+            standing = min([0, DUPLICATE], key=lambda i: node_ids[i])
+            federation.wait_for_replies(
+                [standing, *PROMPT_TRAINING],
+                "query.privatize",
+                timeout=REPLY_TIMEOUT + 60,
+            )
+            session.gate.set()
+            report = wait_for_report(reports, timeout=300)
+            # Including the ClientApp of the hanging node, which may still be asleep.
+            children |= descendants(pids)
+    except BaseException:
+        # Call the session off (or let it end) and wait for it to stop its processes.
+        if not session.gate.is_set():
+            session.cancelled.set()
+            session.gate.set()
+        if session.ident is not None:
+            session.join(timeout=600)
+        raise
+    left_running = still_running(set(pids) | children)
+    run_dir = next(reports.glob("run-*"))
+    with np.load(run_dir / "payload.npz") as npz:
+        payload = {key: npz[key] for key in npz.files}
+    yield Deployment(
+        settings=settings,
+        connection=connection,
+        tls_stderr=tls_stderr.getvalue(),
+        insecure_stderr=insecure_stderr.getvalue(),
+        node_ids=node_ids,
+        pids=pids,
+        alive_at_start=alive_at_start,
+        victim_alive_after_kill=victim_alive_after_kill,
+        children=children,
+        left_running=left_running,
+        report=report,
+        payload=payload,
+        session=session,
+    )
+    # The session may still run while the tests above assert; never leave its
+    # processes behind, whether or not its test ran.
+    session.join(timeout=600)
+
+
+# -- the federation with TLS, SuperNode authentication and bad nodes -------------------
+
+
+def test_every_process_starts_and_every_one_is_stopped(deployment):
+    assert deployment.alive_at_start, "1 SuperLink + 10 SuperNodes, each a process"
+    assert len(deployment.pids) == 1 + len(NODES)
+    assert deployment.children, "the SuperNodes run their ClientApps in child processes"
+    assert not deployment.victim_alive_after_kill
+    assert not deployment.left_running, "every process is stopped by PID"
+
+
+def test_tls_with_authenticated_supernodes_and_no_insecure_warning(deployment):
+    from loopback import INSECURE_WARNING
+
+    assert "root-certificates" in deployment.connection
+    assert "insecure" not in deployment.connection
+    assert INSECURE_WARNING not in deployment.tls_stderr
+    # Every registered node joined over TLS and answered who it is.
+    part = deployment.report["participation"]
+    assert part["connected_nodes"] == len(NODES)
+    assert part["identify"]["answered"] == len(NODES) - 1  # all but the duplicate
+
+
+def test_an_insecure_federation_warns(deployment):
+    from loopback import INSECURE_WARNING
+
+    assert INSECURE_WARNING in deployment.insecure_stderr, "insecure mode must warn"
+
+
+def test_every_unused_reply_is_named_with_the_client_and_the_reason(deployment):
+    part = deployment.report["participation"]
+    node_ids = deployment.node_ids
+    assert part["train_clients"] == [0, 1, 2, 3, 4, 5]
+    assert part["eval_clients"] == [6, 7, 8]
+    # Every reply not used, and every one that never came; nothing else.
+    rejections = {(r["stage"], r["client_id"]): r for r in part["rejections"]}
+    assert {key: r["kind"] for key, r in rejections.items()} == {
+        ("identify", 0): "duplicate",
+        ("privatize", 1): "range",
+        ("privatize", 3): "timeout",
+        ("privatize", 4): "nan",
+        ("privatize", 5): "shape",
+        ("evaluate", 7): "bit",
+        ("evaluate", 8): "unavailable",
+    }
+    for (stage, client), rejection in rejections.items():
+        if stage != "identify":
+            assert rejection["node_id"] == node_ids[client]
+    assert "outside the mechanism's range" in rejections["privatize", 1]["reason"]
+    assert "NaN" in rejections["privatize", 4]["reason"]
+    assert "shape" in rejections["privatize", 5]["reason"]
+    assert "must be a bit" in rejections["evaluate", 7]["reason"]
+    assert sorted(part["privatize"]["rejected"]) == ["1", "4", "5"]
+    assert "NaN" in part["privatize"]["rejected"]["4"]
+    assert "shape" in part["privatize"]["rejected"]["5"]
+    assert list(part["evaluate"]["rejected"]) == ["7"]
+
+
+def test_of_two_nodes_claiming_one_client_the_lower_node_id_stands(deployment):
+    part = deployment.report["participation"]
+    duplicate = next(r for r in part["rejections"] if r["stage"] == "identify")
+    first, second = sorted([deployment.node_ids[0], deployment.node_ids[DUPLICATE]])
+    assert duplicate["client_id"] == 0
+    assert duplicate["node_id"] == second
+    assert duplicate["reason"] == f"duplicate: client 0 is already node {first}"
+    assert part["ignored_nodes"] == {str(second): duplicate["reason"]}
+
+
+def test_a_hanging_node_is_waited_for_no_longer_than_the_timeout(deployment):
+    part = deployment.report["participation"]
+    (rejection,) = [
+        r
+        for r in part["rejections"]
+        if r["stage"] == "privatize" and r["client_id"] == 3
+    ]
+    assert rejection["reason"] == (
+        f"timeout: no reply within flower.reply-timeout = {REPLY_TIMEOUT:g} s"
+    )
+    assert part["privatize"]["missing"] == [3]
+    privatize_s = deployment.report["timings"]["clients_privatize_s"]
+    assert REPLY_TIMEOUT <= privatize_s < REPLY_TIMEOUT + 15
+
+
+def test_a_node_killed_during_the_run_is_missing_and_the_run_goes_on(deployment):
+    part = deployment.report["participation"]
+    assert part["evaluate"]["missing"] == [VICTIM]
+    assert part["evaluate"]["answered"] == 1  # the CSV node; the bit node is rejected
+
+
+def test_every_valid_reply_is_used_and_nothing_else(deployment):
+    report, payload = deployment.report, deployment.payload
+    part = report["participation"]
+    # The honest training client and the extreme one ...
+    assert part["privatize"]["answered"] == 2
+    np.testing.assert_array_equal(payload["client_ids"], [0, 2])
+    # ... the extreme one at the edge of the declared range, never beyond it.
+    low, high = part["output_range"]
+    assert set(payload["features"][1]) <= {low, high}
+    assert np.all((low <= payload["features"]) & (payload["features"] <= high))
+    assert np.all(np.isfinite(payload["features"]))
+    assert np.all(np.isin(payload["labels"], [0, 1]))
+    # ... and the honest evaluator's bit: the weak models, fitted and weighted.
+    assert len(report["models"]) == deployment.settings.num_weak_models == 2
+    assert np.all(np.isfinite(report["final_model"]["coef"]))
+    assert {"mrma", "weak", "naive"} <= set(report["test_errors"])
+
+
+def test_each_client_asked_is_charged_and_only_valid_replies_vouch(deployment):
+    clients = deployment.report["privacy"]["clients"]
+    epsilon = deployment.settings.epsilon
+    assert {c: v["reported_spent"] for c, v in clients.items()} == {
+        "0": epsilon,
+        "1": None,
+        "2": epsilon,
+        "3": None,
+        "4": None,
+        "5": None,
+        "6": epsilon,
+        "7": None,
+        "8": None,
+    }
+    assert epsilon == 5.0
+    assert all(v["charged_by_server"] == pytest.approx(5.0) for v in clients.values())
+
+
+# -- the two-server session ------------------------------------------------------------
+
+
+def test_two_server_session_over_loopback(deployment):
+    report = deployment.session.result()
+    pids = [pid for server in report["pids"].values() for pid in server]
+    assert len(pids) == 2 * (1 + 4), "2 SuperLinks with 4 SuperNodes each"
+    assert not still_running(pids), "every process is stopped by PID"
+
+    # Per-server and global models, each server scored on its own population.
+    assert set(report["models"]) == {"global", "server0", "server1"}
+    assert set(report["test_errors"]) == {"server0", "server1"}
+    for errors in report["test_errors"].values():
+        assert set(errors) == {"multi_server", "global", "voting_all"}
+        assert all(0.0 <= v <= 1.0 for v in errors.values())
+    # Both servers' models, evaluated by both servers' clients.
+    assert report["rejected_artifacts"] == {}
+    assert report["model_servers"] == [0, 1]
+    assert report["estimates_used"] == {
+        "server0": ["server0", "server1"],
+        "server1": ["server0", "server1"],
+    }
+    assert all(v is not None for row in report["estimates"] for v in row)
+
+    for name, phases in report["phase_reports"].items():
+        train = json.loads(Path(phases["train"]).read_text(encoding="utf-8"))
+        evaluate = json.loads(Path(phases["evaluate"]).read_text(encoding="utf-8"))
+        assert train["participation"]["privatize"]["answered"] == 2
+        assert evaluate["participation"]["evaluate"]["answered"] == 2
+        # The training clients were not asked in the evaluate phase, nor the
+        # evaluation clients in the train phase; each node's ledger, kept per session
+        # over both runs, holds its one release at its whole budget.
+        assert train["train_clients"] == [0, 1]
+        assert evaluate["eval_clients"] == [2, 3]
+        budget = train["privacy"]["budget_per_client"]
+        ledgers = sorted(
+            (deployment.session.workdir / name / "ledgers" / f"session-{SESSION}").glob(
+                "*.json"
+            )
+        )
+        assert [p.name for p in ledgers] == [f"client-{i}.json" for i in range(4)]
+        for path in ledgers:
+            events = json.loads(path.read_text(encoding="utf-8"))
+            assert sum(e["epsilon"] for e in events) == pytest.approx(budget)
