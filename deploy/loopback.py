@@ -9,8 +9,8 @@ free ports. The script
    ``deploy/gen_certs.py`` and SuperNode authentication, keys registered with
    ``flwr supernode register``);
 3. starts N ``flower-supernode`` processes, each with ``--node-config
-   'client-id=<i> data-path="<its file>"'``, and waits until every one is connected and
-   ready to run its ClientApp;
+   'client-id=<i> data-path="<its file>" privacy-budget=<b> state-dir="<dir>"'``, and
+   waits until every one is connected and ready to run its ClientApp;
 4. writes the ``loopback`` connection into ``$FLWR_HOME/config.toml``, submits the app
    with ``flwr run <app> loopback --run-config ...`` and waits for ``report.json``;
 5. stops every process it started, by PID.
@@ -288,12 +288,16 @@ class LoopbackFederation:
         Extra node-config entries per SuperNode.
     tls : bool
         TLS with self-signed certificates and SuperNode authentication.
+    privacy_budget : float
+        Each node's lifetime budget (a node with a data file needs one); its ledger
+        lives in ``<workdir>/state-<i>``.
     """
 
     workdir: Path
     data_files: Sequence[Path]
     node_config: Sequence[Mapping[str, Any]] = ()
     tls: bool = False
+    privacy_budget: float = 10.0
     superlink: _Process | None = None
     supernodes: list[_Process] = field(default_factory=list)
     port: int = 0
@@ -389,7 +393,12 @@ class LoopbackFederation:
         if self.tls:
             self._register_keys()
         for i, data in enumerate(self.data_files):
-            config = {"client-id": i, "data-path": str(Path(data).resolve())}
+            config = {
+                "client-id": i,
+                "data-path": str(Path(data).resolve()),
+                "privacy-budget": float(self.privacy_budget),
+                "state-dir": str((self.workdir / f"state-{i}").resolve()),
+            }
             if i < len(self.node_config):
                 config.update(self.node_config[i])
             command = [

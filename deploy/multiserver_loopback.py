@@ -115,15 +115,10 @@ def run_loopback_session(
         for cfg in configs:
             name = f"server{cfg.server_id}"
             files = make_server_node_files(cfg, workdir / name / "data", repeat=repeat)
-            ledgers = workdir / name / "ledgers"
+            # Each node keeps its lifetime ledger in <workdir>/<server>/state-<i>,
+            # whatever the session's runs.
             federations.append(
-                stack.enter_context(
-                    LoopbackFederation(
-                        workdir / name,
-                        files,
-                        node_config=[{"ledger-dir": str(ledgers)}] * len(files),
-                    )
-                )
+                stack.enter_context(LoopbackFederation(workdir / name, files))
             )
         pids = {
             f"server{cfg.server_id}": [f.superlink.pid] + [p.pid for p in f.supernodes]

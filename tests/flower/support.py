@@ -243,3 +243,20 @@ def still_running(pids: Iterable[int], timeout: float = 20.0) -> set[int]:
     while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     return running
+
+
+def fault_app(directory: Path) -> Path:
+    """A Flower app folder that runs the test app with fault injection.
+
+    The host's app (``flower-app/``, the project's components) has no fault hook; a
+    deployment whose nodes misbehave on purpose runs ``ldpfda.client.faults:app``
+    instead, with the very same run config.
+    """
+    text = (ROOT / "flower-app" / "pyproject.toml").read_text(encoding="utf-8")
+    host = 'clientapp = "ldpfda.client.client_app:app"'
+    assert host in text, "flower-app/pyproject.toml names another ClientApp"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "pyproject.toml").write_text(
+        text.replace(host, 'clientapp = "ldpfda.client.faults:app"'), encoding="utf-8"
+    )
+    return directory

@@ -53,7 +53,7 @@ from ldpfda.config import Settings
 from ldpfda.server.multiserver import ServerSpec
 from ldpfda.server.server_app import parse_run_config
 
-from .support import ROOT, alive, app_config, descendants, still_running
+from .support import alive, app_config, descendants, fault_app, still_running
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +211,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             # No round starts its reply timeout while the other deployment's
             # processes are still starting.
             session.wait_until_ready(timeout=300)
-            federation.submit(ROOT, config)
+            federation.submit(fault_app(workdir / "fault-app"), config)
             wait_for_stage(reports, ("privatize",), timeout=240)
             children = descendants(pids)
             victim = federation.supernodes[VICTIM]
@@ -415,17 +415,16 @@ def test_two_server_session_over_loopback(deployment):
         assert train["participation"]["privatize"]["answered"] == 2
         assert evaluate["participation"]["evaluate"]["answered"] == 2
         # The training clients were not asked in the evaluate phase, nor the
-        # evaluation clients in the train phase; each node's ledger, kept per session
-        # over both runs, holds its one release at its whole budget.
+        # evaluation clients in the train phase; each node's lifetime ledger (one
+        # record: its client id and data file) holds its one release at the run's
+        # epsilon, across both runs of the session.
         assert train["train_clients"] == [0, 1]
         assert evaluate["eval_clients"] == [2, 3]
-        budget = train["privacy"]["budget_per_client"]
-        ledgers = sorted(
-            (deployment.session.workdir / name / "ledgers" / f"session-{SESSION}").glob(
-                "*.json"
+        epsilon = train["privacy"]["budget_per_client"]
+        for i in range(4):
+            (path,) = (deployment.session.workdir / name / f"state-{i}").glob(
+                f"client-{i}-*.json"
             )
-        )
-        assert [p.name for p in ledgers] == [f"client-{i}.json" for i in range(4)]
-        for path in ledgers:
-            events = json.loads(path.read_text(encoding="utf-8"))
-            assert sum(e["epsilon"] for e in events) == pytest.approx(budget)
+            ledger = json.loads(path.read_text(encoding="utf-8"))
+            assert ledger["counter"] == 1
+            assert sum(e["epsilon"] for e in ledger["events"]) == pytest.approx(epsilon)
