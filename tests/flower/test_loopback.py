@@ -26,12 +26,12 @@ test asserts on what it recorded (reports, logs, processes):
   every reply it did not use with the client and the reason, and every process must
   be stopped.
 
-* **a two-server session without TLS**: 2 SuperLinks with 4 SuperNodes each (a server
-  needs a population of its own, so it cannot share the federation above: a SuperLink
-  offers every connected node to every run); models and estimates move between the
-  servers as artifacts. Its runs are submitted once the federation's non-hanging
-  training nodes have replied, so that they use the time its server waits for the
-  hanging node.
+* **a two-server session without TLS**, on vector data: 2 SuperLinks with 4
+  SuperNodes each (a server needs a population of its own, so it cannot share the
+  federation above: a SuperLink offers every connected node to every run); models and
+  estimates move between the servers as artifacts. Its runs are submitted once the
+  federation's non-hanging training nodes have replied, so that they use the time its
+  server waits for the hanging node.
 """
 
 from __future__ import annotations
@@ -121,8 +121,10 @@ class _Session(threading.Thread):
     def run(self) -> None:
         from multiserver_loopback import run_loopback_session
 
+        # Vector data: the federation above serves curves, so both kinds of data
+        # files reach real SuperNodes.
         base = Settings.reference(
-            dataset="functional", num_weak_models=1, subsample_size=2, n_test=2000
+            dataset="vector", num_weak_models=1, subsample_size=2, n_test=2000
         )
         try:
             self.report = run_loopback_session(
@@ -392,7 +394,7 @@ def test_two_server_session_over_loopback(deployment):
     report = deployment.session.result()
     pids = [pid for server in report["pids"].values() for pid in server]
     assert len(pids) == 2 * (1 + 4), "2 SuperLinks with 4 SuperNodes each"
-    assert not still_running(pids), "every process is stopped by PID"
+    assert not any(alive(pid) for pid in pids), "every process is stopped by PID"
 
     # Per-server and global models, each server scored on its own population.
     assert set(report["models"]) == {"global", "server0", "server1"}
