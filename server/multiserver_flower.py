@@ -151,6 +151,25 @@ def _estimate_matrix(
     return estimates, variances, used
 
 
+def _test_errors(
+    configs: Sequence[Settings],
+    names: Sequence[str],
+    models: Mapping[str, LinearModels],
+    weak: LinearModels,
+    repeat: int,
+) -> dict[str, dict[str, float]]:
+    """Every server's models scored on its own population's test set."""
+    out = {}
+    for cfg, name in zip(configs, names, strict=True):
+        x_test, y_test = design_test_set(cfg, repeat)
+        out[name] = {
+            "multi_server": float(models[name].errors(x_test, y_test)[0]),
+            "global": float(models["global"].errors(x_test, y_test)[0]),
+            "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
+        }
+    return out
+
+
 def combine_session(
     artifact_dir: str | Path,
     configs: Sequence[Settings],
@@ -209,15 +228,7 @@ def combine_session(
         heterogeneity=heterogeneity,
         names=names,
     )
-    test_errors: dict[str, dict[str, float]] = {}
-    if test:
-        for cfg, name in zip(configs, names, strict=True):
-            x_test, y_test = design_test_set(cfg, repeat)
-            test_errors[name] = {
-                "multi_server": float(models[name].errors(x_test, y_test)[0]),
-                "global": float(models["global"].errors(x_test, y_test)[0]),
-                "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
-            }
+    test_errors = _test_errors(configs, names, models, weak, repeat) if test else {}
     return {
         "session": session,
         "repeat": int(repeat),
