@@ -184,32 +184,45 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
         raise ValueError(f"malformed request: {exc}") from exc
     memoize = setup.record is not None and name in RELEASES
     with node_state(context, setup) as state:
-        key = (
-            memo_key(name, setup.settings, features, labels, request) if memoize else ""
-        )
-        if key in state.memo:
-            stored = state.memo[key]
-            arrays = {
-                k: np.asarray(v, dtype=stored["dtypes"][k])
-                for k, v in stored["arrays"].items()
-            }
-        else:
-            batch = ClientBatch(
-                np.array([setup.client_id], dtype=np.int64),
-                features,
-                labels,
-                noise_seed(setup, state.counter),
-                state.ledger,
-            )
-            arrays = answer(name, batch, request, setup.settings)
-            if name in RELEASES:
-                state.counter += 1
-            if memoize:
-                state.memo[key] = {
-                    "arrays": {k: np.asarray(v).tolist() for k, v in arrays.items()},
-                    "dtypes": {k: np.asarray(v).dtype.str for k, v in arrays.items()},
-                }
+        arrays = release(name, setup, state, features, labels, request, memoize=memoize)
         return _reply_content(query, arrays, state.ledger)
+
+
+def release(
+    name: str,
+    setup: Any,
+    state: Any,
+    features: np.ndarray,
+    labels: np.ndarray,
+    request: Request,
+    *,
+    memoize: bool,
+) -> dict[str, np.ndarray]:
+    """The reply arrays of query ``name``: the stored release of an identical query
+    (``memoize``), or a new one, charged to ``state``'s ledger and then stored."""
+    key = memo_key(name, setup.settings, features, labels, request) if memoize else ""
+    if key in state.memo:
+        stored = state.memo[key]
+        return {
+            k: np.asarray(v, dtype=stored["dtypes"][k])
+            for k, v in stored["arrays"].items()
+        }
+    batch = ClientBatch(
+        np.array([setup.client_id], dtype=np.int64),
+        features,
+        labels,
+        noise_seed(setup, state.counter),
+        state.ledger,
+    )
+    arrays = answer(name, batch, request, setup.settings)
+    if name in RELEASES:
+        state.counter += 1
+    if memoize:
+        state.memo[key] = {
+            "arrays": {k: np.asarray(v).tolist() for k, v in arrays.items()},
+            "dtypes": {k: np.asarray(v).dtype.str for k, v in arrays.items()},
+        }
+    return arrays
 
 
 def respond(name: str, message: Message, context: Context) -> Message:
