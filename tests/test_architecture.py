@@ -129,10 +129,19 @@ def test_there_are_no_import_circles():
     assert cycles == []
 
 
-def test_the_rule_checker_sees_a_violation():
-    # The checker itself: a client module that imports the server is caught.
-    source = "from ldpfda.server.plans import run_plan\n"
-    tree = ast.parse(source)
-    (node,) = tree.body
-    assert isinstance(node, ast.ImportFrom)
-    assert _room(node.module) in FORBIDDEN["client"]
+def test_the_rule_checker_sees_a_violation(tmp_path):
+    # The checker itself: a client module that imports the server, even lazily inside
+    # a function, is caught; one that imports only the schema is not.
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "def f():\n    from ldpfda.server.plans import run_plan\n", encoding="utf-8"
+    )
+    good = tmp_path / "good.py"
+    good.write_text("from ldpfda.schema import catalog\n", encoding="utf-8")
+    for path, caught in ((bad, True), (good, False)):
+        found = [
+            t
+            for t in _imports(path, top_level_only=False)
+            if t.startswith("ldpfda.") and _room(t) in FORBIDDEN["client"]
+        ]
+        assert bool(found) is caught, path.name
