@@ -100,6 +100,11 @@ class Clients(Protocol):
         """Ask clients ``ids`` (request row ``i`` to ``ids[i]``); checked replies."""
         ...
 
+    def rejoin(self, ids: NDArray[np.int64]) -> None:
+        """Wait, for a bounded time, until clients ``ids`` (unavailable a moment ago)
+        are reachable again."""
+        ...
+
 
 def wire_rows(query: Query, arrays: dict[str, NDArray]) -> dict[str, NDArray]:
     """One client's reply arrays, as received, as rows of per-client shape.
@@ -288,7 +293,8 @@ class Session:
 
         Each client is first charged the query's cost in the server's ledger; one that
         cannot afford it is not asked (``not_asked_budget``); one that was
-        unavailable is asked once more. Stops the run with
+        unavailable is asked once more, once it is back (a restarted node answers from
+        its own ledger). Stops the run with
         :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
         valid replies come back.
         """
@@ -307,6 +313,8 @@ class Session:
         again = [i for i, c in enumerate(asked) if _unavailable(replies, int(c))]
         if again:
             index = np.array(again, dtype=np.int64)
+            self.status(f"{stage} rejoin", clients=asked[index].tolist())
+            self.clients.rejoin(asked[index])
             retry = self.clients.ask(query, asked[index], request.take(index))
             replies = _merged(replies, retry)
         for c in replies.missing.keys() | replies.rejected.keys():
