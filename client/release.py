@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +25,12 @@ from ldpfda.client.answers import ClientBatch, answer
 from ldpfda.client.policy import NodePolicy
 from ldpfda.config import Settings
 from ldpfda.datasets.population import simulated_noise_seed
+from ldpfda.exceptions import BudgetExceededError
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import Request
 
-__all__ = ["RELEASES", "ClientSetup", "memo_key", "noise_seed", "release"]
+__all__ = ["RELEASES", "ClientSetup", "memo_key", "noise_seed", "period_cap", "release"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,44 @@ def noise_seed(setup: ClientSetup, counter: int) -> int:
     return derive_seed(setup.secret, "noise", setup.record, counter)
 
 
+@contextmanager
+def period_cap(setup: Any, state: Any) -> Iterator[None]:
+    """Lower the record's ledger budget, while a query is answered, to what its policy's
+    period budget leaves: the releases charged within the last ``period`` seconds
+    count against ``period_budget``.
+
+    Raises
+    ------
+    BudgetExceededError
+        Naming the period budget, when it (not the lifetime budget) refuses a charge.
+    """
+    policy, ledger = setup.policy, state.ledger
+    lifetime = ledger.budget
+    if math.isinf(policy.period_budget):
+        yield
+        return
+    since = time.time() - policy.period
+    recent = sum(
+        entry.event.epsilon
+        for entry, at in zip(ledger.entries, state.times, strict=False)
+        if at > since
+    )
+    left = max(policy.period_budget - recent, 0.0)
+    ledger.budget = min(lifetime, ledger.spent(setup.client_id) + left)
+    try:
+        yield
+    except BudgetExceededError as exc:
+        if ledger.budget < lifetime:
+            raise BudgetExceededError(
+                f"the release would spend more than the node's period-budget "
+                f"{policy.period_budget:g} per {policy.period:g} s ({recent:g} spent "
+                "in the current period)"
+            ) from exc
+        raise
+    finally:
+        ledger.budget = lifetime
+
+
 def release(
     name: str,
     setup: Any,
@@ -136,7 +179,9 @@ def release(
         noise_seed(setup, state.counter),
         state.ledger,
     )
-    arrays = answer(name, batch, request, setup.settings)
+    with period_cap(setup, state):
+        arrays = answer(name, batch, request, setup.settings)
+    state.times.extend([time.time()] * (len(state.ledger.entries) - len(state.times)))
     if name in RELEASES:
         state.counter += 1
     if memoize:
