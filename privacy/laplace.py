@@ -268,8 +268,3 @@ class LaplaceMechanism(Mechanism):
         else:
             reach = self.scale * 53 * math.log(2.0)
         return self.lower - reach, self.upper + reach
-
-    def log_density_ratio_bound(self) -> float:
-        """Largest log ratio of output densities over neighbouring inputs
-        (= epsilon)."""
-        return self.sensitivity / self.scale if self.scale > 0 else math.inf

@@ -179,15 +179,6 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
         q = self.keep_probability
         return (np.asarray(reported_mean, dtype=float) + q - 1.0) / (2.0 * q - 1.0)
 
-    def mean_estimator_variance(self, true_mean: ArrayLike, n: ArrayLike) -> NDArray:
-        """Variance of :meth:`debias_mean` over ``n`` independent reports."""
-        q = self.keep_probability
-        mu = np.asarray(true_mean, dtype=float)
-        p_one = (2.0 * q - 1.0) * mu + 1.0 - q
-        return (
-            p_one * (1.0 - p_one) / (np.asarray(n, dtype=float) * (2.0 * q - 1.0) ** 2)
-        )
-
 
 class FeedbackBit(BinaryRandomizedResponse):
     """Randomized-response release of an evaluation client's feedback bit.
