@@ -189,12 +189,6 @@ class SignedFeatureMechanism(Mechanism):
         """Second-moment map of the inner mechanism (on u)."""
         return product_moments(self.inner)
 
-    @staticmethod
-    def cross_moment(released: ArrayLike) -> NDArray[np.float64]:
-        r"""Unbiased estimate of :math:`E[\tilde y (1, x)]`: the mean release."""
-        z = check_finite_array(released, "released", ndim=2)
-        return z.mean(axis=0)
-
     def second_moment(
         self, released: ArrayLike
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:

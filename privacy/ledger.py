@@ -142,9 +142,6 @@ class PrivacyLedger:
         """Total epsilon spent by every client, in ``client_ids`` order."""
         return self._spent.copy()
 
-    def remaining(self, client_id: int) -> float:
-        return self.budget - self.spent(client_id)
-
     def summary(self) -> dict[str, object]:
         """Totals for a run report: budget, spent (max/min/mean), and releases by
         kind."""
