@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array
-from ldpfda.exceptions import PrivacyLeakWarning
 
 __all__ = ["CoefficientScaler"]
 
@@ -68,20 +65,6 @@ class CoefficientScaler:
         width = np.maximum(hi - lo, 1e-12)
         scaler = cls(lo - margin * width, hi + margin * width)
         return scaler.fit(c.shape[1])
-
-    @classmethod
-    def from_private(
-        cls, coefficients: ArrayLike, **kwargs: float
-    ) -> CoefficientScaler:
-        """Bounds inferred from the private data itself: warns, the bounds leak."""
-        warnings.warn(
-            "rescaling bounds inferred from the private coefficients depend on the "
-            "private data and are not covered by epsilon; use data-independent "
-            "bounds or public calibration data",
-            PrivacyLeakWarning,
-            stacklevel=2,
-        )
-        return cls.from_public(coefficients, **kwargs)
 
     def transform(self, coefficients: ArrayLike) -> NDArray[np.float64]:
         """Scaled and clipped coefficients in [-1, 1]^p."""
