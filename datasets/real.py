@@ -95,11 +95,6 @@ class RealDataset:
     def n_samples(self) -> int:
         return int(self.labels.size)
 
-    @property
-    def n_channels(self) -> int:
-        """C for multivariate curves, 1 for univariate curves and tabular data."""
-        return int(self.curves.shape[1]) if self.curves.ndim == 3 else 1
-
 
 def aeon_data_dir() -> str:
     """The folder of the data files bundled in the installed ``aeon`` wheel."""
