@@ -13,7 +13,19 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda._validation import check_epsilon
 from ldpfda.privacy.random import RandomLike
 
-__all__ = ["Mechanism", "ReleaseEvent"]
+__all__ = ["Mechanism", "ReleaseEvent", "check_vectors"]
+
+
+def check_vectors(values: ArrayLike, dimension: int) -> NDArray[np.float64]:
+    """``values`` as a finite float array of shape ``(n_clients, dimension)``."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2 or x.shape[1] != dimension:
+        raise ValueError(
+            f"values must have shape (n_clients, {dimension}), got {x.shape}"
+        )
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values contain NaN or infinite entries")
+    return x
 
 
 @dataclass(frozen=True)

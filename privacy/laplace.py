@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.privacy.base import Mechanism
+from ldpfda.privacy.base import Mechanism, check_vectors
 from ldpfda.privacy.random import RandomLike, as_source, uniform
 
 __all__ = ["LaplaceMechanism", "laplace_epsilon", "laplace_scale"]
@@ -169,20 +169,10 @@ class LaplaceMechanism(Mechanism):
             "sampler": self.sampler,
         }
 
-    def _check_values(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = np.asarray(values, dtype=float)
-        if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise ValueError(
-                f"values must have shape (n_clients, {self.dimension}), got {x.shape}"
-            )
-        if not np.all(np.isfinite(x)):
-            raise ValueError("values contain NaN or infinite entries")
-        return x
-
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
     ) -> NDArray[np.float64]:
-        x = np.clip(self._check_values(values), self.lower, self.upper)
+        x = np.clip(check_vectors(values, self.dimension), self.lower, self.upper)
         if not self.is_private:
             return x
         rng = as_source(rng)
@@ -239,7 +229,7 @@ class LaplaceMechanism(Mechanism):
         return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = self._check_values(values)
+        x = check_vectors(values, self.dimension)
         inside = np.clip(x, self.lower, self.upper)
         if self.sampler == "discrete" and self.is_private:
             steps = np.round((inside - self.lower) / self.grid_step)
@@ -248,7 +238,7 @@ class LaplaceMechanism(Mechanism):
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         """Per-entry variance (the discrete law's, ignoring the 2^-30 clamped tail)."""
-        shape = self._check_values(values).shape
+        shape = check_vectors(values, self.dimension).shape
         if self.sampler == "continuous" or not self.is_private:
             return np.full(shape, 2.0 * self.scale**2)
         a = math.exp(-1.0 / self.steps_per_scale)
