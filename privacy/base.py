@@ -30,12 +30,8 @@ def check_vectors(values: ArrayLike, dimension: int) -> NDArray[np.float64]:
 
 @dataclass(frozen=True)
 class ReleaseEvent:
-    """What one release spends: the mechanism, its epsilon and its parameters.
-
-    Like dp_accounting's events, an event describes a release without holding the data.
-    ``parameters`` is stored as a sorted tuple of (name, value) pairs so events stay
-    hashable and immutable.
-    """
+    """What one release spends: the mechanism, its epsilon and its parameters (a
+    sorted tuple of (name, value) pairs, so events are hashable); never the data."""
 
     mechanism: str
     epsilon: float
@@ -57,12 +53,8 @@ class ReleaseEvent:
 
 
 class Mechanism(ABC):
-    """Base class of every local randomizer.
-
-    A mechanism is built with keyword-only, validated privacy parameters and applied to
-    a batch of clients at once with :meth:`randomise`: row ``i`` of ``values`` belongs
-    to client ``i``. Applying it to one client is the same call with a batch of one.
-    """
+    """Base class of every local randomizer: keyword-only, validated parameters, and
+    :meth:`randomise` on a batch of clients (row ``i`` of ``values`` is client i)."""
 
     #: Short identifier recorded in :class:`ReleaseEvent`.
     name: str = "mechanism"
