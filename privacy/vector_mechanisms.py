@@ -90,11 +90,10 @@ def duchi_bound(*, epsilon: float, dimension: int) -> float:
         n_0 = \binom{p}{p/2}\,[p \text{ even}],\;
         A_p = \binom{p-1}{\lfloor p/2 \rfloor},
 
-    with :math:`n_+` (:math:`n_0`) the sign patterns :math:`r \in \{\pm1\}^p` with
-    :math:`\sum r > 0` (:math:`= 0`). For odd p this is Duchi et al.'s
-    :math:`\frac{e^\varepsilon+1}{e^\varepsilon-1}\,2^{p-1}/\binom{p-1}{(p-1)/2}`; for
-    even p it counts the ties with weight 1, as :class:`DuchiMechanism` does.
-    ``epsilon = inf`` gives the limit :math:`n_+/A_p`. Inverse of :func:`duchi_epsilon`.
+    :math:`n_+` (:math:`n_0`) counting the sign patterns :math:`r \in \{\pm1\}^p` with
+    :math:`\sum r > 0` (:math:`= 0`): Duchi et al.'s B for odd p, with the ties of even
+    p at weight 1. ``epsilon = inf`` gives :math:`n_+/A_p`. Inverse of
+    :func:`duchi_epsilon`.
 
     References
     ----------
@@ -243,15 +242,17 @@ def product_moments(mechanism: Mechanism) -> ProductMoments:
     Laplace noise is additive and independent, so :math:`a_{ij} = s_j = 1` and
     :math:`c_j` is the sampler's variance.
     """
-    if isinstance(mechanism, _VectorMechanism):
-        return mechanism.product_moments()
+    if not isinstance(mechanism, _VectorMechanism | LaplaceMechanism):
+        raise TypeError(
+            f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
+        )
+    p = mechanism.dimension
+    if not mechanism.is_private:
+        return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
     if isinstance(mechanism, LaplaceMechanism):
-        p = mechanism.dimension
         noise = mechanism.variance(np.zeros((1, p)))[0]
         return ProductMoments(np.ones((p, p)), noise, np.ones(p))
-    raise TypeError(
-        f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
-    )
+    return mechanism.product_moments()
 
 
 class _VectorMechanism(Mechanism):
@@ -279,6 +280,7 @@ class _VectorMechanism(Mechanism):
         raise NotImplementedError
 
     def product_moments(self) -> ProductMoments:  # pragma: no cover - abstract
+        """The moments of a private release (see :func:`product_moments`)."""
         raise NotImplementedError
 
 
@@ -367,8 +369,6 @@ class DuchiMechanism(_VectorMechanism):
 
     def product_moments(self) -> ProductMoments:
         p = self.dimension
-        if not self.is_private:
-            return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
         b2 = self.bound**2
         return ProductMoments(
             np.full((p, p), b2 * self.pair_correlation()), np.full(p, b2), np.zeros(p)
@@ -378,9 +378,12 @@ class DuchiMechanism(_VectorMechanism):
 class _SampledCoordinateMechanism(_VectorMechanism):
     r"""Dimension sampling around a one-dimensional mechanism (Wang et al., Alg. 4).
 
-    A client draws a uniformly random set S of k coordinates (independent of the data),
-    releases each :math:`x_j, j \in S`, at :math:`\varepsilon/k` and reports
-    :math:`z_j = (p/k)\, y_j` on S, 0 elsewhere: epsilon-LDP by composition, unbiased.
+    A client draws a uniformly random set S of ``n_sampled`` = k coordinates (default
+    :func:`sampled_dimensions`), releases each :math:`x_j, j \in S`, at
+    :math:`\epsilon' = \varepsilon/k` and reports :math:`z_j = (p/k)\, y_j` on S, 0
+    elsewhere: epsilon-LDP by composition, unbiased, with
+    :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
+    ``epsilon = inf`` releases the input.
     """
 
     #: Uniforms each client draws per coordinate for the one-dimensional mechanism.
@@ -434,10 +437,9 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     def parameters(self) -> dict[str, Any]:
         return {"dimension": self.dimension, "n_sampled": self.n_sampled}
 
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
+        """The one-dimensional releases of t from the uniforms u."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
         """Variance of the one-dimensional release of t (before scaling)."""
@@ -463,7 +465,6 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         return np.where(sampled, self.scale * y, 0.0)
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        r"""Per entry: :math:`\frac{p}{k}(\mathrm{Var}(y_j) + x_j^2) - x_j^2`."""
         x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return np.zeros_like(x)
@@ -471,8 +472,6 @@ class _SampledCoordinateMechanism(_VectorMechanism):
 
     def product_moments(self) -> ProductMoments:
         p, k = self.dimension, self.n_sampled
-        if not self.is_private:
-            return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
         both = k * (k - 1) / (p * (p - 1)) if p > 1 else 1.0
         c, s = self._coordinate_square_moments()
         return ProductMoments(
@@ -514,11 +513,6 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
     .. math:: \mathrm{Var}(y \mid t) = \frac{t^2}{e^{\epsilon'/2} - 1}
               + \frac{e^{\epsilon'/2} + 3}{3 (e^{\epsilon'/2} - 1)^2}.
 
-    **Vector.** ``n_sampled`` = k coordinates (default :func:`sampled_dimensions`) at
-    :math:`\epsilon' = \varepsilon/k`, scaled by p/k, the rest 0: epsilon-LDP, unbiased,
-    :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
-    ``epsilon = inf`` releases the input.
-
     References
     ----------
     N. Wang et al., "Collecting and analyzing multidimensional data with local
@@ -537,9 +531,7 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
         """:math:`(p/k)\\,C`: a reported coordinate lies in :math:`[-C, C]`."""
         return self.scale * piecewise_bound(epsilon=self.coordinate_epsilon)
 
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         return _piecewise_release(t, self.coordinate_epsilon, u[..., 0], u[..., 1])
 
     def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
@@ -565,8 +557,7 @@ class HybridMechanism(_SampledCoordinateMechanism):
     .. math:: \mathrm{Var}(y \mid t) = \alpha\,\mathrm{Var}_{PM}(t)
               + (1 - \alpha)(B_1^2 - t^2),
 
-    a worst case below both parts' (Wang et al. 2019, Lemma 4). **Vector:** as
-    :class:`PiecewiseMechanism`.
+    a worst case below both parts' (Wang et al. 2019, Lemma 4).
 
     References
     ----------
@@ -599,9 +590,7 @@ class HybridMechanism(_SampledCoordinateMechanism):
             return self.scale * b1
         return self.scale * max(piecewise_bound(epsilon=self.coordinate_epsilon), b1)
 
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         b1 = self.duchi_bound_1d
         duchi = np.where(u[..., 1] < 0.5 + t / (2.0 * b1), b1, -b1)
         alpha = self.piecewise_probability
