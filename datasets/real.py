@@ -104,14 +104,10 @@ def _read_bundled(name: str) -> tuple[list[NDArray[np.float64]], NDArray[np.str_
     return series, np.concatenate(labels)
 
 
-def _equal_length(name: str) -> tuple[NDArray[np.float64], NDArray[np.str_]]:
-    series, labels = _read_bundled(name)
-    return np.stack(series), labels
-
-
 def _ucr(name: str, meaning: str) -> RealDataset:
     """A univariate UCR set whose label 1 is class "1"."""
-    x, y = _equal_length(name)
+    series, y = _read_bundled(name)
+    x = np.stack(series)
     return RealDataset(
         name=name,
         curves=x[:, 0, :],
@@ -140,7 +136,8 @@ BASIC_MOTIONS_CHANNELS = ("acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z
 def load_basic_motions() -> RealDataset:
     """BasicMotions (UEA): 80 recordings of 10 s at 10 Hz of a 3-D accelerometer and
     gyroscope; 1 = running or badminton, 0 = standing or walking (40 each)."""
-    x, y = _equal_length("BasicMotions")
+    series, y = _read_bundled("BasicMotions")
+    x = np.stack(series)
     active = np.isin(np.char.lower(y), ("running", "badminton"))
     return RealDataset(
         name="BasicMotions",

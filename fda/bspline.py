@@ -42,15 +42,6 @@ def _check_grid(grid_points: ArrayLike) -> NDArray[np.float64]:
     return grid
 
 
-def _check_basis_size(n_basis: Any, order: Any) -> tuple[int, int]:
-    """Return ``(n_basis, order)`` as ints with ``1 <= order <= n_basis``."""
-    order = check_int(order, "order", minimum=1)
-    n_basis = check_int(n_basis, "n_basis", minimum=1)
-    if n_basis < order:
-        raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
-    return n_basis, order
-
-
 def as_curves(
     X: Any, grid_points: ArrayLike | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -137,7 +128,10 @@ class BSplineProjection:
     ) -> BSplineProjection:
         """The projection for the grid of curves ``X`` (or for ``grid_points``), on
         ``domain_range`` (the grid's range if None), which must contain the grid."""
-        n_basis, order = _check_basis_size(n_basis, order)
+        order = check_int(order, "order", minimum=1)
+        n_basis = check_int(n_basis, "n_basis", minimum=1)
+        if n_basis < order:
+            raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
         if X is not None:
             _, grid = as_curves(X, grid_points)
         elif grid_points is not None:
