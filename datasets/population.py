@@ -50,18 +50,6 @@ def make_featurizer(
     )
 
 
-def _public_sample(
-    design: VectorDesign | FunctionalDesign, settings: Settings, repeat: int
-) -> Any:
-    if design.is_functional:
-        # The curves make_featurizer calibrates on: the first draws of the data stream.
-        rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
-    else:
-        rng = np.random.default_rng(derive_seed(settings.seed, "public", repeat))
-    raw, _ = design.sample(settings.calibration_size, rng)
-    return raw
-
-
 def public_features(
     settings: Settings, repeat: int = 0, *, featurizer: Featurizer | None = None
 ) -> NDArray[np.float64]:
@@ -76,7 +64,11 @@ def public_features(
     if featurizer is None:
         rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
         featurizer = make_featurizer(design, settings, rng)
-    return featurizer.transform(_public_sample(design, settings, repeat))
+    # The calibration curves are the first draws of the data stream.
+    stream = "data" if design.is_functional else "public"
+    rng = np.random.default_rng(derive_seed(settings.seed, stream, repeat))
+    raw, _ = design.sample(settings.calibration_size, rng)
+    return featurizer.transform(raw)
 
 
 @dataclass(frozen=True)
