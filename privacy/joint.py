@@ -57,9 +57,7 @@ class SignedFeatureMechanism(Mechanism):
     :meth:`randomise` takes rows :math:`(y, x_1, \dots, x_p)` (label first),
     :meth:`release` features and labels apart; :meth:`bias` and :meth:`variance` refer
     to u, which the release estimates without bias. ``mechanism`` is one of
-    :data:`~ldpfda.privacy.vector_mechanisms.VECTOR_MECHANISMS`, applied to u;
-    ``fit_intercept=False`` releases :math:`\tilde y x` (for balanced classes and
-    centred features only).
+    :data:`~ldpfda.privacy.vector_mechanisms.VECTOR_MECHANISMS`, applied to u.
 
     References
     ----------
@@ -70,12 +68,7 @@ class SignedFeatureMechanism(Mechanism):
     name = "signed_features"
 
     def __init__(
-        self,
-        *,
-        epsilon: float,
-        n_features: int,
-        mechanism: str = "hybrid",
-        fit_intercept: bool = True,
+        self, *, epsilon: float, n_features: int, mechanism: str = "hybrid"
     ) -> None:
         super().__init__(epsilon=epsilon)
         self.n_features = check_int(n_features, "n_features", minimum=1)
@@ -83,24 +76,19 @@ class SignedFeatureMechanism(Mechanism):
             raise ValueError(
                 f"mechanism must be one of {VECTOR_MECHANISMS}, got {mechanism!r}"
             )
-        if not isinstance(fit_intercept, bool):
-            raise TypeError(
-                f"fit_intercept must be a bool, got {type(fit_intercept).__name__}"
-            )
-        self.fit_intercept = fit_intercept
         self.inner = make_vector_mechanism(
             mechanism, epsilon=self.epsilon, dimension=self.dimension
         )
 
     @property
     def dimension(self) -> int:
-        """Length of the released vector: p + 1 with intercept, else p."""
-        return self.n_features + int(self.fit_intercept)
+        """Length p + 1 of the released vector."""
+        return self.n_features + 1
 
     def parameters(self) -> dict[str, Any]:
         return {
             "inner": self.inner.name,
-            "fit_intercept": self.fit_intercept,
+            "fit_intercept": True,
             **self.inner.parameters(),
         }
 
@@ -111,7 +99,7 @@ class SignedFeatureMechanism(Mechanism):
                 f"values must have shape (n_clients, {self.n_features + 1}) "
                 f"(label, then features), got {v.shape}"
             )
-        return signed_features(v[:, 1:], v[:, 0], fit_intercept=self.fit_intercept)
+        return signed_features(v[:, 1:], v[:, 0])
 
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
@@ -122,11 +110,10 @@ class SignedFeatureMechanism(Mechanism):
         self, features: ArrayLike, labels: ArrayLike, rng: RandomLike = None
     ) -> NDArray[np.float64]:
         """Release ``(features, labels)`` of a batch of clients, one row per client."""
-        u = signed_features(features, labels, fit_intercept=self.fit_intercept)
+        u = signed_features(features, labels)
         if u.shape[1] != self.dimension:
             raise ValueError(
-                f"features must have {self.n_features} columns, got "
-                f"{u.shape[1] - int(self.fit_intercept)}"
+                f"features must have {self.n_features} columns, got {u.shape[1] - 1}"
             )
         return self.inner.randomise(u, rng)
 
