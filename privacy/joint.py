@@ -10,10 +10,6 @@ so nothing is spent on parts the server cannot use and :math:`\tilde y x` is per
 once. :math:`(x, y) \mapsto u` is a fixed map into the box, so the release is
 epsilon-LDP for the pair; one :class:`~ldpfda.privacy.ReleaseEvent` of the whole
 epsilon is charged.
-
-References
-----------
-J. C. Duchi, M. I. Jordan, M. J. Wainwright, JASA 2018; N. Wang et al., ICDE 2019.
 """
 
 from __future__ import annotations

@@ -4,24 +4,17 @@ A release has two parts, and its epsilon is their sum (sequential composition, D
 and Roth 2014, Thm 3.16):
 
 1. **Histogram.** Cluster :math:`c` publishes its label distribution plus Laplace noise
-   of scale :math:`\sigma/n_c` per entry. One label change moves :math:`1/n_c` between
-   two entries (L1 sensitivity :math:`2/n_c`; cluster sizes are public, built from the
-   features), so :math:`\varepsilon_1 = 2/\sigma` (:func:`histogram_epsilon`).
+   of scale :math:`\sigma/n_c` per entry; one label change moves :math:`1/n_c` between
+   two entries (cluster sizes are public), so :math:`\varepsilon_1 = 2/\sigma`.
 2. **Resampling.** Each label is kept with probability :math:`1-\lambda`, else redrawn
    from its cluster's released :math:`q_c` (post-processing of the histograms, so
    :math:`\lambda` may depend on it). The output ratio is largest at
-   :math:`\tilde y = y_i`:
-
-   .. math:: \frac{1 - \lambda + \lambda q_c(\tilde y)}{\lambda q_c(\tilde y)}
-             \le 1 + \frac{1-\lambda}{\lambda q_{\min}} = e^{\varepsilon_2},
-             \qquad q_{\min} = \min_{c, y} q_c(y)
-
-   (:func:`resampling_epsilon`).
+   :math:`\tilde y = y_i`: at most :math:`1 + (1-\lambda)/(\lambda q_{\min})
+   = e^{\varepsilon_2}`, :math:`q_{\min} = \min_{c, y} q_c(y)`.
 
 With :math:`q_c` uniform no histogram is released and resampling is K-ary randomized
-response (:func:`uniform_rr_probability`). Standard library only, so a client of the
-label-only modes sizes its own :math:`\lambda`; re-exported by
-:mod:`ldpfda.labeldp.accounting`.
+response. Standard library only, so a client of the label-only modes sizes its own
+:math:`\lambda`; re-exported by :mod:`ldpfda.labeldp.accounting`.
 
 References
 ----------

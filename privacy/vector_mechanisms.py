@@ -6,20 +6,11 @@ Per-coordinate Laplace noise with an even budget share has variance
 :class:`HybridMechanism` report k sampled coordinates at :math:`\varepsilon/k` each. All
 are unbiased on the box (inputs outside are clipped first), draw a fixed number of
 uniforms per client through :func:`ldpfda.privacy.random.uniform`, and output no
-input-dependent low-order bits (Mironov 2012): Duchi outputs are :math:`\pm B`,
-piecewise outputs are snapped to a fixed grid, the sampler's rounding charged to the
-budget.
+input-dependent low-order bits (I. Mironov, "On significance of the least significant
+bits for differential privacy", CCS 2012): Duchi outputs are :math:`\pm B`, piecewise
+outputs are snapped to a fixed grid, the sampler's rounding charged to the budget.
 :func:`product_moments` gives the second moments a learner needs to estimate
 :math:`E[xx^\top]`.
-
-References
-----------
-J. C. Duchi, M. I. Jordan, M. J. Wainwright, "Minimax optimal procedures for locally
-private estimation", JASA 113(521), 2018.
-N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu, "Collecting and
-analyzing multidimensional data with local differential privacy", ICDE 2019.
-I. Mironov, "On significance of the least significant bits for differential privacy",
-CCS 2012.
 """
 
 from __future__ import annotations
@@ -515,8 +506,9 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
 
     References
     ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Algorithms 2 and 4.
+    N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu, "Collecting
+    and analyzing multidimensional data with local differential privacy", ICDE 2019,
+    Algorithms 2 and 4.
     """
 
     name = "piecewise"
