@@ -123,15 +123,12 @@ def load_node_data(path: str | Path) -> NodeData:
             raise ValueError(f"{path} holds a value that is not a number") from exc
         if table.ndim != 2 or table.shape[1] != len(header):
             raise ValueError(f"every row of {path} must have {len(header)} columns")
-        return NodeData(table[:, 1:], table[:, 0], _grid_from_header(header[1:]))
+        try:  # numeric headers are the grid; names (x1, ...) mean vector data
+            grid = np.array([float(name) for name in header[1:]])
+        except ValueError:
+            grid = None
+        return NodeData(table[:, 1:], table[:, 0], grid)
     raise ValueError(f"data files must be .npz or .csv, got {path.name!r}")
-
-
-def _grid_from_header(names: list[str]) -> NDArray[np.float64] | None:
-    try:
-        return np.array([float(name) for name in names])
-    except ValueError:
-        return None
 
 
 def save_node_data(

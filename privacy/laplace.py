@@ -57,15 +57,13 @@ class LaplaceMechanism(Mechanism):
     (\mathrm{upper}-\ell)/G`, :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with
     :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`: the same output set for
     every input and the density ratio :math:`e^{\Delta_1/b}` (the clamp is
-    post-processing). :math:`k` comes from three 53-bit uniforms (zero or sign;
-    :math:`|k| - 1 = qQ + R`, :math:`Q` geometric of ratio :math:`a^q`, :math:`R`
-    truncated geometric on :math:`\{0..q-1\}`, :math:`q \approx b/(8\gamma)`). K keeps
-    a tail mass :math:`\ge 2^{-30}` beyond the clamp from every input, so every atom
-    owns at least :math:`2^{18}` of the :math:`2^{52}` uniform cells and its probability
-    is exact to a relative error below :math:`2^{-17}`; the resulting slack
-    :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP. This
-    needs a per-coordinate epsilon below about 19 (else ``sampler="continuous"``, the
-    naive sampler, kept for comparison).
+    post-processing). :math:`k` is drawn by inversion of three uniforms (see
+    ``_discrete``); K keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every
+    input, so every atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform
+    cells and its probability is exact to a relative error below :math:`2^{-17}`; the
+    slack :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP.
+    This needs a per-coordinate epsilon below about 19 (else ``sampler="continuous"``,
+    the naive sampler, kept for comparison).
 
     References
     ----------
@@ -172,6 +170,7 @@ class LaplaceMechanism(Mechanism):
     def _discrete(
         self, x: NDArray[np.float64], u0: NDArray[np.float64], rng: RandomLike
     ) -> NDArray[np.float64]:
+        """k from three uniforms; |k| - 1 = qQ + R in two geometric stages."""
         t = self.steps_per_scale
         q = self.block
         a = math.exp(-1.0 / t)
