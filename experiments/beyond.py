@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -60,14 +59,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ldpfda.config import Settings
-from ldpfda.datasets.population import public_features, repeat_data
 from ldpfda.engine import run_protocol
-from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.experiments.common import mean_se
+from ldpfda.experiments.synthetic import Repeat, draw_repeat
 from ldpfda.privacy.ledger import PrivacyLedger
-from ldpfda.privacy.random import ClientStreams, derive_seed
+from ldpfda.privacy.random import ClientStreams
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.privacy.vector_mechanisms import HybridMechanism
 from ldpfda.schema.payloads import JointPayload, LinearModels
@@ -77,15 +75,7 @@ from ldpfda.server.learners import (
     MomentLinearClassifier,
 )
 
-__all__ = [
-    "CONFIGS",
-    "DEFAULT_ALPHA",
-    "Config",
-    "RepeatData",
-    "draw_repeat",
-    "main",
-    "run_config",
-]
+__all__ = ["CONFIGS", "DEFAULT_ALPHA", "Config", "main", "run_config"]
 
 #: Stream purposes of the split release.
 SPLIT_FEATURE_STREAM = "privatize/split-features"
@@ -160,44 +150,12 @@ CONFIGS: dict[str, Config] = {
 }
 
 
-@dataclass
-class RepeatData:
-    """The clients, public features and scaled test set of one repeat."""
-
-    dataset: str
-    train: ArrayClients
-    evaluation: ArrayClients
-    public: NDArray[np.float64]
-    test: tuple[NDArray[np.float64], NDArray[np.int8]]
-    client_seed: int
-    server_seed: int
-
-
-def draw_repeat(settings: Settings, repeat: int) -> RepeatData:
-    """The data of one repeat, drawn as :func:`~ldpfda.engine.run_repeat` draws them."""
-    data = repeat_data(settings, repeat)
-    featurizer = data.featurizer
-    assert data.test is not None
-    x_test, y_test = data.test
-    return RepeatData(
-        dataset=settings.dataset,
-        train=ArrayClients(np.arange(settings.n_train), *data.train, featurizer),
-        evaluation=ArrayClients(
-            settings.n_train + np.arange(settings.n_eval), *data.evaluation, featurizer
-        ),
-        public=public_features(settings, repeat, featurizer=featurizer),
-        test=(featurizer.transform(x_test), y_test),
-        client_seed=derive_seed(settings.seed, "clients", repeat),
-        server_seed=derive_seed(settings.seed, "server", repeat),
-    )
-
-
-def _error(model: LinearModels, data: RepeatData) -> float:
+def _error(model: LinearModels, data: Repeat) -> float:
     return float(model.errors(*data.test)[0])
 
 
 def run_config(
-    config: Config, data: RepeatData, epsilon: float, settings: Settings
+    config: Config, data: Repeat, epsilon: float, settings: Settings
 ) -> float:
     """Test error of ``config`` at ``epsilon`` on the clients of ``data``."""
     if config.protocol == "split":
@@ -211,7 +169,7 @@ def run_config(
         data.evaluation,
         run,
         seed=data.client_seed,
-        server_rng=np.random.default_rng(data.server_seed),
+        server_rng=data.server_rng(),
         keep_payload=ridge,
         public=data.public,
     )
@@ -219,13 +177,14 @@ def run_config(
     if ridge:  # the validation grid: a fixed ridge, refitted on the same releases
         assert isinstance(result.payload, JointPayload)
         learner = make_learner(result.payload, run, data.public).set_params(
-            regularization=config.regularization, alpha=config.alpha_for(data.dataset)
+            regularization=config.regularization,
+            alpha=config.alpha_for(settings.dataset),
         )
         model = learner.fit(result.payload.releases).to_linear_models()
     return _error(model, data)
 
 
-def _run_split(config: Config, data: RepeatData, epsilon: float) -> float:
+def _run_split(config: Config, data: Repeat, epsilon: float) -> float:
     """Features by the hybrid mechanism, the label by RR, every client once."""
     x = np.vstack([data.train.features(), data.evaluation.features()])
     y = np.concatenate([data.train.labels, data.evaluation.labels]).astype(np.int8)
@@ -239,7 +198,7 @@ def _run_split(config: Config, data: RepeatData, epsilon: float) -> float:
     xr = feature_mech.randomise(x, streams.stream(SPLIT_FEATURE_STREAM))
     yr = label_mech.randomise(y, streams.stream(SPLIT_LABEL_STREAM))
     rho = 1.0 - label_mech.keep_probability
-    alpha = config.alpha_for(data.dataset)
+    alpha = config.alpha_for(data.settings.dataset)
     clf: Any
     if config.learner == "natarajan":
         clf = FlipCorrectedLogisticRegression(alpha=alpha, flip_rate=rho)
@@ -299,13 +258,6 @@ def run_study(
     return errors
 
 
-def summarise(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error over repeats."""
-    v = np.asarray(values, dtype=float)
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
-    return float(v.mean()), se
-
-
 def format_table(errors: dict[str, Any], epsilons: Sequence[float]) -> str:
     """Markdown tables of mean test error +- SE, one per dataset."""
     lines = []
@@ -317,7 +269,7 @@ def format_table(errors: dict[str, Any], epsilons: Sequence[float]) -> str:
         lines.append("|---|" + "---|" * len(epsilons))
         for name, by_eps in table.items():
             cells = [
-                "{:.4f} +- {:.4f}".format(*summarise(by_eps[str(e)])) for e in epsilons
+                "{:.4f} +- {:.4f}".format(*mean_se(by_eps[str(e)])) for e in epsilons
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
