@@ -1,50 +1,13 @@
-r"""Issue 6: beyond the reference budget split, at the same per-client epsilon.
+"""Issue 6: beyond the reference budget split, at the same per-client epsilon.
 
-Every configuration uses the 3000 clients of a repeat of the reference MRMA run
-(:func:`ldpfda.engine.run_repeat` with ``n_train=500, n_eval=2500``: the same data,
-client ids 0..2999 and run seed keying the clients' noise) and is scored on the same
-clean test set, so the comparison is paired. Each client releases exactly once, at the
-stated epsilon. Every configuration but ``split-*`` is a protocol of
-:mod:`ldpfda.server.plans` run by :func:`ldpfda.engine.run_protocol` (whose ledgers
-check the budget); the split release is no protocol's and is released and fitted here.
-
-Configurations
---------------
-``reference``
-    The reference MRMA: Laplace on the p coordinates and RR on the label, epsilon/(p+1)
-    each; 500 training and 2500 evaluation clients.
-``joint-<mechanism>``
-    Every client releases :math:`\tilde y(1, x)` once with the vector mechanism at its
-    whole epsilon (:class:`~ldpfda.privacy.joint.SignedFeatureMechanism`); the server
-    fits :class:`~ldpfda.server.learners.MomentLinearClassifier` with the feature second
-    moment from public, unlabeled features
-    (:func:`~ldpfda.datasets.population.public_features`). ``joint-hybrid`` is the
-    proposed default (the release is exactly the sufficient statistic of the
-    least-squares discriminant, and the hybrid mechanism has the smallest worst-case
-    variance of Wang et al.'s comparison).
-``joint-hybrid-private-gram``
-    As ``joint-hybrid`` but the feature second moment is estimated from the releases
-    (entries the releases do not identify are set to 0).
-``split-hybrid-natarajan`` / ``split-hybrid-moment``
-    Features by the hybrid mechanism at epsilon/2 and the label by RR at epsilon/2 (the
-    split that minimises the variance of the product estimate at small epsilon);
-    Natarajan et al.'s corrected logistic regression, or the moment classifier with the
-    flip rate corrected.
-``mrma-joint-hybrid``
-    MRMA with the joint release: 500 training clients release, 50 moment-classifier
-    weak models on subsamples of 50, 2500 evaluation clients answer one feedback bit
-    each, then reversal, selection and averaging.
-``mrma-reference-natarajan``
-    The reference MRMA (the very same noise as ``reference``) with the L2-penalised,
-    flip-corrected logistic regression as weak learner.
-
-Regularisation
---------------
-The moment classifier uses its empirical-Bayes shrinkage (no tuning). ``--validate``
-compares it with a fixed ridge grid, and picks the L2 strength of the corrected
-logistic regression, on the validation seed (``--seed 1``), never on the reported seed
-(``--seed 0``); see :data:`DEFAULT_ALPHA`.
-
+Every configuration (``experiments/README.md`` describes each) uses the 3000 clients of
+a repeat of the reference MRMA run (:func:`ldpfda.engine.run_repeat` with
+``n_train=500, n_eval=2500``: the same data, client ids and run seed) and is scored on
+the same clean test set, so the comparison is paired; each client releases once, at
+the stated epsilon. All but ``split-*`` are protocols of :mod:`ldpfda.server.plans` run
+by :func:`ldpfda.engine.run_protocol`; the split release is no protocol's and is
+released and fitted here. ``--validate`` picks the fixed regularisation strengths
+(:data:`DEFAULT_ALPHA`) on the validation seed 1, never on the reported seed 0.
 Run ``python -m ldpfda.experiments.beyond --help``.
 """
 
@@ -60,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfda.config import Settings
+from ldpfda.config import DATASETS, Settings
 from ldpfda.engine import run_protocol
 from ldpfda.experiments.common import mean_se
 from ldpfda.experiments.synthetic import Repeat, draw_repeat
@@ -303,18 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="ldpfda.experiments.beyond",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument(
-        "--datasets",
-        nargs="+",
-        default=["vector", "functional"],
-        choices=["vector", "functional"],
-    )
+    parser.add_argument("--datasets", nargs="+", default=[*DATASETS], choices=DATASETS)
     parser.add_argument(
         "--epsilons", nargs="+", type=float, default=[1.0, 2.0, 5.0, 10.0]
     )
-    parser.add_argument(
-        "--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS)
-    )
+    parser.add_argument("--configs", nargs="+", default=[*CONFIGS], choices=CONFIGS)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument(
         "--seed",
