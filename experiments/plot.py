@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,9 @@ LABELS = {
     "default": "ldpfda default (joint hybrid + moment)",
     "non_private": "non-private",
 }
-#: Methods of the main figures and of the README tables, in legend order.
-MAIN_METHODS = (
-    "mrma",
-    "voting",
-    "averaging",
-    "naive",
-    "histogram",
-    "gaussian",
-    "default",
-    "non_private",
-)
 ABLATION_METHODS = ("weak", "mr", "ma")
+#: Methods of the main figures and of the README tables, in legend order.
+MAIN_METHODS = tuple(m for m in LABELS if m not in ABLATION_METHODS)
 STYLES = {
     "mrma": ("C3", "o", "-"),
     "mr": ("C1", "v", "--"),
@@ -272,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"no summary.csv under {results} for: {', '.join(missing)}")
     epsilons = tuple(float(e) for e in args.epsilons.split(","))
-    tables = defaultdict(str)
+    tables: dict[str, str] = {}
     for name in names:
         rows = load_summary(results / name / "summary.csv")
         print(plot_study(name, rows, out))
