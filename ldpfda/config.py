@@ -1,17 +1,12 @@
 r"""One validated settings object for the in-process CLI and the Flower apps.
 
-Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``::
-
-    privacy.epsilon = 5.0        fda.n-basis = 10        mrma.num-weak-models = 50
-    data.dataset = "vector"      seed = 0
-
-The group prefix may be left out (``epsilon``, ``n-basis``, ...).
-
-The default protocol is the joint release (``privacy.mechanism = "joint-hybrid"``):
+Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``
+(``privacy.epsilon = 5.0``, ``fda.n-basis = 10``, ``seed = 0``); the group prefix may be
+left out (``epsilon``, ``n-basis``, ...). The default protocol is the joint release:
 every client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once with
-the hybrid mechanism at its whole epsilon, and the server fits the moment classifier
-(:class:`~ldpfda.server.learners.MomentLinearClassifier`). The reference MRMA protocol
-is one option away: ``privacy.mechanism = "reference"``, or :meth:`Settings.reference`.
+the hybrid mechanism at its whole epsilon, and the server fits the moment classifier.
+The reference MRMA protocol is ``privacy.mechanism = "reference"``
+(:meth:`Settings.reference`).
 """
 
 from __future__ import annotations
@@ -40,26 +35,21 @@ __all__ = [
 ]
 
 DATASETS = ("vector", "functional")
-#: What clients release: ``joint-<vector mechanism>`` (one release of
-#: :math:`\tilde y (1, x)` at the whole epsilon, see
-#: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`), ``reference`` (Laplace on
-#: the coefficients and randomized response on the label, epsilon split between them)
-#: or a label-only mode of :data:`LABEL_MECHANISMS`.
-MECHANISMS = (
-    "joint-hybrid",
-    "joint-piecewise",
-    "joint-duchi",
-    "joint-laplace",
-    "reference",
-    "label-uniform",
-    "label-cluster",
-    "label-p2p",
-)
 #: Label-only modes (features public, the server fits one corrected logistic
 #: regression, :mod:`ldpfda.server.labels`): ``label-uniform``, K-ary randomized
 #: response; ``label-cluster``, pilots' K-RR labels give every cluster a prior that the
 #: others randomize with; ``label-p2p``, the peer-to-peer mechanism for binary labels.
 LABEL_MECHANISMS = ("label-uniform", "label-cluster", "label-p2p")
+#: What clients release: ``joint-<vector mechanism>`` (one release of
+#: :math:`\tilde y (1, x)` at the whole epsilon, see
+#: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`), ``reference`` (Laplace on
+#: the coefficients and randomized response on the label, epsilon split between them)
+#: or a label-only mode.
+MECHANISMS = (
+    *(f"joint-{m}" for m in ("hybrid", "piecewise", "duchi", "laplace")),
+    "reference",
+    *LABEL_MECHANISMS,
+)
 LABEL_CORRECTIONS = ("forward", "backward")
 SERVER_METHODS = ("auto", "moment", "mrma")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
@@ -80,33 +70,14 @@ def setting(
 
 @dataclass(frozen=True)
 class Settings:
-    r"""Settings of a run, validated on construction.
+    """Settings of a run, validated on construction.
 
-    Every field's meaning is its help (``docs/settings.md``); in more detail:
-
-    Attributes
-    ----------
-    epsilon : float
-        Spent once: on a joint release, or (reference MRMA) split over coefficients and
-        label by a training client and on one feedback bit by an evaluation client.
-    method : {"auto", "moment", "mrma"}
-        ``"moment"``: every client (``n_train + n_eval``) releases once and the server
-        fits :class:`~ldpfda.server.learners.MomentLinearClassifier`; ``"mrma"``:
-        training clients release, the server fits weak models, evaluation clients
-        answer one feedback bit each, then reversal, selection and averaging.
-    weak_learner : {"auto", "logistic", "svm", "moment", "natarajan"}
-        Joint releases carry no separate label, so they need ``"moment"``.
-    min_cluster_size : int
-        Clusters smaller than this are merged into the nearest one; the released
-        labels are :math:`(\varepsilon, 1/s^2)`-label-DP for the smallest size s.
-    public_features : bool
-        The public sample is the design's ``calibration_size`` calibration sample
-        (:func:`ldpfda.datasets.population.public_features`).
-    server_id, feature_shift, label_shift
-        A server of a multi-server session (:mod:`ldpfda.server.multiserver`) draws
-        its population from its own data stream, shifted as
-        :func:`~ldpfda.datasets.synthetic.make_design` describes; the featurizer is
-        shared by every server.
+    Each field's meaning is its help (``docs/settings.md``). ``method="moment"``: every
+    client releases once and the server fits one moment classifier; ``"mrma"``:
+    training clients release, the server fits weak models, every evaluation client
+    answers one feedback bit, then reversal, selection and averaging. A server of a
+    multi-server session (``server_id >= 0``, :mod:`ldpfda.server.multiserver`) draws
+    its population from its own (shifted) data stream.
     """
 
     epsilon: float = setting(
