@@ -19,10 +19,12 @@ simulations: ``FUNC(n_clients: int, settings: Settings)`` returns a dict with at
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib
 import json
 import os
 import platform
+import pstats
 import resource
 import subprocess
 import sys
@@ -76,12 +78,10 @@ def run_one(
     rss_start = _peak_rss_mb()
     n_train = max(50, int(round(train_fraction * n_clients)))
     n_eval = n_clients - n_train
+    # The defaults: 10 cubic B-splines, M = 50 weak models on 50 payloads each.
     settings = reference_settings(
         dataset="functional",
         epsilon=epsilon,
-        n_basis=10,
-        num_weak_models=50,
-        subsample_size=50,
         n_train=n_train,
         n_eval=n_eval,
         n_test=n_test,
@@ -95,11 +95,8 @@ def run_one(
     setup_s = time.perf_counter() - t0
     train = LazyCurvePopulation(n_train, 0, featurizer, seed, "train", design)
     evaluation = LazyCurvePopulation(n_eval, n_train, featurizer, seed, "eval", design)
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
         profiler.enable()
     t0 = time.perf_counter()
     result = run_protocol(
@@ -113,8 +110,6 @@ def run_one(
     )
     wall = time.perf_counter() - t0
     if profile and profiler is not None:
-        import pstats
-
         profiler.disable()
         with open(profile, "w") as fh:
             pstats.Stats(profiler, stream=fh).sort_stats("cumulative").print_stats(30)
@@ -128,9 +123,9 @@ def run_one(
         "n_train": n_train,
         "n_eval": n_eval,
         "epsilon": epsilon,
-        "n_basis": 10,
+        "n_basis": settings.n_basis,
         "n_points": design.n_points,
-        "num_weak_models": 50,
+        "num_weak_models": settings.num_weak_models,
         "chunk_size": chunk_size,
         "setup_s": setup_s,
         "protocol_wall_s": wall,

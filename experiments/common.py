@@ -33,9 +33,8 @@ __all__ = [
     "reference_settings",
 ]
 
-#: Baselines this package adds to the engine's methods; "default" is ldpfda's
-#: default protocol (one joint hybrid release per client, moment classifier) on the
-#: same clients.
+#: Baselines added to the engine's methods; "default" is ldpfda's default protocol
+#: (one joint hybrid release per client, moment classifier) on the same clients.
 BASELINES = ("histogram", "gaussian", "default")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
@@ -84,32 +83,13 @@ def evaluate(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Run MRMA and the requested baselines on one population; errors on ``test``.
 
-    Parameters
-    ----------
-    train, evaluation : ArrayClients
-        MRMA's training and evaluation clients (disjoint ids).
-    test : (features, labels)
-        Clean, scaled test features and their labels.
-    seed : int
-        Run seed keying every client's noise (baselines use their own streams).
-    server_rng : Generator
-        The MRMA server's randomness.
-    baselines : dict, optional
-        ``{"histogram": {...}, "gaussian": {...}}``: the baselines to run and their
-        keyword options (kebab-case keys allowed). The baselines and the non-private
-        reference use every client of ``train`` and ``evaluation``, each client
-        spending the same ``settings.epsilon`` once.
-    public : array, optional
-        Public, unlabeled scaled features for the "default" protocol's feature second
-        moment; without them it estimates the moment from the releases.
-
-    Returns
-    -------
-    errors : dict
-        Test error of every method.
-    extra : dict
-        What was chosen without looking at test data (selection rule, kept models,
-        histogram cells, Gaussian sigma), for the record.
+    ``baselines`` maps each baseline to run to its keyword options (kebab-case keys
+    allowed). The baselines and the non-private reference use every client of
+    ``train`` and ``evaluation``, each spending ``settings.epsilon`` once; ``seed``
+    keys the clients' noise (the baselines use their own streams), ``public`` gives the
+    "default" protocol its feature second moment (without it, it is estimated from the
+    releases). Returns the test error of every method, and what was chosen without
+    looking at test data (selection rule, kept models, histogram cells, Gaussian sigma).
     """
     x_all = np.vstack([train.features(), evaluation.features()])
     y_all = np.concatenate([train.labels, evaluation.labels]).astype(np.int8)

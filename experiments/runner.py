@@ -1,26 +1,12 @@
 """Run a study from its ``conf/*.toml``: every (point, repeat), cached, then summarised.
 
-Usage (``ldpfda experiment`` forwards its arguments here)::
-
-    python -m ldpfda.experiments.runner experiments/conf/vector.toml \
-        [--quick] [--out DIR]
-
-A study file has the tables ``[study]`` (``name``, ``driver`` ``"synthetic"`` or
-``"real"``, ``repeats``, ``seed`` and ``baselines``, a list among ``"histogram"``,
-``"gaussian"`` and ``"default"``); ``[grid]`` (lists of :class:`~ldpfda.config.Settings`
-keys, ``epsilon`` and ``dataset`` among them, to take the Cartesian product of);
-``[settings]`` (fixed keys); ``[baselines.NAME]`` (the baselines' keyword options);
-for the real driver ``[datasets.NAME]`` (per-data-set settings) and ``[split]`` (the
-split rule); and ``[quick]``, overrides merged into the others by ``--quick``.
-
-Each finished repeat is appended as one JSON line to ``OUT/<name>/runs.jsonl`` (``OUT``
-defaults to ``experiments/results``; ``--quick`` writes to ``OUT/<name>-quick``) under a
+``python -m ldpfda.experiments.runner CONF.toml [--quick] [--out DIR]`` (or ``ldpfda
+experiment``); the study files and the outputs are described in
+``experiments/README.md``. Each finished repeat is appended to ``runs.jsonl`` under a
 key that hashes everything that determines it, so an interrupted run resumes where it
-stopped and a changed configuration never reuses stale lines. A record made by other
-code (:func:`code_fingerprint`) is stale too and is run again unless ``--allow-stale``
-is given, so one summary never mixes two versions of the code. ``summary.csv`` and
-``summary.json`` hold, per point and method, the mean test error over the repeats and
-its standard error; ``meta.json`` the run's wall time and machine.
+stopped and a changed configuration never reuses a record. A record made by other code
+(:func:`code_fingerprint`) is stale too and is run again unless ``--allow-stale`` is
+given, so one summary never mixes two versions of the code.
 """
 
 from __future__ import annotations
