@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -97,8 +98,7 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _settings(args: argparse.Namespace, epsilon: float) -> Settings:
-    names = {f.name for f in fields(Settings)}
-    values = {k: v for k, v in vars(args).items() if k in names}
+    values = {name: getattr(args, name) for name in SIMULATE_FLAGS}
     values["epsilon"] = epsilon
     values["normalize_models"] = not args.raw_average
     values["public_features"] = not args.no_public_features
@@ -375,8 +375,6 @@ def _write(path: Path, payload: dict[str, Any]) -> None:
 
 def _deploy_module(name: str) -> Any:
     """A module of the checkout's ``deploy/`` folder (commands above the library)."""
-    import importlib
-
     deploy = Path(__file__).resolve().parents[1] / "deploy"
     if not (deploy / f"{name}.py").exists():
         raise RuntimeError(f"this command needs a source checkout of ldpfda: {deploy}")
@@ -410,12 +408,6 @@ def _run_multiserver_flower(
     return 0
 
 
-def _delegate(module: str, argv: list[str]) -> int:
-    import importlib
-
-    return int(importlib.import_module(module).main(argv) or 0)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     delegated = {
@@ -424,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "ldpfda.experiments.benchmark",
     }
     if argv and argv[0] in delegated:
-        return _delegate(delegated[argv[0]], argv[1:])
+        return int(importlib.import_module(delegated[argv[0]]).main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(
         prog="ldpfda",
         allow_abbrev=False,
