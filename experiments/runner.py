@@ -38,14 +38,7 @@ from ldpfda.experiments.common import (
     mean_se,
 )
 
-__all__ = [
-    "DEFAULT_OUT",
-    "code_fingerprint",
-    "load_config",
-    "main",
-    "plan",
-    "run_study",
-]
+__all__ = ["code_fingerprint", "load_config", "main", "plan", "run_study"]
 
 #: Default output folder (git-ignored).
 DEFAULT_OUT = Path("experiments") / "results"
@@ -258,14 +251,14 @@ def _execute(
     bar = tqdm(
         total=len(todo), desc=label, unit="run", disable=not progress, file=sys.stderr
     )
+    cut = False
     if runs.exists() and runs.stat().st_size:
         with open(runs, "rb") as fh:
             fh.seek(-1, os.SEEK_END)
             cut = fh.read(1) != b"\n"
-        if cut:  # the last line was cut short by an interruption: end it
-            with open(runs, "a") as tail:
-                tail.write("\n")
     with open(runs, "a") as out:
+        if cut:  # the last line was cut short by an interruption: end it
+            out.write("\n")
 
         def write(record: dict[str, Any]) -> None:
             out.write(json.dumps(record) + "\n")
@@ -277,9 +270,8 @@ def _execute(
             for task in todo:
                 write(run_task(task))
         else:
-            context = get_context("spawn")
             with ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=_init_worker
+                workers, mp_context=get_context("spawn"), initializer=_init_worker
             ) as pool:
                 futures = [pool.submit(run_task, task) for task in todo]
                 try:
