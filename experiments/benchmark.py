@@ -1,10 +1,5 @@
 """Benchmark of the whole in-process protocol for 10^4 to 10^6 clients.
 
-Usage::
-
-    python -m ldpfda.experiments.benchmark [--sizes 10000,100000,1000000]
-        [--out experiments/results/benchmark] [--profile] [--flower MODULE:FUNC]
-
 Every size runs in a fresh Python process, so its peak resident memory
 (``ru_maxrss``) is its own. A run calibrates the featurizer on 1000 public curves (10
 cubic B-splines; not protocol time), serves the clients from a

@@ -1,14 +1,9 @@
 """Figures and tables from saved study results; runs nothing.
 
-Usage::
-
-    python -m ldpfda.experiments.plot [--results experiments/results]
-        [--out experiments/figures] [--quick] [--tables FILE] [study ...]
-
-For every study folder with a ``summary.csv`` this draws test error against epsilon
-(log scale), one line per method with standard-error bars, one panel per data set (and
-per basis size or cut-off where the study varies them), and writes the Markdown tables
-of selected epsilons that ``experiments/README.md`` shows.
+For every study folder with a ``summary.csv`` (``--results``) this draws test error
+against epsilon (log scale), one line per method with standard-error bars, one panel
+per data set (and per basis size or cut-off where the study varies them), and writes
+the Markdown tables of selected epsilons that ``experiments/README.md`` shows.
 """
 
 from __future__ import annotations

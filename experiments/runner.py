@@ -332,11 +332,7 @@ def run_study(
     progress: bool = True,
     allow_stale: bool = False,
 ) -> Path:
-    """Run (or resume) one study and write its summary; returns its output folder.
-
-    Cached records of the same task are reused if they were made by the current code
-    (or by any code, with ``allow_stale``).
-    """
+    """Run (or resume) one study and write its summary; returns its output folder."""
     conf = load_config(conf_path, quick=quick)
     name = conf["study"]["name"] + ("-quick" if quick else "")
     folder = Path(out) / name

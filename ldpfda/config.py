@@ -297,11 +297,7 @@ class Settings:
 
     @classmethod
     def reference(cls, **changes: Any) -> Settings:
-        """The reference MRMA protocol: Laplace + RR release, logistic weak models.
-
-        ``Settings.reference(epsilon=2.0)`` is ``Settings(mechanism="reference",
-        epsilon=2.0)``; other fields keep their defaults unless given.
-        """
+        """The reference MRMA protocol (``mechanism="reference"``) with ``changes``."""
         return cls(**{"mechanism": "reference", **changes})
 
     def replace(self, **changes: Any) -> Settings:
@@ -335,9 +331,7 @@ class Settings:
             ):
                 unknown.append(key)
                 continue
-            if name == "label_share" and (
-                value == "" or value is None or value == "reference"
-            ):
+            if name == "label_share" and value in ("", None, "reference"):
                 value = None
             elif name == "epsilon" and isinstance(value, str):
                 value = float(value)
