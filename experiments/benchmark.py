@@ -1,35 +1,25 @@
 """Benchmark of the whole in-process protocol for 10^4 to 10^6 clients.
 
-Usage::
-
-    python -m ldpfda.experiments.benchmark [--sizes 10000,100000,1000000]
-        [--out experiments/results/benchmark] [--profile] [--flower MODULE:FUNC]
-
 Every size runs in a fresh Python process, so its peak resident memory
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own. A run:
-
-1. calibrates the featurizer on 1000 public curves (10 cubic B-splines; not timed as
-   protocol time);
-2. serves training and evaluation clients from a :class:`LazyCurvePopulation` that
-   draws 100-point curves of the functional design in blocks, from (seed, block index);
-3. runs :func:`ldpfda.server.engine.run_protocol`: every training client privatizes,
-   the server trains M = 50 weak models, every evaluation client answers, the server
-   aggregates (with the naive baseline fitted on all payloads, as the engine does).
-
-Throughput is (training + evaluation clients) / protocol wall time. ``--profile``
-writes the top functions by cumulative time of each run. ``--flower MODULE:FUNC`` is
-the hook for Flower simulation timings: ``FUNC(n_clients: int, settings: Settings)``
-must return a dict with at least ``wall_s``; it is called in its own fresh process
-per size and reported beside the in-process numbers.
+(``ru_maxrss``) is its own. A run calibrates the featurizer on 1000 public curves (10
+cubic B-splines; not protocol time), serves the clients from a
+:class:`~ldpfda.experiments.population.LazyCurvePopulation` of 100-point curves of the
+functional design, and runs :func:`ldpfda.engine.run_protocol` (the reference MRMA,
+M = 50). Throughput is clients / protocol wall time. ``--profile`` writes the top
+functions by cumulative time of each run. ``--flower MODULE:FUNC`` times Flower
+simulations: ``FUNC(n_clients: int, settings: Settings)`` returns a dict with at least
+``wall_s``, called in a fresh process per size.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib
 import json
 import os
 import platform
+import pstats
 import resource
 import subprocess
 import sys
@@ -68,31 +58,25 @@ def run_one(
     50 tiny logistic regressions whose BLAS calls only pay for thread hand-offs.
     """
     import numpy as np
-    from threadpoolctl import threadpool_limits
 
-    if blas_threads is not None:
-        # Load every BLAS first: threadpoolctl only limits libraries already loaded,
-        # and scipy's optimizer brings its own OpenBLAS.
-        import scipy.optimize  # noqa: F401
-        import sklearn.linear_model  # noqa: F401
-
-        threadpool_limits(blas_threads)
     from ldpfda.datasets.population import make_featurizer
     from ldpfda.datasets.synthetic import FunctionalDesign
     from ldpfda.engine import run_protocol
-    from ldpfda.experiments.common import reference_settings
+    from ldpfda.experiments.common import limit_blas_threads, reference_settings
     from ldpfda.experiments.population import LazyCurvePopulation
     from ldpfda.privacy.random import derive_seed
+    from ldpfda.server.fitting import score
+
+    if blas_threads is not None:
+        limit_blas_threads(blas_threads)
 
     rss_start = _peak_rss_mb()
     n_train = max(50, int(round(train_fraction * n_clients)))
     n_eval = n_clients - n_train
+    # The defaults: 10 cubic B-splines, M = 50 weak models on 50 payloads each.
     settings = reference_settings(
         dataset="functional",
         epsilon=epsilon,
-        n_basis=10,
-        num_weak_models=50,
-        subsample_size=50,
         n_train=n_train,
         n_eval=n_eval,
         n_test=n_test,
@@ -106,11 +90,8 @@ def run_one(
     setup_s = time.perf_counter() - t0
     train = LazyCurvePopulation(n_train, 0, featurizer, seed, "train", design)
     evaluation = LazyCurvePopulation(n_eval, n_train, featurizer, seed, "eval", design)
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
         profiler.enable()
     t0 = time.perf_counter()
     result = run_protocol(
@@ -124,25 +105,22 @@ def run_one(
     )
     wall = time.perf_counter() - t0
     if profile and profiler is not None:
-        import pstats
-
         profiler.disable()
         with open(profile, "w") as fh:
             pstats.Stats(profiler, stream=fh).sort_stats("cumulative").print_stats(30)
     peak = _peak_rss_mb()
-    test_rng = np.random.default_rng(derive_seed(seed, "test"))
-    x_test, y_test = design.sample(n_test, test_rng)
-    from ldpfda.server.fitting import score
-
+    x_test, y_test = design.sample(
+        n_test, np.random.default_rng(derive_seed(seed, "test"))
+    )
     score(result, featurizer.transform(x_test), y_test)
     return {
         "n_clients": n_clients,
         "n_train": n_train,
         "n_eval": n_eval,
         "epsilon": epsilon,
-        "n_basis": 10,
+        "n_basis": settings.n_basis,
         "n_points": design.n_points,
-        "num_weak_models": 50,
+        "num_weak_models": settings.num_weak_models,
         "chunk_size": chunk_size,
         "setup_s": setup_s,
         "protocol_wall_s": wall,
@@ -172,12 +150,10 @@ def run_flower(spec: str, n_clients: int, epsilon: float = 5.0) -> dict[str, Any
 
 
 def _child(args: list[str]) -> dict[str, Any]:
-    env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, "-m", "ldpfda.experiments.benchmark", *args],
         capture_output=True,
         text=True,
-        env=env,
         check=False,
     )
     if proc.returncode != 0:
@@ -258,17 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, flower_rows = [], []
+    epsilon = ["--epsilon", str(args.epsilon)]
     for n in (int(s) for s in args.sizes.split(",")):
-        child = [
-            "--one",
-            str(n),
-            "--epsilon",
-            str(args.epsilon),
-            "--chunk-size",
-            str(args.chunk_size),
-            "--blas-threads",
-            str(args.blas_threads),
-        ]
+        child = ["--one", str(n), *epsilon, "--chunk-size", str(args.chunk_size)]
+        child += ["--blas-threads", str(args.blas_threads)]
         if args.profile:
             child += ["--profile-file", str(out / f"profile_{n}.txt")]
         row = _child(child)
@@ -280,16 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     for n in (int(s) for s in args.flower_sizes.split(",")) if args.flower else ():
-        flower = _child(
-            [
-                "--flower-one",
-                str(n),
-                "--flower",
-                args.flower,
-                "--epsilon",
-                str(args.epsilon),
-            ]
-        )
+        flower = _child(["--flower-one", str(n), "--flower", args.flower, *epsilon])
         flower_rows.append(flower)
         print(
             f"flower {n:>6,} clients: {flower['wall_s']:6.1f} s, peak "

@@ -1,15 +1,16 @@
 """What every study does with one repeat: run the engine, then the baselines, and score.
 
 The drivers (:mod:`ldpfda.experiments.synthetic`, :mod:`ldpfda.experiments.realdata`)
-draw the data of a repeat and build the clients; :func:`evaluate` runs MRMA through
-:func:`ldpfda.server.engine.run_protocol` (which also reports the weak, MR, MA, voting,
+draw a repeat's data and clients; :func:`evaluate` runs MRMA through
+:func:`ldpfda.engine.run_protocol` (which also reports the weak, MR, MA, voting,
 averaging, naive and non-private classifiers) and the LDP baselines of
 :mod:`ldpfda.server.baselines`, and scores everything on the same clean test set.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,35 +28,46 @@ __all__ = [
     "BASELINES",
     "REFERENCE_PROTOCOL",
     "evaluate",
+    "limit_blas_threads",
+    "mean_se",
     "reference_settings",
 ]
 
-#: Baselines this package adds to the engine's methods; "default" is ldpfda's
-#: default protocol (one joint hybrid release per client, moment classifier) on the
-#: same clients.
+#: Baselines added to the engine's methods; "default" is ldpfda's default protocol
+#: (one joint hybrid release per client, moment classifier) on the same clients.
 BASELINES = ("histogram", "gaussian", "default")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
 
 
 #: Settings that select the reference MRMA protocol (Laplace coefficients and
-#: randomized-response labels, MRMA server), applied where the Settings have them.
+#: randomized-response labels, MRMA server).
 REFERENCE_PROTOCOL = {"mechanism": "reference", "method": "mrma"}
 
 
 def reference_settings(**changes: Any) -> Settings:
-    """:class:`Settings` of the reference MRMA protocol with ``changes``.
+    """:class:`Settings` of the reference MRMA protocol with ``changes``."""
+    return Settings(**{**REFERENCE_PROTOCOL, **changes})
 
-    Where the core offers other release protocols, the reference one is pinned unless
-    ``changes`` choose another.
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (NaN for one value) of ``values``."""
+    v = np.asarray(values, dtype=float)
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+    return float(v.mean()), se
+
+
+def limit_blas_threads(threads: int) -> None:
+    """Cap the BLAS and OpenMP thread pools of this process at ``threads``.
+
+    scipy's optimizer and scikit-learn are imported first: threadpoolctl only limits
+    libraries already loaded, and scipy ships its own OpenBLAS.
     """
-    names = {f.name for f in dataclasses.fields(Settings)}
-    pinned = {k: v for k, v in REFERENCE_PROTOCOL.items() if k in names}
-    return Settings(**{**pinned, **changes})
+    import scipy.optimize  # noqa: F401
+    import sklearn.linear_model  # noqa: F401
+    from threadpoolctl import threadpool_limits
 
-
-def _kebab(options: dict[str, Any]) -> dict[str, Any]:
-    return {key.replace("-", "_"): value for key, value in options.items()}
+    threadpool_limits(threads)
 
 
 def evaluate(
@@ -71,34 +83,13 @@ def evaluate(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Run MRMA and the requested baselines on one population; errors on ``test``.
 
-    Parameters
-    ----------
-    train, evaluation : ArrayClients
-        MRMA's training and evaluation clients (disjoint ids).
-    test : (features, labels)
-        Clean, scaled test features and their labels.
-    settings : Settings
-        Epsilon and MRMA parameters.
-    seed : int
-        Run seed keying every client's noise (baselines use their own streams).
-    server_rng : Generator
-        The MRMA server's randomness.
-    baselines : dict, optional
-        ``{"histogram": {...}, "gaussian": {...}}``: the baselines to run and their
-        keyword options (kebab-case keys allowed). The baselines and the non-private
-        reference use every client of ``train`` and ``evaluation``, each client
-        spending the same ``settings.epsilon`` once.
-    public : array, optional
-        Public, unlabeled scaled features for the "default" protocol's feature second
-        moment; without them it estimates the moment from the releases.
-
-    Returns
-    -------
-    errors : dict
-        Test error of every method.
-    extra : dict
-        What was chosen without looking at test data (selection rule, kept models,
-        histogram cells, Gaussian sigma), for the record.
+    ``baselines`` maps each baseline to run to its keyword options (kebab-case keys
+    allowed). The baselines and the non-private reference use every client of
+    ``train`` and ``evaluation``, each spending ``settings.epsilon`` once; ``seed``
+    keys the clients' noise (the baselines use their own streams), ``public`` gives the
+    "default" protocol its feature second moment (without it, it is estimated from the
+    releases). Returns the test error of every method, and what was chosen without
+    looking at test data (selection rule, kept models, histogram cells, Gaussian sigma).
     """
     x_all = np.vstack([train.features(), evaluation.features()])
     y_all = np.concatenate([train.labels, evaluation.labels]).astype(np.int8)
@@ -122,9 +113,10 @@ def evaluate(
         "n_features": int(x_all.shape[1]),
     }
     for name, options in (baselines or {}).items():
-        kwargs = _kebab(options)
-        if name == "histogram":
-            hist = histogram_classifier(
+        kwargs = {key.replace("-", "_"): value for key, value in options.items()}
+        if name in ("histogram", "gaussian"):
+            fit = histogram_classifier if name == "histogram" else gaussian_classifier
+            clf: Any = fit(
                 x_all,
                 y_all,
                 epsilon=settings.epsilon,
@@ -132,20 +124,12 @@ def evaluate(
                 seed=seed,
                 **kwargs,
             )
-            errors["histogram"] = hist.error(*test)
-            extra["histogram_cells"] = hist.partition.n_cells
-            extra["histogram_bins_per_axis"] = hist.partition.bins_per_axis
-        elif name == "gaussian":
-            gauss = gaussian_classifier(
-                x_all,
-                y_all,
-                epsilon=settings.epsilon,
-                client_ids=ids_all,
-                seed=seed,
-                **kwargs,
-            )
-            errors["gaussian"] = gauss.error(*test)
-            extra["gaussian_sigma"] = dict(gauss.event.parameters)["sigma"]
+            errors[name] = clf.error(*test)
+            if name == "histogram":
+                extra["histogram_cells"] = clf.partition.n_cells
+                extra["histogram_bins_per_axis"] = clf.partition.bins_per_axis
+            else:
+                extra["gaussian_sigma"] = dict(clf.event.parameters)["sigma"]
         elif name == "default":
             default = settings.replace(
                 mechanism="joint-hybrid",

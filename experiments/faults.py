@@ -9,13 +9,11 @@ most damaging replies the output range allows, plus the rejection counts.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
-
-import numpy as np
 
 from ldpfda.config import Settings
 from ldpfda.engine.faults import run_with_faults
+from ldpfda.experiments.common import mean_se
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "no faults": {"malicious": 0.0},
@@ -42,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [
                 run_with_faults(settings, r, **options) for r in range(args.repeats)
             ]
-            errors = np.array([run.test_errors["mrma"] for run in runs])
-            se = errors.std(ddof=1) / math.sqrt(errors.size)
-            cells.append(f"{errors.mean():.3f} +- {se:.3f}")
+            errors = [run.test_errors["mrma"] for run in runs]
+            cells.append("{:.3f} +- {:.3f}".format(*mean_se(errors)))
             counts = runs[0].rejection_counts()
         print(
             name.ljust(30)

@@ -1,14 +1,9 @@
 """Figures and tables from saved study results; runs nothing.
 
-Usage::
-
-    python -m ldpfda.experiments.plot [--results experiments/results]
-        [--out experiments/figures] [--quick] [--tables FILE] [study ...]
-
-For every study folder with a ``summary.csv`` this draws test error against epsilon
-(log scale), one line per method with standard-error bars, one panel per data set (and
-per basis size or cut-off where the study varies them), and writes the Markdown tables
-of selected epsilons that ``experiments/README.md`` shows.
+For every study folder with a ``summary.csv`` (``--results``) this draws test error
+against epsilon (log scale), one line per method with standard-error bars, one panel
+per data set (and per basis size or cut-off where the study varies them), and writes
+the Markdown tables of selected epsilons that ``experiments/README.md`` shows.
 """
 
 from __future__ import annotations
@@ -16,7 +11,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -36,29 +30,9 @@ LABELS = {
     "default": "ldpfda default (joint hybrid + moment)",
     "non_private": "non-private",
 }
-#: Methods drawn in the main figures, in legend order.
-MAIN_METHODS = (
-    "mrma",
-    "voting",
-    "averaging",
-    "naive",
-    "histogram",
-    "gaussian",
-    "default",
-    "non_private",
-)
-#: Methods in the README tables.
-TABLE_METHODS = (
-    "mrma",
-    "voting",
-    "averaging",
-    "naive",
-    "histogram",
-    "gaussian",
-    "default",
-    "non_private",
-)
 ABLATION_METHODS = ("weak", "mr", "ma")
+#: Methods of the main figures and of the README tables, in legend order.
+MAIN_METHODS = tuple(m for m in LABELS if m not in ABLATION_METHODS)
 STYLES = {
     "mrma": ("C3", "o", "-"),
     "mr": ("C1", "v", "--"),
@@ -87,28 +61,39 @@ def load_summary(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _panels(study: str, rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """(title, filter) of each panel of a study's figure."""
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    if study.startswith("functional"):
-        return [
-            (f"{d}, p = {p} B-splines", (d, p, None))
-            for d in datasets
-            for p in sorted({r["n_basis"] for r in rows if r["dataset"] == d})
-        ]
-    return [(d, (d, None, None)) for d in datasets]
-
-
 def _select(
-    rows: list[dict[str, Any]], dataset: str, n_basis: int | None, cutoff: float | None
+    rows: list[dict[str, Any]],
+    dataset: str | None = None,
+    n_basis: int | None = None,
+    cutoff: float | None = None,
 ) -> list[dict[str, Any]]:
     return [
         r
         for r in rows
-        if r["dataset"] == dataset
+        if (dataset is None or r["dataset"] == dataset)
         and (n_basis is None or r["n_basis"] == n_basis)
         and (cutoff is None or math.isclose(r["cutoff"], cutoff))
     ]
+
+
+def _panels(study: str, rows: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """(title, rows) of each panel: a data set, and its basis size in functional
+    studies."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if study.startswith("functional"):
+        return [
+            (f"{d}, p = {p} B-splines", _select(rows, d, p))
+            for d in datasets
+            for p in sorted({r["n_basis"] for r in rows if r["dataset"] == d})
+        ]
+    return [(d, _select(rows, d)) for d in datasets]
+
+
+def _at_reference_cutoff(
+    rows: list[dict[str, Any]], cutoffs: list[float]
+) -> list[dict[str, Any]]:
+    """The rows at c = 0.2 (or the smallest cut-off if 0.2 was not run)."""
+    return _select(rows, cutoff=0.2 if 0.2 in cutoffs else cutoffs[0])
 
 
 def _line(
@@ -160,17 +145,15 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
         squeeze=False,
         sharey=True,
     )
-    for ax, (title, (dataset, n_basis, _)) in zip(axes.flat, panels, strict=False):
-        sel = _select(rows, dataset, n_basis, None)
+    for ax, (title, sel) in zip(axes.flat, panels, strict=False):
         if ablation:
             cutoffs = sorted({r["cutoff"] for r in sel})
-            ref = _select(sel, dataset, None, 0.2 if 0.2 in cutoffs else cutoffs[0])
             for m in ABLATION_METHODS:
-                _line(ax, ref, m, LABELS[m])
+                _line(ax, _at_reference_cutoff(sel, cutoffs), m, LABELS[m])
             for k, c in enumerate(cutoffs):
                 _line(
                     ax,
-                    _select(sel, dataset, None, c),
+                    _select(sel, cutoff=c),
                     "mrma",
                     f"MRMA, c = {c:g}",
                     (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"),
@@ -213,58 +196,43 @@ def markdown_tables(
     rows: list[dict[str, Any]],
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0),
 ) -> str:
-    """A Markdown table: one row per (panel, epsilon), one column per method."""
+    """A Markdown table: one row per (panel, epsilon), one column per method.
+
+    Ablation studies: weak, MR and MA at c = 0.2, and MRMA at every cut-off.
+    """
     if study.startswith("ablation"):
-        return _ablation_table(rows, epsilons)
-    methods = [m for m in TABLE_METHODS if any(r["method"] == m for r in rows)]
-    head = ["data", "ε", *[LABELS[m] for m in methods]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for title, (dataset, n_basis, _) in _panels(study, rows):
-        sel = _select(rows, dataset, n_basis, None)
-        if study.startswith("ablation"):
-            sel = _select(sel, dataset, None, 0.2)
+        cutoffs = sorted({r["cutoff"] for r in rows})
+        heads = [LABELS[m] for m in ABLATION_METHODS]
+        heads += [f"MRMA c = {c:g}" for c in cutoffs]
+
+        def cells(sel: list[dict[str, Any]], eps: float) -> list[str]:
+            ref = _at_reference_cutoff(sel, cutoffs)
+            return [_cell(ref, m, eps) for m in ABLATION_METHODS] + [
+                _cell(_select(sel, cutoff=c), "mrma", eps) for c in cutoffs
+            ]
+
+    else:
+        methods = [m for m in MAIN_METHODS if any(r["method"] == m for r in rows)]
+        heads = [LABELS[m] for m in methods]
+
+        def cells(sel: list[dict[str, Any]], eps: float) -> list[str]:
+            return [_cell(sel, m, eps) for m in methods]
+
+    lines = [
+        "| " + " | ".join(["data", "ε", *heads]) + " |",
+        "|" + "---|" * (2 + len(heads)),
+    ]
+    for title, sel in _panels(study, rows):
         for eps in epsilons:
-            cells = []
-            for m in methods:
-                hit = [
-                    r
-                    for r in sel
-                    if r["method"] == m and math.isclose(r["epsilon"], eps)
-                ]
-                cells.append(
-                    f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else ""
-                )
-            if any(cells):
-                lines.append("| " + " | ".join([title, f"{eps:g}", *cells]) + " |")
+            row = cells(sel, eps)
+            if any(row):
+                lines.append("| " + " | ".join([title, f"{eps:g}", *row]) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _cell(rows: list[dict[str, Any]], method: str, eps: float) -> str:
     hit = [r for r in rows if r["method"] == method and math.isclose(r["epsilon"], eps)]
     return f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else ""
-
-
-def _ablation_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str:
-    """weak, MR and MA at c = 0.2, and MRMA at every cut-off."""
-    cutoffs = sorted({r["cutoff"] for r in rows})
-    head = [
-        "data",
-        "ε",
-        *[LABELS[m] for m in ABLATION_METHODS],
-        *[f"MRMA c = {c:g}" for c in cutoffs],
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        sel = _select(rows, dataset, None, None)
-        ref = _select(sel, dataset, None, 0.2 if 0.2 in cutoffs else cutoffs[0])
-        for eps in epsilons:
-            cells = [_cell(ref, m, eps) for m in ABLATION_METHODS]
-            cells += [
-                _cell(_select(sel, dataset, None, c), "mrma", eps) for c in cutoffs
-            ]
-            if any(cells):
-                lines.append("| " + " | ".join([dataset, f"{eps:g}", *cells]) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"no summary.csv under {results} for: {', '.join(missing)}")
     epsilons = tuple(float(e) for e in args.epsilons.split(","))
-    tables = defaultdict(str)
+    tables: dict[str, str] = {}
     for name in names:
         rows = load_summary(results / name / "summary.csv")
         print(plot_study(name, rows, out))

@@ -1,9 +1,4 @@
-"""A lazy population of synthetic functional clients, generated chunk by chunk.
-
-Nothing is held for all clients at once: block ``b`` of a population is drawn from its
-own generator seeded by ``(seed, tag, b)``, so a client's curve and label depend only on
-the seed and on its position, not on the chunk size the engine asks for.
-"""
+"""A lazy population of synthetic functional clients, generated chunk by chunk."""
 
 from __future__ import annotations
 
@@ -13,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ldpfda._validation import check_int
 from ldpfda.datasets.synthetic import FunctionalDesign
 from ldpfda.engine.inprocess import Batch
 from ldpfda.fda.features import Featurizer
@@ -25,23 +21,12 @@ __all__ = ["LazyCurvePopulation"]
 class LazyCurvePopulation:
     """Clients ``first_id .. first_id + n_clients - 1`` with curves of ``design``.
 
-    Satisfies :class:`ldpfda.server.engine.ClientPopulation`. Each client computes its
-    features locally with ``featurizer``; only the features of the chunk being served
-    are in memory.
-
-    Parameters
-    ----------
-    n_clients : int
-    first_id : int
-        Id of the first client; ids are consecutive.
-    featurizer : Featurizer
-        Fixed before any client data is drawn (e.g. calibrated on public curves).
-    seed : int
-    tag : str
-        Distinguishes populations drawn under one seed (``"train"``, ``"eval"``).
-    design : FunctionalDesign
-    block_size : int
-        Clients drawn per generator; fixes the data, unlike the engine's chunk size.
+    A :class:`~ldpfda.engine.inprocess.ClientPopulation`: block ``b`` of
+    ``block_size`` clients is drawn from its own generator, seeded by
+    ``(seed, tag, b)``, so a client's curve and label depend on the seed and its
+    position only, not on the engine's chunk size; each client computes its features
+    with ``featurizer`` (fixed before any client data is drawn), and only the chunk
+    being served is in memory. ``tag`` tells populations under one seed apart.
     """
 
     n_clients: int
@@ -53,12 +38,9 @@ class LazyCurvePopulation:
     block_size: int = 50_000
 
     def __post_init__(self) -> None:
-        if self.n_clients < 1:
-            raise ValueError(f"n_clients must be >= 1, got {self.n_clients}")
-        if self.first_id < 0:
-            raise ValueError(f"first_id must be >= 0, got {self.first_id}")
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        check_int(self.n_clients, "n_clients", minimum=1)
+        check_int(self.first_id, "first_id", minimum=0)
+        check_int(self.block_size, "block_size", minimum=1)
 
     @property
     def client_ids(self) -> NDArray[np.int64]:

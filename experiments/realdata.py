@@ -1,22 +1,11 @@
 """Driver of the real-data study: UCR/UEA curves and the Pima table, one row a client.
 
-In every repeat a data set is shuffled and split, with sizes fixed by the rule below and
-never by test results, into
-
-* public calibration rows (``calibration-fraction``, at least ``min-calibration``):
-  they fix the rescaling bounds, as the public calibration curves of the synthetic
-  design do, and are nobody's private data;
-* training clients (``train-fraction`` of the rest), evaluation clients
-  (``eval-fraction``) and clean test rows (the remainder).
-
-Every client holds one curve. MRMA's ensemble is sized by the evaluation group:
-:math:`M = \\mathrm{clip}(n_{eval} / \\text{evaluators-per-model}, \\text{min-models},
-\\text{max-models})` weak models, each on ``min(max-subsample, n_train // 2)`` payloads.
-
-Features: univariate curves are projected on a B-spline basis and rescaled
-(:class:`~ldpfda.fda.CurveFeaturizer`); multivariate curves channel by channel, the
-coefficients concatenated (:class:`ChannelFeaturizer`); tabular rows are only rescaled
-(:class:`~ldpfda.fda.VectorFeaturizer`). All bounds come from the calibration rows.
+Every repeat shuffles a data set and splits it, by sizes that :class:`SplitRule` fixes
+from the data set's size alone, into public calibration rows (they fix the rescaling
+bounds), training and evaluation clients and clean test rows; the rule also sizes
+MRMA's ensemble by the evaluation group. Univariate curves are projected on a B-spline
+basis and rescaled, multivariate curves channel by channel (:class:`ChannelFeaturizer`),
+tabular rows only rescaled.
 """
 
 from __future__ import annotations
@@ -42,15 +31,8 @@ __all__ = ["ChannelFeaturizer", "SplitRule", "make_real_featurizer", "run_point"
 class ChannelFeaturizer:
     """Project every channel of multivariate curves and concatenate the coefficients.
 
-    Channel c of a curve of shape (C, T) goes through its own
-    :class:`~ldpfda.fda.CurveFeaturizer` (B-spline projection, then rescaling with
-    bounds fixed on public calibration curves); the C coefficient vectors are
-    concatenated, giving ``C * n_basis`` features in [-1, 1].
-
-    Parameters
-    ----------
-    featurizers : list of CurveFeaturizer
-        One per channel, in channel order.
+    Channel c of curves of shape (n, C, T) goes through ``featurizers[c]`` (a
+    :class:`~ldpfda.fda.CurveFeaturizer`), giving ``C * n_basis`` features in [-1, 1].
     """
 
     def __init__(self, featurizers: list[CurveFeaturizer]) -> None:
@@ -135,11 +117,13 @@ class SplitRule:
         return n_cal, n_train, n_eval, n_test
 
     def mrma(self, n_train: int, n_eval: int) -> dict[str, int]:
-        """Settings changes that size MRMA's ensemble for these group sizes."""
-        m = int(
-            np.clip(
-                n_eval // self.evaluators_per_model, self.min_models, self.max_models
-            )
+        """MRMA's ensemble for these group sizes, as Settings changes.
+
+        ``clip(n_eval // evaluators_per_model, min_models, max_models)`` weak models (at
+        most ``n_eval``), each on ``min(max_subsample, n_train // 2)`` payloads.
+        """
+        m = min(
+            max(n_eval // self.evaluators_per_model, self.min_models), self.max_models
         )
         return {
             "num_weak_models": min(m, n_eval),

@@ -1,38 +1,12 @@
 """Run a study from its ``conf/*.toml``: every (point, repeat), cached, then summarised.
 
-Usage (``ldpfda experiment`` forwards its arguments here)::
-
-    python -m ldpfda.experiments.runner experiments/conf/vector.toml \
-        [--quick] [--out DIR]
-
-A study file has the tables
-
-``[study]``
-    ``name``, ``driver`` (``"synthetic"`` or ``"real"``), ``repeats``, ``seed`` and
-    ``baselines`` (a list among ``"histogram"``, ``"gaussian"``, ``"default"``).
-``[grid]``
-    Lists to take the Cartesian product of: ``epsilon``, ``dataset`` and any other
-    :class:`~ldpfda.config.Settings` key (``n-basis``, ``cutoff``, ...).
-``[settings]``
-    Fixed :class:`~ldpfda.config.Settings` keys (``mrma.num-weak-models = 50``, ...).
-``[baselines.histogram]``, ``[baselines.gaussian]``
-    Keyword options of the baselines.
-``[datasets.NAME]``, ``[split]``
-    Real driver only: per-data-set settings (the basis) and the split rule.
-``[quick]``
-    Overrides merged into the tables above by ``--quick``.
-
-Each finished repeat is appended as one JSON line to ``OUT/<name>/runs.jsonl`` (``OUT``
-defaults to ``experiments/results``; ``--quick`` writes to ``OUT/<name>-quick``) under a
+``python -m ldpfda.experiments.runner CONF.toml [--quick] [--out DIR]`` (or ``ldpfda
+experiment``); the study files and the outputs are described in
+``experiments/README.md``. Each finished repeat is appended to ``runs.jsonl`` under a
 key that hashes everything that determines it, so an interrupted run resumes where it
-stopped and a changed configuration never reuses stale lines. ``summary.csv`` and
-``summary.json`` then hold, per point and method, the mean test error over the repeats
-and its standard error; ``meta.json`` the run's wall time and machine.
-
-Every record also carries a fingerprint of the source of the ldpfda modules that
-produced it (:func:`code_fingerprint`). A cached record made by other code (for
-example before a change to the engine or a mechanism) is stale: it is run again,
-unless ``--allow-stale`` is given, so one summary never mixes two versions of the code.
+stopped and a changed configuration never reuses a record. A record made by other code
+(:func:`code_fingerprint`) is stale too and is run again unless ``--allow-stale`` is
+given, so one summary never mixes two versions of the code.
 """
 
 from __future__ import annotations
@@ -40,11 +14,9 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import os
 import platform
 import sys
@@ -59,20 +31,14 @@ from typing import Any
 import numpy as np
 
 from ldpfda.config import Settings
-from ldpfda.experiments.common import ALL_METHODS, REFERENCE_PROTOCOL
+from ldpfda.experiments.common import (
+    ALL_METHODS,
+    REFERENCE_PROTOCOL,
+    limit_blas_threads,
+    mean_se,
+)
 
-__all__ = [
-    "DEFAULT_OUT",
-    "Task",
-    "code_fingerprint",
-    "flatten",
-    "load_config",
-    "main",
-    "plan",
-    "run_study",
-    "run_task",
-    "summarise",
-]
+__all__ = ["code_fingerprint", "load_config", "main", "plan", "run_study"]
 
 #: Default output folder (git-ignored).
 DEFAULT_OUT = Path("experiments") / "results"
@@ -173,14 +139,10 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
     driver = study.get("driver", "synthetic")
     repeats = study.get("repeats", 20) if repeats is None else repeats
     fixed = flatten(conf.get("settings", {}))
-    names = {f.name for f in dataclasses.fields(Settings)}
+    # The studies are about the reference MRMA protocol, unless a study file chooses.
     for name, value in REFERENCE_PROTOCOL.items():
-        # The studies are about the reference MRMA protocol; pin it where the core
-        # offers other protocols, unless a study file chooses one itself.
-        if name in names and not any(
-            k.rsplit(".", 1)[-1] == name.replace("_", "-") for k in fixed
-        ):
-            fixed[name.replace("_", "-")] = value
+        if not any(k.rsplit(".", 1)[-1] == name for k in fixed):
+            fixed[name] = value
     base = Settings.from_mapping(fixed)
     base = base.replace(seed=int(study.get("seed", base.seed)))
     baselines = {
@@ -188,10 +150,8 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
         for name in study.get("baselines", [])
     }
     tasks: list[Task] = []
-    for raw in _grid_points(conf.get("grid", {})):
-        point = dict(raw)
-        dataset = point.pop("dataset", None)
-        changes = dict(point)
+    for changes in _grid_points(conf.get("grid", {})):
+        dataset = changes.pop("dataset", None)
         extra: dict[str, Any] = {}
         if driver == "real":
             if dataset is None:
@@ -201,13 +161,9 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
         elif dataset is not None:
             changes["dataset"] = dataset
         settings = Settings.from_mapping(changes, base=base)
-        info = {
-            "dataset": dataset if dataset is not None else settings.dataset,
-            "epsilon": settings.epsilon,
-            "n_basis": settings.n_basis,
-            "order": settings.order,
-            "cutoff": settings.cutoff,
-        }
+        info = {k: getattr(settings, k) for k in POINT_FIELDS}
+        if dataset is not None:
+            info["dataset"] = dataset
         ident = {
             "study": study["name"],
             "driver": driver,
@@ -216,21 +172,20 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
             "baselines": baselines,
             **extra,
         }
-        point_id = _key(ident)
-        for r in range(repeats):
-            tasks.append(
-                {
-                    "key": _key({**ident, "repeat": r}),
-                    "point_id": point_id,
-                    "study": study["name"],
-                    "driver": driver,
-                    "point": info,
-                    "settings": settings.to_mapping(),
-                    "baselines": baselines,
-                    "repeat": r,
-                    **extra,
-                }
-            )
+        tasks += [
+            {
+                "key": _key({**ident, "repeat": r}),
+                "point_id": _key(ident),
+                "study": study["name"],
+                "driver": driver,
+                "point": info,
+                "settings": settings.to_mapping(),
+                "baselines": baselines,
+                "repeat": r,
+                **extra,
+            }
+            for r in range(repeats)
+        ]
     return tasks
 
 
@@ -266,7 +221,8 @@ def run_task(task: Task) -> dict[str, Any]:
     }
 
 
-def _read_records(path: Path) -> dict[str, dict[str, Any]]:
+def _read_records(path: Path, code: str | None) -> dict[str, dict[str, Any]]:
+    """The records of ``path`` by key; only those made by ``code`` unless it is None."""
     records: dict[str, dict[str, Any]] = {}
     if not path.exists():
         return records
@@ -276,22 +232,15 @@ def _read_records(path: Path) -> dict[str, dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by an interruption
-            records[record["key"]] = record
+            if code is None or record.get("code") == code:
+                records[record["key"]] = record
     return records
 
 
 def _init_worker() -> None:
-    """One BLAS thread per worker process (the pool already uses every core).
-
-    scipy's optimizer and scikit-learn are imported first because threadpoolctl only
-    limits libraries already loaded, and scipy ships its own OpenBLAS.
-    """
-    import scipy.optimize  # noqa: F401
-    import sklearn.linear_model  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
+    """One BLAS thread per worker process (the pool already uses every core)."""
     code_fingerprint()
-    threadpool_limits(1)
+    limit_blas_threads(1)
 
 
 def _execute(
@@ -302,14 +251,14 @@ def _execute(
     bar = tqdm(
         total=len(todo), desc=label, unit="run", disable=not progress, file=sys.stderr
     )
+    cut = False
     if runs.exists() and runs.stat().st_size:
         with open(runs, "rb") as fh:
             fh.seek(-1, os.SEEK_END)
             cut = fh.read(1) != b"\n"
-        if cut:  # the last line was cut short by an interruption: end it
-            with open(runs, "a") as tail:
-                tail.write("\n")
     with open(runs, "a") as out:
+        if cut:  # the last line was cut short by an interruption: end it
+            out.write("\n")
 
         def write(record: dict[str, Any]) -> None:
             out.write(json.dumps(record) + "\n")
@@ -321,9 +270,8 @@ def _execute(
             for task in todo:
                 write(run_task(task))
         else:
-            context = get_context("spawn")
             with ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=_init_worker
+                workers, mp_context=get_context("spawn"), initializer=_init_worker
             ) as pool:
                 futures = [pool.submit(run_task, task) for task in todo]
                 try:
@@ -340,33 +288,21 @@ def summarise(
     tasks: Iterable[Task], records: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Mean and standard error of each method's test error, per point."""
-    groups: dict[str, dict[str, Any]] = {}
-    for task in tasks:
-        record = records.get(task["key"])
-        if record is None:
-            continue
-        group = groups.setdefault(
-            task["point_id"], {"point": task["point"], "runs": []}
-        )
-        group["runs"].append(record)
+    groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    for task in (t for t in tasks if t["key"] in records):
+        point, runs = groups.setdefault(task["point_id"], (task["point"], []))
+        runs.append(records[task["key"]])
     rows = []
-    for group in groups.values():
-        runs = group["runs"]
-        methods = [m for m in ALL_METHODS if all(m in r["errors"] for r in runs)]
-        for method in methods:
-            values = np.array([r["errors"][method] for r in runs], dtype=float)
-            se = (
-                float(values.std(ddof=1) / math.sqrt(values.size))
-                if values.size > 1
-                else float("nan")
-            )
+    for point, runs in groups.values():
+        for method in (m for m in ALL_METHODS if all(m in r["errors"] for r in runs)):
+            mean, se = mean_se([r["errors"][method] for r in runs])
             rows.append(
                 {
-                    **{k: group["point"][k] for k in POINT_FIELDS},
+                    **{k: point[k] for k in POINT_FIELDS},
                     "method": method,
-                    "mean": float(values.mean()),
+                    "mean": mean,
                     "se": se,
-                    "n": int(values.size),
+                    "n": len(runs),
                 }
             )
     return rows
@@ -396,29 +332,21 @@ def run_study(
     progress: bool = True,
     allow_stale: bool = False,
 ) -> Path:
-    """Run (or resume) one study and write its summary; returns its output folder.
-
-    Cached records of the same task are reused if they were made by the current code
-    (or by any code, with ``allow_stale``).
-    """
+    """Run (or resume) one study and write its summary; returns its output folder."""
     conf = load_config(conf_path, quick=quick)
     name = conf["study"]["name"] + ("-quick" if quick else "")
     folder = Path(out) / name
     folder.mkdir(parents=True, exist_ok=True)
     runs = folder / "runs.jsonl"
     tasks = plan(conf, repeats=repeats)
-    code = code_fingerprint()
-    done = _read_records(runs)
-    if not allow_stale:
-        done = {k: r for k, r in done.items() if r.get("code") == code}
+    code = None if allow_stale else code_fingerprint()
+    done = _read_records(runs, code)
     todo = [t for t in tasks if t["key"] not in done]
     t0 = time.perf_counter()
     if todo:
         _execute(todo, max(1, workers), runs, progress, name)
     wall = time.perf_counter() - t0
-    records = _read_records(runs)
-    if not allow_stale:
-        records = {k: r for k, r in records.items() if r.get("code") == code}
+    records = _read_records(runs, code)
     rows = summarise(tasks, records)
     with open(folder / "summary.csv", "w", newline="") as fh:
         writer = csv.DictWriter(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -26,28 +28,12 @@ def _epsilon(text: str) -> float:
     return value
 
 
-#: The settings ``ldpfda simulate`` takes as flags (``--n-train``, ...).
-SIMULATE_FLAGS = (
-    "dataset",
-    "n_train",
-    "n_eval",
-    "n_test",
-    "num_weak_models",
-    "subsample_size",
-    "cutoff",
-    "mechanism",
-    "method",
-    "weak_learner",
-    "label_share",
-    "n_clusters",
-    "pilot_share",
-    "min_cluster_size",
-    "correction",
-    "n_basis",
-    "order",
-    "calibration_size",
-    "repeats",
-    "seed",
+_OWN_FLAGS = ("epsilon", "normalize_models", "public_features")
+_MULTISERVER_KEYS = ("server_id", "feature_shift", "label_shift")
+#: The settings ``ldpfda simulate`` takes as flags (``--n-train``, ...): all but those
+#: with flags of their own and the multi-server keys.
+SIMULATE_FLAGS = tuple(
+    f.name for f in fields(Settings) if f.name not in _OWN_FLAGS + _MULTISERVER_KEYS
 )
 
 
@@ -58,12 +44,11 @@ def add_setting_flags(parser: argparse.ArgumentParser, names: tuple[str, ...]) -
     for row in settings_table():
         if row["name"] not in names:
             continue
-        default = getattr(defaults, row["name"])
         parser.add_argument(
             "--" + row["name"].replace("_", "-"),
             type=types[row["type"]],
             choices=row["choices"] or None,
-            default=default,
+            default=getattr(defaults, row["name"]),
             help=f"{row['help']} (default: {row['default']})",
         )
 
@@ -113,8 +98,7 @@ def _simulate_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _settings(args: argparse.Namespace, epsilon: float) -> Settings:
-    names = {f.name for f in fields(Settings)}
-    values = {k: v for k, v in vars(args).items() if k in names}
+    values = {name: getattr(args, name) for name in SIMULATE_FLAGS}
     values["epsilon"] = epsilon
     values["normalize_models"] = not args.raw_average
     values["public_features"] = not args.no_public_features
@@ -146,11 +130,10 @@ def simulate(
             for repeat in range(settings.repeats):
                 bar.set_postfix(epsilon=settings.epsilon)
                 t0 = time.perf_counter()
-                result = run_repeat(settings, repeat)
-                report = result.report()
-                report["repeat"] = repeat
-                report["wall_s"] = time.perf_counter() - t0
-                runs.append(report)
+                report = run_repeat(settings, repeat).report()
+                runs.append(
+                    {**report, "repeat": repeat, "wall_s": time.perf_counter() - t0}
+                )
                 bar.update()
             errors = {
                 m: np.array([r["test_errors"][m] for r in runs])
@@ -160,16 +143,7 @@ def simulate(
             summaries.append(
                 {
                     "settings": settings.to_mapping(),
-                    "test_error": {
-                        m: {
-                            "mean": float(e.mean()),
-                            "std": float(e.std(ddof=1)) if e.size > 1 else 0.0,
-                            "se": float(e.std(ddof=1) / math.sqrt(e.size))
-                            if e.size > 1
-                            else 0.0,
-                        }
-                        for m, e in errors.items()
-                    },
+                    "test_error": {m: _mean_std_se(e) for m, e in errors.items()},
                     "epsilon_spent_per_client": {
                         "max": max(r["privacy"]["max_spent"] for r in runs),
                         "budget": settings.epsilon,
@@ -178,6 +152,11 @@ def simulate(
                 }
             )
     return summaries
+
+
+def _mean_std_se(e: np.ndarray) -> dict[str, float]:
+    std = float(e.std(ddof=1)) if e.size > 1 else 0.0
+    return {"mean": float(e.mean()), "std": std, "se": std / math.sqrt(e.size)}
 
 
 def format_table(summaries: list[dict[str, Any]]) -> str:
@@ -253,8 +232,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     summaries = simulate(settings_list, progress=not args.no_progress)
     print(format_table(summaries))
     out = args.out or Path("results") / f"simulate-{first.dataset}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summaries": summaries}, indent=1))
+    _write(out, {"summaries": summaries})
     print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
@@ -325,13 +303,7 @@ def _run_multiserver(args: argparse.Namespace) -> int:
             if len(parts) != 5:
                 raise ValueError(f"server spec must have 5 fields, got {text!r}")
             specs.append(
-                ServerSpec(
-                    int(parts[0]),
-                    int(parts[1]),
-                    float(parts[2]),
-                    float(parts[3]),
-                    float(parts[4]),
-                )
+                ServerSpec(int(parts[0]), int(parts[1]), *map(float, parts[2:]))
             )
         # Cross-evaluation of weak models is an MRMA concept: the reference protocol.
         base = Settings.reference(
@@ -359,39 +331,50 @@ def _run_multiserver(args: argparse.Namespace) -> int:
         )
     ]
     table = summarize(results)
-    methods = ("multi_server", "global", "single_server", "voting_all")
-    print("server".ljust(30) + "".join(m.rjust(17) for m in methods))
-    for (name, row), spec in zip(table.items(), specs, strict=True):
-        label = f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})"
-        print(
-            label.ljust(30)
-            + "".join(
-                f"{row[m]['mean']:.3f} +- {row[m]['se']:.3f}".rjust(17) for m in methods
-            )
-        )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "servers": [asdict(s) for s in specs],
-                "settings": base.to_mapping(),
-                "heterogeneity": args.heterogeneity,
-                "test_error": table,
-                "max_spent_over_budget": max(
-                    r.privacy["max_spent_over_budget"] for r in results
-                ),
-            },
-            indent=1,
-        )
+    _server_table(
+        specs,
+        table,
+        ("multi_server", "global", "single_server", "voting_all"),
+        lambda v: f"{v['mean']:.3f} +- {v['se']:.3f}",
+        17,
+    )
+    _write(
+        args.out,
+        {
+            "servers": [asdict(s) for s in specs],
+            "settings": base.to_mapping(),
+            "heterogeneity": args.heterogeneity,
+            "test_error": table,
+            "max_spent_over_budget": max(
+                r.privacy["max_spent_over_budget"] for r in results
+            ),
+        },
     )
     print(f"wrote {args.out}")
     return 0
 
 
+def _server_table(
+    specs: list[Any],
+    rows: dict[str, Any],
+    methods: tuple[str, ...],
+    cell: Callable[[Any], str],
+    width: int,
+) -> None:
+    """One line per server: its name and sizes, then every method's cell."""
+    print("server".ljust(30) + "".join(m.rjust(width) for m in methods))
+    for (name, row), spec in zip(rows.items(), specs, strict=True):
+        label = f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})"
+        print(label.ljust(30) + "".join(cell(row[m]).rjust(width) for m in methods))
+
+
+def _write(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1))
+
+
 def _deploy_module(name: str) -> Any:
     """A module of the checkout's ``deploy/`` folder (commands above the library)."""
-    import importlib
-
     deploy = Path(__file__).resolve().parents[1] / "deploy"
     if not (deploy / f"{name}.py").exists():
         raise RuntimeError(f"this command needs a source checkout of ldpfda: {deploy}")
@@ -415,24 +398,14 @@ def _run_multiserver_flower(
         print(f"ldpfda multiserver --flower: error: {exc}", file=sys.stderr)
         return 1
     methods = ("multi_server", "global", "voting_all")
-    print("server".ljust(30) + "".join(m.rjust(14) for m in methods))
-    for (name, row), spec in zip(report["test_errors"].items(), specs, strict=True):
-        label = f"{name} ({spec.n_train}+{spec.n_eval}, eps={spec.epsilon:g})"
-        print(label.ljust(30) + "".join(f"{row[m]:.3f}".rjust(14) for m in methods))
+    _server_table(specs, report["test_errors"], methods, lambda v: f"{v:.3f}", 14)
     for path, reason in report["rejected_artifacts"].items():
         print(f"rejected {path}: {reason}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    _write(args.out, report)
     print(
         f"wrote {args.out} (session {report['session']}, {report['wall_time_s']:.0f} s)"
     )
     return 0
-
-
-def _delegate(module: str, argv: list[str]) -> int:
-    import importlib
-
-    return int(importlib.import_module(module).main(argv) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "ldpfda.experiments.benchmark",
     }
     if argv and argv[0] in delegated:
-        return _delegate(delegated[argv[0]], argv[1:])
+        return int(importlib.import_module(delegated[argv[0]]).main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(
         prog="ldpfda",
         allow_abbrev=False,

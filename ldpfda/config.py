@@ -1,17 +1,12 @@
 r"""One validated settings object for the in-process CLI and the Flower apps.
 
-Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``::
-
-    privacy.epsilon = 5.0        fda.n-basis = 10        mrma.num-weak-models = 50
-    data.dataset = "vector"      seed = 0
-
-The group prefix may be left out (``epsilon``, ``n-basis``, ...).
-
-The default protocol is the joint release (``privacy.mechanism = "joint-hybrid"``):
+Keys are kebab-case and grouped by topic, as in ``[tool.flwr.app.config]``
+(``privacy.epsilon = 5.0``, ``fda.n-basis = 10``, ``seed = 0``); the group prefix may be
+left out (``epsilon``, ``n-basis``, ...). The default protocol is the joint release:
 every client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once with
-the hybrid mechanism at its whole epsilon, and the server fits the moment classifier
-(:class:`~ldpfda.server.learners.MomentLinearClassifier`). The reference MRMA protocol
-is one option away: ``privacy.mechanism = "reference"``, or :meth:`Settings.reference`.
+the hybrid mechanism at its whole epsilon, and the server fits the moment classifier.
+The reference MRMA protocol is ``privacy.mechanism = "reference"``
+(:meth:`Settings.reference`).
 """
 
 from __future__ import annotations
@@ -40,36 +35,23 @@ __all__ = [
 ]
 
 DATASETS = ("vector", "functional")
+#: Label-only modes (features public, the server fits one corrected logistic
+#: regression, :mod:`ldpfda.server.labels`): ``label-uniform``, K-ary randomized
+#: response; ``label-cluster``, pilots' K-RR labels give every cluster a prior that the
+#: others randomize with; ``label-p2p``, the peer-to-peer mechanism for binary labels.
+LABEL_MECHANISMS = ("label-uniform", "label-cluster", "label-p2p")
 #: What clients release: ``joint-<vector mechanism>`` (one release of
 #: :math:`\tilde y (1, x)` at the whole epsilon, see
-#: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`) or ``reference`` (Laplace on
-#: the coefficients and randomized response on the label, epsilon split between them).
-#: ``label-*`` are the label-only modes (issue 5, features public): see
-#: :data:`LABEL_MECHANISMS`.
+#: :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`), ``reference`` (Laplace on
+#: the coefficients and randomized response on the label, epsilon split between them)
+#: or a label-only mode.
 MECHANISMS = (
-    "joint-hybrid",
-    "joint-piecewise",
-    "joint-duchi",
-    "joint-laplace",
+    *(f"joint-{m}" for m in ("hybrid", "piecewise", "duchi", "laplace")),
     "reference",
-    "label-uniform",
-    "label-cluster",
-    "label-p2p",
+    *LABEL_MECHANISMS,
 )
-#: Label-only modes: features are public, only labels are randomized, the server fits
-#: one corrected logistic regression (:mod:`ldpfda.server.labeldp_engine`).
-#: ``label-uniform``: K-ary randomized response; ``label-cluster``: pilots' K-RR labels
-#: give every cluster a prior, the others randomize with it (RR-with-prior);
-#: ``label-p2p``: the peer-to-peer mechanism for binary labels. Their keys are the
-#: ``labeldp.*`` group.
-LABEL_MECHANISMS = ("label-uniform", "label-cluster", "label-p2p")
-#: Loss corrections of the label-only modes (``labeldp.correction``).
 LABEL_CORRECTIONS = ("forward", "backward")
-#: Server methods; ``auto`` is ``moment`` for joint releases and ``mrma`` for the
-#: reference release.
 SERVER_METHODS = ("auto", "moment", "mrma")
-#: Weak learners of MRMA; ``auto`` is ``moment`` for joint releases and ``logistic``
-#: for the reference release.
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 
 
@@ -78,8 +60,8 @@ def setting(
 ) -> Any:
     """A field of :class:`Settings` with its group (the key's prefix), help and choices.
 
-    This is the one declaration of a setting: the run-config key, the CLI flag, the
-    docs table (:func:`settings_markdown`) and the defaults all come from it.
+    The one declaration of a setting: its run-config key, CLI flag, docs table row
+    (:func:`settings_markdown`) and default all come from it.
     """
     return field(
         default=default, metadata={"group": group, "help": help, "choices": choices}
@@ -90,70 +72,12 @@ def setting(
 class Settings:
     """Settings of a run, validated on construction.
 
-    Attributes
-    ----------
-    epsilon : float
-        Each client's total budget, spent once: on its joint release, or (reference
-        MRMA) split over coefficients and label by a training client and spent on one
-        feedback bit by an evaluation client. ``inf`` = non-private.
-    mechanism : str
-        What clients release, one of :data:`MECHANISMS`; ``"reference"`` is the
-        reference release of MRMA.
-    method : {"auto", "moment", "mrma"}
-        ``"moment"``: every client (``n_train + n_eval`` of them) releases once and the
-        server fits :class:`~ldpfda.server.learners.MomentLinearClassifier`;
-        ``"mrma"``: training clients release, the server fits weak models, evaluation
-        clients answer one feedback bit each, then reversal, selection and averaging.
-        ``"auto"`` (default): ``"moment"`` for joint releases, ``"mrma"`` for the
-        reference release (see :attr:`protocol`).
-    label_share : float or None
-        Share of a training client's epsilon on its label (reference release only);
-        None = reference 1/(p+1).
-    n_basis, order : int
-        B-spline basis size p and order (4 = cubic), functional data only.
-    calibration_size : int
-        Number of public calibration curves that fix the rescaling bounds.
-    num_weak_models, subsample_size : int
-        M weak classifiers, each trained on this many payloads.
-    cutoff : float
-        c of the selection rule ``|1/2 - e| > 1/2 - c``.
-    weak_learner : {"auto", "logistic", "svm", "moment", "natarajan"}
-        MRMA's weak learner (see :attr:`learner`); ``"auto"`` is ``"moment"`` for
-        joint releases and ``"logistic"`` (the reference) otherwise. Joint releases
-        carry no separate label, so they need ``"moment"``.
-    normalize_models : bool
-        Scale every weak model to unit norm before averaging (see
-        :func:`ldpfda.server.mrma.average_models`); False averages raw coefficients.
-    n_clusters : int
-        Label-only modes: k-means clusters of the public features (``label-cluster``,
-        ``label-p2p``); at most the number of clients.
-    pilot_share : float
-        ``label-cluster``: share of every cluster's clients (at least one) whose K-RR
-        labels estimate the cluster's label distribution, in (0, 1).
-    min_cluster_size : int
-        ``label-p2p``: clusters smaller than this are merged into the nearest one;
-        the released labels are :math:`(\varepsilon, 1/s^2)`-label-DP for the smallest
-        size :math:`s`.
-    correction : {"forward", "backward"}
-        Label-only modes: the corrected loss of the logistic regression
-        (:mod:`ldpfda.labeldp.learners`).
-    dataset : {"vector", "functional"}
-        Embedded design.
-    public_features : bool
-        Give the moment classifier the second moment of public, unlabeled features
-        (the design's ``calibration_size`` public calibration sample, see
-        :func:`ldpfda.server.engine.public_features`); False estimates it from the
-        releases alone.
-    n_train, n_eval, n_test, repeats : int
-    server_id : int
-        This server's index in a multi-server session
-        (:mod:`ldpfda.server.multiserver`): its population is drawn from its own data
-        stream and the featurizer is shared by every server. -1 (default) is a
-        single-server run.
-    feature_shift, label_shift : float
-        Distribution shift of this server's population (see
-        :func:`~ldpfda.datasets.synthetic.make_design`); multi-server sessions only.
-    seed : int
+    Each field's meaning is its help (``docs/settings.md``). ``method="moment"``: every
+    client releases once and the server fits one moment classifier; ``"mrma"``:
+    training clients release, the server fits weak models, every evaluation client
+    answers one feedback bit, then reversal, selection and averaging. A server of a
+    multi-server session (``server_id >= 0``, :mod:`ldpfda.server.multiserver`) draws
+    its population from its own (shifted) data stream.
     """
 
     epsilon: float = setting(
@@ -181,36 +105,16 @@ class Settings:
         "share of a training client's epsilon on its label, reference release only "
         "('reference': 1/(p+1))",
     )
-    n_basis: int = setting(
-        10,
-        "fda",
-        "B-spline basis size p (functional data)",
-    )
-    order: int = setting(
-        4,
-        "fda",
-        "B-spline order (4 = cubic)",
-    )
+    n_basis: int = setting(10, "fda", "B-spline basis size p (functional data)")
+    order: int = setting(4, "fda", "B-spline order (4 = cubic)")
     calibration_size: int = setting(
-        1000,
-        "fda",
-        "public calibration curves that fix the rescaling bounds",
+        1000, "fda", "public calibration curves that fix the rescaling bounds"
     )
-    num_weak_models: int = setting(
-        50,
-        "mrma",
-        "M, MRMA's weak classifiers",
-    )
+    num_weak_models: int = setting(50, "mrma", "M, MRMA's weak classifiers")
     subsample_size: int = setting(
-        50,
-        "mrma",
-        "payloads each weak classifier is trained on",
+        50, "mrma", "payloads each weak classifier is trained on"
     )
-    cutoff: float = setting(
-        0.2,
-        "mrma",
-        "c of the selection rule |1/2 - e| > 1/2 - c",
-    )
+    cutoff: float = setting(0.2, "mrma", "c of the selection rule |1/2 - e| > 1/2 - c")
     weak_learner: str = setting(
         "auto",
         "mrma",
@@ -219,9 +123,7 @@ class Settings:
         choices=WEAK_LEARNERS,
     )
     normalize_models: bool = setting(
-        True,
-        "mrma",
-        "scale every weak model to unit norm before averaging",
+        True, "mrma", "scale every weak model to unit norm before averaging"
     )
     n_clusters: int = setting(
         10,
@@ -234,9 +136,7 @@ class Settings:
         "label-cluster: share of each cluster releasing K-RR labels for its prior",
     )
     min_cluster_size: int = setting(
-        10,
-        "labeldp",
-        "label-p2p: smallest cluster s (delta = 1/s^2)",
+        10, "labeldp", "label-p2p: smallest cluster s (delta = 1/s^2)"
     )
     correction: str = setting(
         "forward",
@@ -244,12 +144,7 @@ class Settings:
         "label-only modes: the corrected loss",
         choices=LABEL_CORRECTIONS,
     )
-    dataset: str = setting(
-        "vector",
-        "data",
-        "embedded design",
-        choices=DATASETS,
-    )
+    dataset: str = setting("vector", "data", "embedded design", choices=DATASETS)
     public_features: bool = setting(
         True,
         "data",
@@ -257,94 +152,51 @@ class Settings:
         "features (false: from the releases)",
     )
     n_train: int = setting(
-        500,
-        "data",
-        "training clients (every client releases in a moment run)",
+        500, "data", "training clients (every client releases in a moment run)"
     )
-    n_eval: int = setting(
-        2500,
-        "data",
-        "evaluation clients",
-    )
-    n_test: int = setting(
-        100_000,
-        "data",
-        "clean test points of the design",
-    )
-    repeats: int = setting(
-        20,
-        "data",
-        "repeats of a simulation",
-    )
+    n_eval: int = setting(2500, "data", "evaluation clients")
+    n_test: int = setting(100_000, "data", "clean test points of the design")
+    repeats: int = setting(20, "data", "repeats of a simulation")
     server_id: int = setting(
-        -1,
-        "data",
-        "this server's index in a multi-server session (-1: single server)",
+        -1, "data", "this server's index in a multi-server session (-1: single server)"
     )
     feature_shift: float = setting(
-        0.0,
-        "data",
-        "feature shift of this server's population (multi-server sessions)",
+        0.0, "data", "feature shift of this server's population (multi-server sessions)"
     )
     label_shift: float = setting(
-        0.0,
-        "data",
-        "label shift of this server's population (multi-server sessions)",
+        0.0, "data", "label shift of this server's population (multi-server sessions)"
     )
-    seed: int = setting(
-        0,
-        None,
-        "run seed of every derived stream",
-    )
+    seed: int = setting(0, None, "run seed of every derived stream")
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+
+        def integer(name: str, minimum: int) -> int:
+            set_(self, name, check_int(getattr(self, name), name, minimum=minimum))
+            return int(getattr(self, name))
+
+        def real(name: str, **bounds: Any) -> None:
+            set_(self, name, check_real(getattr(self, name), name, **bounds))
+
+        def choice(name: str) -> None:
+            choices = _FIELDS[name].metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name} must be one of {choices}, got {getattr(self, name)!r}"
+                )
+
         set_(self, "epsilon", check_epsilon(self.epsilon))
         if self.label_share is not None:
-            set_(
-                self,
-                "label_share",
-                check_real(
-                    self.label_share,
-                    "label_share",
-                    low=0.0,
-                    high=1.0,
-                    low_open=True,
-                    high_open=True,
-                ),
-            )
-        order = check_int(self.order, "order", minimum=1)
-        set_(self, "order", order)
-        n_basis = check_int(self.n_basis, "n_basis", minimum=1)
-        if n_basis < order:
-            raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
-        set_(self, "n_basis", n_basis)
-        set_(
-            self,
-            "calibration_size",
-            check_int(self.calibration_size, "calibration_size", minimum=2),
-        )
-        m = check_int(self.num_weak_models, "num_weak_models", minimum=1)
-        set_(self, "num_weak_models", m)
-        set_(
-            self,
-            "subsample_size",
-            check_int(self.subsample_size, "subsample_size", minimum=2),
-        )
-        set_(self, "cutoff", check_real(self.cutoff, "cutoff", low=0.0, high=0.5))
-        if self.mechanism not in MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}"
-            )
-        if self.method not in SERVER_METHODS:
-            raise ValueError(
-                f"method must be one of {SERVER_METHODS}, got {self.method!r}"
-            )
-        if self.weak_learner not in WEAK_LEARNERS:
-            raise ValueError(
-                f"weak_learner must be one of {WEAK_LEARNERS}, "
-                f"got {self.weak_learner!r}"
-            )
+            real("label_share", low=0.0, high=1.0, low_open=True, high_open=True)
+        order = integer("order", 1)
+        if integer("n_basis", 1) < order:
+            raise ValueError(f"n_basis must be >= order ({order}), got {self.n_basis}")
+        integer("calibration_size", 2)
+        m = integer("num_weak_models", 1)
+        integer("subsample_size", 2)
+        real("cutoff", low=0.0, high=0.5)
+        for name in ("mechanism", "method", "weak_learner"):
+            choice(name)
         if self.joint_release and self.protocol == "mrma" and self.learner != "moment":
             raise ValueError(
                 f"weak_learner {self.weak_learner!r} needs released labels; with "
@@ -359,58 +211,35 @@ class Settings:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-        if self.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
-        n_train = check_int(self.n_train, "n_train", minimum=2)
-        set_(self, "n_train", n_train)
+        choice("dataset")
+        n_train = integer("n_train", 2)
         if self.subsample_size > n_train:
             raise ValueError(
                 f"subsample_size must be <= n_train ({n_train}), "
                 f"got {self.subsample_size}"
             )
-        set_(self, "n_eval", check_int(self.n_eval, "n_eval", minimum=m))
-        self._check_labeldp()
-        set_(self, "n_test", check_int(self.n_test, "n_test", minimum=1))
-        set_(self, "repeats", check_int(self.repeats, "repeats", minimum=1))
-        set_(self, "server_id", check_int(self.server_id, "server_id", minimum=-1))
+        integer("n_eval", m)
+        # The labeldp.* keys; population bounds only for a label-only mode.
+        integer("n_clusters", 1)
+        real("pilot_share", low=0.0, high=1.0, low_open=True, high_open=True)
+        integer("min_cluster_size", 1)
+        choice("correction")
+        if self.label_release:
+            self._check_label_only()
+        integer("n_test", 1)
+        integer("repeats", 1)
+        integer("server_id", -1)
         for name in ("feature_shift", "label_shift"):
-            set_(self, name, check_real(getattr(self, name), name))
+            real(name)
             if getattr(self, name) != 0.0 and self.server_id < 0:
                 raise ValueError(
                     f"{name} describes a server's population in a multi-server "
                     f"session and needs server_id >= 0, got {name}="
                     f"{getattr(self, name)!r} with server_id={self.server_id}"
                 )
-        set_(self, "seed", check_int(self.seed, "seed", minimum=0))
+        integer("seed", 0)
 
-    def _check_labeldp(self) -> None:
-        """The ``labeldp.*`` keys; population bounds only for a label-only mode."""
-        set_ = object.__setattr__
-        set_(self, "n_clusters", check_int(self.n_clusters, "n_clusters", minimum=1))
-        set_(
-            self,
-            "pilot_share",
-            check_real(
-                self.pilot_share,
-                "pilot_share",
-                low=0.0,
-                high=1.0,
-                low_open=True,
-                high_open=True,
-            ),
-        )
-        set_(
-            self,
-            "min_cluster_size",
-            check_int(self.min_cluster_size, "min_cluster_size", minimum=1),
-        )
-        if self.correction not in LABEL_CORRECTIONS:
-            raise ValueError(
-                f"correction must be one of {LABEL_CORRECTIONS}, "
-                f"got {self.correction!r}"
-            )
-        if not self.label_release:
-            return
+    def _check_label_only(self) -> None:
         if self.method != "auto":
             raise ValueError(
                 f"mechanism {self.mechanism!r} trains one corrected model; method must "
@@ -468,11 +297,7 @@ class Settings:
 
     @classmethod
     def reference(cls, **changes: Any) -> Settings:
-        """The reference MRMA protocol: Laplace + RR release, logistic weak models.
-
-        ``Settings.reference(epsilon=2.0)`` is ``Settings(mechanism="reference",
-        epsilon=2.0)``; other fields keep their defaults unless given.
-        """
+        """The reference MRMA protocol (``mechanism="reference"``) with ``changes``."""
         return cls(**{"mechanism": "reference", **changes})
 
     def replace(self, **changes: Any) -> Settings:
@@ -494,7 +319,6 @@ class Settings:
         Unknown keys are refused with a ``ValueError`` naming them, so a typo in a run
         config does not silently fall back to a default.
         """
-        names = {f.name for f in fields(cls)}
         changes: dict[str, Any] = {}
         unknown = []
         for key, value in mapping.items():
@@ -502,14 +326,12 @@ class Settings:
             name = leaf.replace("-", "_")
             if (
                 "_" in leaf
-                or name not in names
+                or name not in _FIELDS
                 or (key.count(".") and cls.key(name) != key)
             ):
                 unknown.append(key)
                 continue
-            if name == "label_share" and (
-                value == "" or value is None or value == "reference"
-            ):
+            if name == "label_share" and value in ("", None, "reference"):
                 value = None
             elif name == "epsilon" and isinstance(value, str):
                 value = float(value)
@@ -584,7 +406,7 @@ def run_settings(run_config: Mapping[str, Any]) -> tuple[Settings, dict[str, Any
     CLI, so an unknown or invalid setting fails the same way in both.
     """
     flower = {
-        k[len(FLOWER_PREFIX) :]: v
+        k.removeprefix(FLOWER_PREFIX): v
         for k, v in run_config.items()
         if k.startswith(FLOWER_PREFIX)
     }
