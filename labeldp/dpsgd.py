@@ -33,11 +33,11 @@ import math
 
 import numpy as np
 from dp_accounting import dp_event, rdp
-from numpy.typing import ArrayLike, NDArray
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_array, check_is_fitted
+from numpy.typing import ArrayLike
+from sklearn.utils.validation import check_array
 
 from ldpfda._validation import check_epsilon, check_int, check_real
+from ldpfda.labeldp.learners import _LinearClassifier, _softmax
 from ldpfda.labeldp.mechanisms import check_labels
 from ldpfda.privacy.base import ReleaseEvent
 
@@ -117,7 +117,7 @@ def calibrate_noise_multiplier(
     return high
 
 
-class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
+class DPSGDLogisticRegression(_LinearClassifier):
     r"""Multinomial logistic regression trained by DP-SGD (numpy, vectorised).
 
     Parameters
@@ -229,18 +229,13 @@ class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
             index = (
                 gen.choice(n, size=size, replace=False) if size else np.zeros(0, int)
             )
-            z = xt[index] @ w.T
-            e = np.exp(z - z.max(axis=1, keepdims=True))
-            residual = e / e.sum(axis=1, keepdims=True) - onehot[labels[index]]
+            residual = _softmax(xt[index] @ w.T) - onehot[labels[index]]
             norms = np.linalg.norm(residual, axis=1) * x_norm[index]
             scale = np.minimum(1.0, clip / np.maximum(norms, 1e-12))
             grad_sum = (residual * scale[:, None]).T @ xt[index]
             noise = gen.normal(0.0, sigma * clip, size=w.shape)
             w -= lr * (grad_sum + noise) / (rate * n)
-        self.coef_ = w[:, :p].copy()
-        self.intercept_ = w[:, p].copy()
-        self.classes_ = np.arange(k)
-        self.n_features_in_ = p
+        self._set_weights(w)
         self.noise_multiplier_ = float(sigma)
         self.epsilon_ = float(achieved)
         self.delta_ = float(delta)
@@ -255,21 +250,3 @@ class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
             clip_norm=clip,
         )
         return self
-
-    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
-        check_is_fitted(self)
-        x = check_array(X, dtype=np.float64)
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {x.shape[1]} features, expected {self.n_features_in_}"
-            )
-        return x @ self.coef_.T + self.intercept_
-
-    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
-        z = self.decision_function(X)
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
-        scores = self.decision_function(X)  # checks that the model is fitted
-        return self.classes_[np.argmax(scores, axis=1)]
