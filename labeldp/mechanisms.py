@@ -2,13 +2,11 @@ r"""Label-DP release of a training set: cluster-based and uniform randomized res
 
 Both mechanisms take the true labels of a whole training set (a trusted curator holds
 them) and return a :class:`LabelRelease`: the noisy labels, the released cluster label
-distributions :math:`q_c` and the resampling probability :math:`\lambda`, from which the
-corrected losses of :mod:`ldpfda.labeldp.transition` are built, plus one immutable
-:class:`~ldpfda.privacy.ReleaseEvent` per part of the release.
-
-Neither is a :class:`~ldpfda.privacy.Mechanism`: those are local randomizers applied row
-by row, while ClusterRR is a central mechanism whose second step depends on a statistic
-of everybody's labels. Both record their spending in the same events.
+distributions :math:`q_c` and the resampling probability :math:`\lambda` (from which the
+corrected losses of :mod:`ldpfda.labeldp.transition` are built), with one
+:class:`~ldpfda.privacy.ReleaseEvent` per part of the release. ClusterRR is a central
+mechanism (its second step depends on everybody's labels), not a local
+:class:`~ldpfda.privacy.Mechanism`.
 """
 
 from __future__ import annotations
@@ -57,23 +55,14 @@ Truncation = Literal["clip", "zero"]
 Rng = np.random.Generator | int | None
 
 
-def _seed_from(gen: np.random.Generator) -> int:
-    """An int ``random_state`` for scikit-learn, drawn from ``gen``."""
-    return int(gen.integers(0, 2**31 - 1))
-
-
 def assign_clusters(
     features: ArrayLike, *, n_clusters: int = 100, rng: Rng = None
 ) -> NDArray[np.int64]:
     """Cluster examples on their (public) features with scikit-learn's k-means.
 
     Label DP protects only the labels, so clustering the features costs no epsilon.
-    KMeans runs with scikit-learn's defaults and a ``random_state`` drawn from ``rng``.
-
-    Returns
-    -------
-    ndarray of int, shape (n,)
-        Cluster index in ``{0, ..., n_clusters - 1}`` of every example.
+    KMeans runs with scikit-learn's defaults and a ``random_state`` drawn from ``rng``;
+    returns the cluster in ``{0, ..., n_clusters - 1}`` of every example.
 
     References
     ----------
@@ -87,8 +76,8 @@ def assign_clusters(
         )
     from sklearn.cluster import KMeans  # imported only when clustering
 
-    model = KMeans(n_clusters=k, random_state=_seed_from(as_generator(rng)))
-    return model.fit_predict(x).astype(np.int64)
+    seed = int(as_generator(rng).integers(0, 2**31 - 1))
+    return KMeans(n_clusters=k, random_state=seed).fit_predict(x).astype(np.int64)
 
 
 def cluster_label_counts(
@@ -114,12 +103,11 @@ def noisy_cluster_histograms(
 
     The noise is the discrete Laplace law on the integer counts, drawn exactly
     (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`, scale rounded up to a
-    multiple of :math:`2^{-20}`), so the release is a set of integers over public sizes
-    and carries no floating-point side channel. One label change moves two counts by 1
-    (L1 sensitivity 2): :math:`2/\sigma`-label-DP
-    (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`), exactly, as for the
-    continuous law of the paper (same scale :math:`\sigma/n_c` on the proportions).
-    An empty cluster holds no label and releases the uniform distribution.
+    multiple of :math:`2^{-20}`): integers over public sizes, no floating-point side
+    channel. One label change moves two counts by 1 (L1 sensitivity 2):
+    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`),
+    as for the paper's continuous law. An empty cluster releases the uniform
+    distribution.
     """
     n = np.asarray(counts)
     if n.ndim != 2 or n.dtype.kind not in "iu" or np.any(n < 0):
@@ -128,10 +116,8 @@ def noisy_cluster_histograms(
         sigma, "sigma", low=0.0, high=math.inf, low_open=True, high_open=True
     )
     size = n.sum(axis=1, keepdims=True).astype(float)
-    safe = np.maximum(size, 1.0)
     noise = discrete_laplace(sigma, n.size, as_generator(rng)).reshape(n.shape)
-    noisy = (n + noise) / safe
-    return np.where(size > 0, noisy, 1.0 / n.shape[1])
+    return np.where(size > 0, (n + noise) / np.maximum(size, 1.0), 1.0 / n.shape[1])
 
 
 def cluster_distributions(
@@ -150,8 +136,8 @@ def cluster_distributions(
     .. math:: q_c = (1 - \omega)\, \frac{\bar p_c}{\mathbf 1^\top \bar p_c}
                     + \frac{\omega}{K}
 
-    with floor :math:`\omega \in [0, 1]`, so :math:`q_c(y) \ge \omega/K`. Pure
-    post-processing of the release.
+    with floor :math:`\omega \in [0, 1]`, so :math:`q_c(y) \ge \omega/K`
+    (post-processing).
     """
     p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
     tau = check_real(tau, "tau", low=0.0, high=1.0)
@@ -159,8 +145,7 @@ def cluster_distributions(
     if truncation == "clip":
         trunc = np.clip(p, tau, 1.0)
     elif truncation == "zero":
-        trunc = np.where(p < tau, 0.0, np.minimum(p, 1.0))
-        trunc = np.maximum(trunc, 0.0)
+        trunc = np.maximum(np.where(p < tau, 0.0, np.minimum(p, 1.0)), 0.0)
     else:
         raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
     k = p.shape[1]
@@ -175,16 +160,20 @@ def _frozen(array: ArrayLike, dtype: type) -> NDArray:
     return out
 
 
+def _q_min(q: NDArray[np.float64], sizes: NDArray) -> float:
+    """Smallest probability of ``q`` over the non-empty clusters (1 if none)."""
+    used = sizes > 0
+    return float(q[used].min()) if np.any(used) else 1.0
+
+
 @dataclass(frozen=True, eq=False)
 class LabelRelease:
     r"""What a label-DP mechanism publishes about a training set.
 
     Attributes
     ----------
-    labels : ndarray of int, shape (n,)
-        Noisy labels :math:`\tilde y_i`.
-    clusters : ndarray of int, shape (n,)
-        Cluster of every example (public: a function of the features).
+    labels, clusters : ndarray of int, shape (n,)
+        Noisy labels :math:`\tilde y_i` and the (public) cluster of every example.
     distributions : ndarray, shape (C, K)
         Released sampling distributions :math:`q_c`.
     resample_probability : float
@@ -193,8 +182,7 @@ class LabelRelease:
         :math:`n_c` (public).
     events : tuple of ReleaseEvent
         One per part of the release that spends epsilon (resampling with
-        :math:`\lambda = 1` spends none and records none); their epsilons add up to
-        :attr:`epsilon`.
+        :math:`\lambda = 1` records none); their epsilons add up to :attr:`epsilon`.
     noisy_histograms : ndarray, shape (C, K), or None
         The Laplace release, when there is one.
     beta : float
@@ -214,14 +202,12 @@ class LabelRelease:
     parameters: tuple[tuple[str, Any], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", _frozen(self.labels, np.int64))
-        object.__setattr__(self, "clusters", _frozen(self.clusters, np.int64))
         object.__setattr__(
-            self,
-            "distributions",
-            _frozen(check_distributions(self.distributions), np.float64),
+            self, "distributions", check_distributions(self.distributions)
         )
-        object.__setattr__(self, "cluster_sizes", _frozen(self.cluster_sizes, np.int64))
+        for name in ("labels", "clusters", "distributions", "cluster_sizes"):
+            dtype = np.float64 if name == "distributions" else np.int64
+            object.__setattr__(self, name, _frozen(getattr(self, name), dtype))
         if self.noisy_histograms is not None:
             object.__setattr__(
                 self, "noisy_histograms", _frozen(self.noisy_histograms, np.float64)
@@ -240,15 +226,12 @@ class LabelRelease:
     @property
     def q_min(self) -> float:
         """Smallest released probability over the non-empty clusters."""
-        used = self.cluster_sizes > 0
-        return float(self.distributions[used].min()) if np.any(used) else 1.0
+        return _q_min(self.distributions, self.cluster_sizes)
 
     def check_beta(self, beta: float | None) -> float:
         """Validate a correction parameter: ``None`` means :math:`\\lambda`."""
         lam = self.resample_probability
-        if beta is None:
-            return lam
-        return check_real(beta, "beta", low=0.0, high=lam)
+        return lam if beta is None else check_real(beta, "beta", low=0.0, high=lam)
 
     def transition_matrices(self, beta: float | None = None) -> NDArray[np.float64]:
         r""":math:`T_c(\beta)` of every cluster, (C, K, K); default :math:`\lambda`."""
@@ -266,13 +249,8 @@ class LabelRelease:
 
     def corrected_loss(self, losses: ArrayLike, beta: float | None = None) -> NDArray:
         r"""Backward-corrected loss of every example from its losses for all labels."""
-        return corrected_loss(
-            losses,
-            self.labels,
-            self.clusters,
-            self.distributions,
-            self.check_beta(beta),
-        )
+        b = self.check_beta(beta)
+        return corrected_loss(losses, self.labels, self.clusters, self.distributions, b)
 
     def summary(self) -> dict[str, Any]:
         """Plain-dict description (for result files)."""
@@ -303,9 +281,69 @@ def resample_labels(
     cdf = np.cumsum(q, axis=1)
     cdf[:, -1] = 1.0
     u = gen.random(n)
-    # Inverse-CDF draw from each example's cluster row, vectorised.
     drawn = (u[:, None] >= cdf[clusters]).sum(axis=1)
     return np.where(redraw, np.minimum(drawn, q.shape[1] - 1), labels)
+
+
+def _given_clusters(
+    clusters: ArrayLike, labels: NDArray[np.int64], n_clusters: int | None = None
+) -> tuple[NDArray[np.int64], int]:
+    """Check clusters against ``labels``; return them and their count (default
+    ``max + 1``)."""
+    c0 = np.asarray(clusters)
+    if n_clusters is None:
+        n_clusters = int(c0.max()) + 1 if c0.size else 1
+    c = check_labels(c0, n_clusters, "clusters")
+    if c.shape != labels.shape:
+        raise ValueError(
+            f"labels and clusters differ in length: {labels.size} != {c.size}"
+        )
+    return c, n_clusters
+
+
+def _resample_release(
+    labels: NDArray[np.int64],
+    clusters: NDArray[np.int64],
+    q: NDArray[np.float64],
+    lam: float,
+    gen: np.random.Generator,
+    *,
+    sizes: NDArray,
+    noisy: NDArray[np.float64] | None,
+    sigma: float,
+    beta: float,
+    parameters: tuple[tuple[str, Any], ...],
+) -> LabelRelease:
+    """Step 5 after the histogram release ``noisy`` (None: none), with its events."""
+    events = []
+    if noisy is not None:
+        events.append(
+            ReleaseEvent.of(
+                "cluster_histogram_laplace",
+                histogram_epsilon(sigma=sigma),
+                sigma=sigma,
+                n_clusters=int(q.shape[0]),
+            )
+        )
+    q_min = _q_min(q, sizes)
+    eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
+    if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing
+        events.append(
+            ReleaseEvent.of(
+                "cluster_resampling", eps_2, resample_probability=lam, q_min=q_min
+            )
+        )
+    return LabelRelease(
+        labels=resample_labels(labels, clusters, q, lam, gen),
+        clusters=clusters,
+        distributions=q,
+        resample_probability=lam,
+        cluster_sizes=sizes,
+        events=tuple(events),
+        noisy_histograms=noisy,
+        beta=beta,
+        parameters=parameters,
+    )
 
 
 class ClusterRR:
@@ -332,13 +370,8 @@ class ClusterRR:
     sigma : float
         Histogram noise factor in (0, inf]. ``inf`` releases no histogram and is only
         allowed with ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
-    tau : float
-        Truncation threshold in [0, 1].
-    truncation : {"clip", "zero"}
-        Clip entries to :math:`[\tau, 1]`, or zero those below :math:`\tau`.
-    floor : float
-        Weight :math:`\omega \in [0, 1]` of the uniform distribution mixed into
-        :math:`q_c`.
+    tau, truncation, floor
+        Step 3 (:func:`cluster_distributions`).
     resample_probability : float, optional
         A fixed :math:`\lambda \in (0, 1]`; :math:`\varepsilon_2` then follows from the
         realised :math:`q_{\min}`.
@@ -446,22 +479,14 @@ class ClusterRR:
         gen = as_generator(rng)
         if (clusters is None) == (features is None):
             raise ValueError("give exactly one of clusters and features")
+        n_clusters: int | None = None
         if clusters is None:
             assert features is not None  # exactly one of the two was given
-            c = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
+            clusters = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
             n_clusters = int(self.n_clusters)
-        else:
-            c0 = np.asarray(clusters)
-            n_clusters = int(c0.max()) + 1 if c0.size else 1
-            c = check_labels(c0, n_clusters, "clusters")
-        if c.shape != y.shape:
-            raise ValueError(
-                f"labels and clusters differ in length: {y.size} != {c.size}"
-            )
+        c, n_clusters = _given_clusters(clusters, y, n_clusters)
         counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
         sizes = counts.sum(axis=1)
-
-        events: list[ReleaseEvent] = []
         noisy: NDArray[np.float64] | None = None
         if math.isinf(self.sigma):
             q = np.full((n_clusters, k), 1.0 / k)
@@ -470,25 +495,14 @@ class ClusterRR:
             q = cluster_distributions(
                 noisy, tau=self.tau, truncation=self.truncation, floor=self.floor
             )
-            events.append(
-                ReleaseEvent.of(
-                    "cluster_histogram_laplace",
-                    histogram_epsilon(sigma=self.sigma),
-                    sigma=float(self.sigma),
-                    n_clusters=n_clusters,
-                )
-            )
-        used = sizes > 0
-        q_min = float(q[used].min()) if np.any(used) else 1.0
-
+        q_min = _q_min(q, sizes)
         if self.resample_probability is not None:
             lam = float(self.resample_probability)
             if lam < 1.0 and q_min == 0.0:
                 raise ValueError(
                     "a released probability is 0 and resample_probability (lambda) "
-                    "< 1: "
-                    "the resampling step would not be differentially private; use "
-                    "floor > 0, truncation='clip' with tau > 0, or lambda = 1"
+                    "< 1: the resampling step would not be differentially private; "
+                    "use floor > 0, truncation='clip' with tau > 0, or lambda = 1"
                 )
         elif q_min == 0.0:
             lam = 1.0  # spends 0 <= epsilon_resample
@@ -496,25 +510,16 @@ class ClusterRR:
             # _validate saw exactly one of resample_probability and epsilon_resample
             assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
-        eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
-        if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing
-            events.append(
-                ReleaseEvent.of(
-                    "cluster_resampling", eps_2, resample_probability=lam, q_min=q_min
-                )
-            )
-
-        noisy_labels = resample_labels(y, c, q, lam, gen)
-        beta = lam if self.beta is None else min(float(self.beta), lam)
-        return LabelRelease(
-            labels=noisy_labels,
-            clusters=c,
-            distributions=q,
-            resample_probability=lam,
-            cluster_sizes=sizes,
-            events=tuple(events),
-            noisy_histograms=noisy,
-            beta=beta,
+        return _resample_release(
+            y,
+            c,
+            q,
+            lam,
+            gen,
+            sizes=sizes,
+            noisy=noisy,
+            sigma=float(self.sigma),
+            beta=lam if self.beta is None else min(float(self.beta), lam),
             parameters=tuple(sorted(self.parameters().items())),
         )
 

@@ -1,61 +1,48 @@
 r"""Choosing ClusterRR's parameters for a target epsilon from released statistics only.
 
-The rule never looks at the true labels except through differentially private releases
-whose epsilon is charged to the same budget, and never at test data.
+The rule sees the true labels only through differentially private releases charged to
+the same budget, and never sees test data.
 
 **Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
 probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
-training examples whose true label a learner recovers, with a signal-to-noise model of
-the learner. For an example of cluster :math:`c` and label :math:`y`, the expected
-corrected label vector and its per-example variance are
+training examples whose true label a learner recovers. For an example of cluster
+:math:`c` and label :math:`y`, the expected corrected label vector and its per-example
+variance are
 
 .. math:: v = [T_c(\lambda) R_c]_{y\cdot}, \qquad
           \sigma_j^2 = [T_c(\lambda) (R_c \circ R_c)]_{yj} - v_j^2,
 
 with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
-:math:`\beta = 0`). A learner with :math:`d` parameters fitted on :math:`n` examples
-estimates its target at a typical point with the precision of an average over
-:math:`n_{\mathrm{eff}} = n/d` examples (the average leverage of a linear model is
-:math:`d/n`), so the predicted probability of recovering :math:`y` is
+:math:`\beta = 0`). A linear learner with :math:`d` parameters fitted on :math:`n`
+examples estimates its target with the precision of an average over
+:math:`n_{\mathrm{eff}} = n/d` examples (its average leverage is :math:`d/n`), so
 
 .. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
           + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
           \qquad Z_j \sim N(0, 1)\ \text{i.i.d.},
 
-computed by Gauss-Hermite quadrature, and the criterion is
-:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. The within-cluster label is treated
-as a deterministic function of the example (the most heterogeneous case a histogram
-allows), so the criterion charges cluster resampling its full bias: it is the "expected
-share of noisy labels equal to the true label" refined by how a learner reads them, and
-it is a function of the noisy histograms (:math:`p_c` is estimated by them), of public
-sizes and of the budget only: post-processing.
+by Gauss-Hermite quadrature, and the criterion is
+:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. Treating the within-cluster label as
+a function of the example charges cluster resampling its full bias; with :math:`p_c`
+estimated by the noisy histograms the criterion is post-processing.
 
 **Budget split.** The histogram's epsilon must be fixed before the histogram is
-released, so it cannot be chosen from that histogram. :class:`AutoClusterRR` therefore
+released. :class:`AutoClusterRR` therefore
 
-1. releases a *pilot* statistic, the share of examples that carry their cluster's
-   majority label, :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with Laplace noise
-   (sensitivity :math:`1/n`: one label change moves one cluster's maximum count by at
-   most 1) at a small epsilon :math:`\varepsilon_0` fixed from public quantities;
+1. releases a *pilot*, the share of examples carrying their cluster's majority label,
+   :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with Laplace noise (sensitivity
+   :math:`1/n`) at a small :math:`\varepsilon_0` fixed from public quantities (about
+   :math:`\sqrt2/(0.02\,n)`, at most 10% of the budget);
 2. plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest by simulating the
-   whole release on a model of the clusters fitted to :math:`\hat\pi` (every cluster has
-   its majority label with probability :math:`\hat\pi`), using the criterion above;
-   share 0 is UniformRR (no histogram, :math:`\varepsilon_1 = 0`);
+   release on a model where every cluster has its majority label with probability
+   :math:`\hat\pi`; share 0 is UniformRR at :math:`\varepsilon - \varepsilon_0`, scored
+   exactly, so a histogram is released only when the plan predicts better;
 3. releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
-   floor, :math:`\lambda` (largest allowed by :math:`\varepsilon_2` and the realised
-   :math:`q_{\min}`) and :math:`\beta` by the criterion on the released histograms. A
-   full uniform floor is one of the candidates.
+   floor (a full uniform floor among them), :math:`\lambda` (the largest allowed by
+   :math:`\varepsilon_2` and the realised :math:`q_{\min}`) and :math:`\beta` by the
+   criterion on the released histograms.
 
-The total epsilon is
-:math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
-UniformRR at :math:`\varepsilon - \varepsilon_0` is a candidate of the plan (share 0,
-scored exactly: its criterion does not depend on the labels), so a histogram is released
-only when the plan predicts a higher criterion than UniformRR; after the release a full
-uniform floor (UniformRR at :math:`\varepsilon_2`) stays among the candidates. The
-guarantee is relative to UniformRR at :math:`\varepsilon - \varepsilon_0`, not at
-:math:`\varepsilon`: whether to pay for a histogram cannot be decided from that
-histogram. :math:`\varepsilon_0` is small: about :math:`\sqrt2/(0.02\,n)`, at most 10%
-of the budget.
+The total is :math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
 
 References
 ----------
@@ -69,7 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -79,7 +66,6 @@ from scipy.special import ndtr
 
 from ldpfda._validation import check_epsilon, check_int, check_real
 from ldpfda.labeldp.accounting import (
-    histogram_epsilon,
     histogram_sigma,
     resampling_epsilon,
     resampling_probability,
@@ -89,11 +75,13 @@ from ldpfda.labeldp.mechanisms import (
     LabelRelease,
     Truncation,
     UniformRR,
+    _given_clusters,
+    _q_min,
+    _resample_release,
     check_labels,
     cluster_distributions,
     cluster_label_counts,
     noisy_cluster_histograms,
-    resample_labels,
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
@@ -233,7 +221,6 @@ def _score_candidates(
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
-    used = sizes > 0
     best: tuple[float, float, float] | None = None
     best_choice: Choice | None = None
     best_q: NDArray | None = None
@@ -244,7 +231,7 @@ def _score_candidates(
         if key in seen:
             continue
         seen.add(key)
-        q_min = float(q[used].min()) if np.any(used) else 1.0
+        q_min = _q_min(q, sizes)
         if epsilon_resample == 0.0 or q_min == 0.0:
             lam = 1.0
         else:
@@ -545,13 +532,7 @@ class AutoClusterRR:
         """Spend ``epsilon`` on the labels of a clustered training set."""
         k = self.n_classes
         y = check_labels(labels, k)
-        c0 = np.asarray(clusters)
-        n_clusters = int(c0.max()) + 1 if c0.size else 1
-        c = check_labels(c0, n_clusters, "clusters")
-        if c.size != y.size:
-            raise ValueError(
-                f"labels and clusters differ in length: {y.size} != {c.size}"
-            )
+        c, n_clusters = _given_clusters(clusters, y)
         gen = as_generator(rng)
         n = y.size
         n_eff = n / self.n_parameters
@@ -586,97 +567,55 @@ class AutoClusterRR:
         }
         if plan.share == 0.0:
             choice = _uniform_choice(rest, k, n_eff)
-            inner = UniformRR(epsilon=rest, n_classes=k, beta=choice.beta).release(
+            release = UniformRR(epsilon=rest, n_classes=k, beta=choice.beta).release(
                 y, rng=gen
             )
-            info["choice"] = choice.as_dict()
-            return _with_pilot(inner, pilot_event, info)
-
-        eps1 = plan.share * rest
-        eps2 = rest - eps1
-        sigma = histogram_sigma(epsilon=eps1)
-        # Step 2 alone: lambda is chosen after seeing the noisy histograms.
-        counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
-        noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
-        choice = choose_resampling(
-            noisy,
-            sizes,
-            epsilon_resample=eps2,
-            n_effective=n_eff,
-            taus=self.taus,
-            floors=self.floors,
-            truncations=self.truncations,
-        )
-        info["choice"] = choice.as_dict()
-        final = _resample_from_release(y, c, noisy, sizes, choice, eps2, gen, sigma)
-        return _with_pilot(final, pilot_event, info)
-
-
-def _resample_from_release(
-    labels: NDArray[np.int64],
-    clusters: NDArray[np.int64],
-    noisy: NDArray[np.float64],
-    sizes: NDArray,
-    choice: Choice,
-    epsilon_resample: float,
-    gen: np.random.Generator,
-    sigma: float,
-) -> LabelRelease:
-    """Steps 3-5 on already released histograms (no new histogram noise)."""
-    q = cluster_distributions(
-        noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
-    )
-    lam = choice.resample_probability
-    eps2 = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
-    if eps2 > epsilon_resample * (1 + 1e-9) + 1e-12:
-        raise RuntimeError(
-            "internal error: the chosen lambda overspends epsilon_resample"
-        )
-    events = [
-        ReleaseEvent.of(
-            "cluster_histogram_laplace",
-            histogram_epsilon(sigma=sigma),
-            sigma=sigma,
-            n_clusters=int(noisy.shape[0]),
-        )
-    ]
-    if eps2 > 0:  # lambda = 1 spends nothing
-        events.append(
-            ReleaseEvent.of(
-                "cluster_resampling", eps2, resample_probability=lam, q_min=choice.q_min
+        else:
+            eps1 = plan.share * rest
+            eps2 = rest - eps1
+            sigma = histogram_sigma(epsilon=eps1)
+            # Step 2 alone: lambda is chosen after seeing the noisy histograms.
+            counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
+            noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
+            choice = choose_resampling(
+                noisy,
+                sizes,
+                epsilon_resample=eps2,
+                n_effective=n_eff,
+                taus=self.taus,
+                floors=self.floors,
+                truncations=self.truncations,
             )
+            lam = choice.resample_probability
+            spent = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
+            if spent > eps2 * (1 + 1e-9) + 1e-12:
+                raise RuntimeError(
+                    "internal error: the chosen lambda overspends epsilon_resample"
+                )
+            q = cluster_distributions(
+                noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
+            )
+            release = _resample_release(
+                y,
+                c,
+                q,
+                lam,
+                gen,
+                sizes=sizes,
+                noisy=noisy,
+                sigma=sigma,
+                beta=choice.beta,
+                parameters=(
+                    ("sigma", sigma),
+                    ("tau", choice.tau),
+                    ("truncation", choice.truncation),
+                    ("floor", choice.floor),
+                ),
+            )
+        info["choice"] = choice.as_dict()
+        params = {**dict(release.parameters), **info}
+        return replace(
+            release,
+            events=(pilot_event, *release.events),
+            parameters=tuple(sorted(params.items())),
         )
-    return LabelRelease(
-        labels=resample_labels(labels, clusters, q, lam, gen),
-        clusters=clusters,
-        distributions=q,
-        resample_probability=lam,
-        cluster_sizes=sizes,
-        events=tuple(events),
-        noisy_histograms=noisy,
-        beta=choice.beta,
-        parameters=(
-            ("sigma", sigma),
-            ("tau", choice.tau),
-            ("truncation", choice.truncation),
-            ("floor", choice.floor),
-        ),
-    )
-
-
-def _with_pilot(
-    release: LabelRelease, pilot: ReleaseEvent, info: dict[str, Any]
-) -> LabelRelease:
-    params = dict(release.parameters)
-    params.update(info)
-    return LabelRelease(
-        labels=release.labels,
-        clusters=release.clusters,
-        distributions=release.distributions,
-        resample_probability=release.resample_probability,
-        cluster_sizes=release.cluster_sizes,
-        events=(pilot, *release.events),
-        noisy_histograms=release.noisy_histograms,
-        beta=release.beta,
-        parameters=tuple(sorted(params.items())),
-    )
