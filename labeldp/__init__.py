@@ -66,7 +66,6 @@ if TYPE_CHECKING:
     from ldpfda.labeldp.transition import (
         corrected_loss,
         corrected_targets,
-        forward_probabilities,
         inverse_transition_matrices,
         transition_matrices,
     )
@@ -86,7 +85,7 @@ _SUBMODULE_OF = {
         "p2p_local_epsilon peer_to_peer_rr",
         "selection": "AutoClusterRR choose_resampling plan_histogram_share "
         "predicted_accuracy release_majority_share",
-        "transition": "corrected_loss corrected_targets forward_probabilities "
+        "transition": "corrected_loss corrected_targets "
         "inverse_transition_matrices transition_matrices",
     }.items()
     for name in names.split()
@@ -111,7 +110,6 @@ __all__ = [
     "corrected_loss",
     "corrected_targets",
     "dpsgd_epsilon",
-    "forward_probabilities",
     "histogram_epsilon",
     "histogram_sigma",
     "inverse_transition_matrices",

@@ -29,7 +29,6 @@ from ldpfda.labeldp.transition import (
     check_distributions,
     corrected_loss,
     corrected_targets,
-    inverse_transition_matrices,
     transition_matrices,
 )
 from ldpfda.privacy.base import ReleaseEvent
@@ -237,10 +236,6 @@ class LabelRelease:
         r""":math:`T_c(\beta)` of every cluster, (C, K, K); default :math:`\lambda`."""
         return transition_matrices(self.distributions, self.check_beta(beta))
 
-    def inverse_transition_matrices(self, beta: float | None = None) -> NDArray:
-        r""":math:`T_c(\beta)^{-1}` for every cluster (needs :math:`\beta < 1`)."""
-        return inverse_transition_matrices(self.distributions, self.check_beta(beta))
-
     def corrected_targets(self, beta: float | None = None) -> NDArray[np.float64]:
         r"""Rows :math:`[T_{c_i}(\beta)^{-1}]_{\tilde y_i,\cdot}`, shape (n, K)."""
         return corrected_targets(
@@ -251,17 +246,6 @@ class LabelRelease:
         r"""Backward-corrected loss of every example from its losses for all labels."""
         b = self.check_beta(beta)
         return corrected_loss(losses, self.labels, self.clusters, self.distributions, b)
-
-    def summary(self) -> dict[str, Any]:
-        """Plain-dict description (for result files)."""
-        return {
-            "epsilon": self.epsilon,
-            "resample_probability": self.resample_probability,
-            "q_min": self.q_min,
-            "beta": self.beta,
-            "events": [event.as_dict() for event in self.events],
-            **dict(self.parameters),
-        }
 
 
 def resample_labels(

@@ -45,7 +45,6 @@ __all__ = [
     "check_distributions",
     "corrected_loss",
     "corrected_targets",
-    "forward_probabilities",
     "inverse_transition_matrices",
     "transition_matrices",
 ]
@@ -144,22 +143,3 @@ def corrected_loss(
     if ell.shape != a.shape:
         raise ValueError(f"losses must have shape {a.shape}, got {ell.shape}")
     return np.einsum("ik,ik->i", a, ell)
-
-
-def forward_probabilities(
-    probabilities: ArrayLike, clusters: ArrayLike, distributions: ArrayLike, beta: float
-) -> NDArray[np.float64]:
-    r"""Noisy-label probabilities :math:`(1-\beta) p_i + \beta q_{c_i}` (forward model).
-
-    ``probabilities`` holds the clean-label probabilities :math:`p_h(\cdot \mid x_i)`,
-    shape (n, K).
-    """
-    p = check_finite_array(probabilities, "probabilities", ndim=2)
-    q = check_distributions(distributions)
-    b = _check_beta(beta, inverse=False)
-    c = _check_index(clusters, "clusters", q.shape[0])
-    if p.shape != (c.size, q.shape[1]):
-        raise ValueError(
-            f"probabilities must have shape {(c.size, q.shape[1])}, got {p.shape}"
-        )
-    return (1.0 - b) * p + b * q[c]
