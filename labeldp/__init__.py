@@ -18,57 +18,7 @@ clustering", AISTATS 2022.
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ldpfda.labeldp.accounting import (
-        histogram_epsilon,
-        histogram_sigma,
-        resampling_epsilon,
-        resampling_probability,
-        uniform_rr_epsilon,
-        uniform_rr_probability,
-    )
-    from ldpfda.labeldp.dpsgd import (
-        DPSGDLogisticRegression,
-        calibrate_noise_multiplier,
-        dpsgd_epsilon,
-    )
-    from ldpfda.labeldp.learners import (
-        DEFAULT_CS,
-        BackwardCorrectedLogisticRegression,
-        ForwardCorrectedLogisticRegression,
-        NoisyLabelLogisticRegression,
-    )
-    from ldpfda.labeldp.mechanisms import (
-        ClusterRR,
-        LabelRelease,
-        UniformRR,
-        assign_clusters,
-        cluster_distributions,
-        cluster_label_counts,
-        noisy_cluster_histograms,
-    )
-    from ldpfda.labeldp.peer_to_peer import (
-        PeerToPeerRelease,
-        p2p_epsilon,
-        p2p_guarantee,
-        p2p_local_epsilon,
-        peer_to_peer_rr,
-    )
-    from ldpfda.labeldp.selection import (
-        AutoClusterRR,
-        choose_resampling,
-        plan_histogram_share,
-        predicted_accuracy,
-        release_majority_share,
-    )
-    from ldpfda.labeldp.transition import (
-        corrected_loss,
-        corrected_targets,
-        inverse_transition_matrices,
-        transition_matrices,
-    )
+from typing import Any
 
 #: Where each public name is defined (loaded on first access).
 _SUBMODULE_OF = {
@@ -91,42 +41,7 @@ _SUBMODULE_OF = {
     for name in names.split()
 }
 
-__all__ = [
-    "DEFAULT_CS",
-    "AutoClusterRR",
-    "BackwardCorrectedLogisticRegression",
-    "ClusterRR",
-    "DPSGDLogisticRegression",
-    "ForwardCorrectedLogisticRegression",
-    "LabelRelease",
-    "NoisyLabelLogisticRegression",
-    "PeerToPeerRelease",
-    "UniformRR",
-    "assign_clusters",
-    "calibrate_noise_multiplier",
-    "choose_resampling",
-    "cluster_distributions",
-    "cluster_label_counts",
-    "corrected_loss",
-    "corrected_targets",
-    "dpsgd_epsilon",
-    "histogram_epsilon",
-    "histogram_sigma",
-    "inverse_transition_matrices",
-    "noisy_cluster_histograms",
-    "p2p_epsilon",
-    "p2p_guarantee",
-    "p2p_local_epsilon",
-    "peer_to_peer_rr",
-    "plan_histogram_share",
-    "predicted_accuracy",
-    "release_majority_share",
-    "resampling_epsilon",
-    "resampling_probability",
-    "transition_matrices",
-    "uniform_rr_epsilon",
-    "uniform_rr_probability",
-]
+__all__ = sorted(_SUBMODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
