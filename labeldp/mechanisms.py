@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -201,17 +202,14 @@ class LabelRelease:
     parameters: tuple[tuple[str, Any], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "distributions", check_distributions(self.distributions)
-        )
-        for name in ("labels", "clusters", "distributions", "cluster_sizes"):
-            dtype = np.float64 if name == "distributions" else np.int64
-            object.__setattr__(self, name, _frozen(getattr(self, name), dtype))
+        put = partial(object.__setattr__, self)  # the fields of a frozen dataclass
+        put("labels", _frozen(self.labels, np.int64))
+        put("clusters", _frozen(self.clusters, np.int64))
+        put("distributions", _frozen(check_distributions(self.distributions), float))
+        put("cluster_sizes", _frozen(self.cluster_sizes, np.int64))
         if self.noisy_histograms is not None:
-            object.__setattr__(
-                self, "noisy_histograms", _frozen(self.noisy_histograms, np.float64)
-            )
-        object.__setattr__(self, "beta", self.check_beta(self.beta))
+            put("noisy_histograms", _frozen(self.noisy_histograms, float))
+        put("beta", self.check_beta(self.beta))
 
     @property
     def n_classes(self) -> int:
@@ -272,8 +270,7 @@ def resample_labels(
 def _given_clusters(
     clusters: ArrayLike, labels: NDArray[np.int64], n_clusters: int | None = None
 ) -> tuple[NDArray[np.int64], int]:
-    """Check clusters against ``labels``; return them and their count (default
-    ``max + 1``)."""
+    """Checked clusters of ``labels`` and their count (default: the largest + 1)."""
     c0 = np.asarray(clusters)
     if n_clusters is None:
         n_clusters = int(c0.max()) + 1 if c0.size else 1
@@ -330,6 +327,7 @@ def _resample_release(
     )
 
 
+@dataclass(kw_only=True, eq=False)
 class ClusterRR:
     r"""Cluster-based randomized response with a trusted curator (Algorithm 1).
 
@@ -375,30 +373,15 @@ class ClusterRR:
     """
 
     name = "cluster_rr"
-
-    def __init__(
-        self,
-        *,
-        n_classes: int,
-        sigma: float,
-        tau: float = 0.0,
-        truncation: Truncation = "clip",
-        floor: float = 0.0,
-        resample_probability: float | None = None,
-        epsilon_resample: float | None = None,
-        n_clusters: int = 100,
-        beta: float | None = None,
-    ) -> None:
-        self.n_classes = n_classes
-        self.sigma = sigma
-        self.tau = tau
-        self.truncation = truncation
-        self.floor = floor
-        self.resample_probability = resample_probability
-        self.epsilon_resample = epsilon_resample
-        self.n_clusters = n_clusters
-        self.beta = beta
-        self._validate()
+    n_classes: int
+    sigma: float
+    tau: float = 0.0
+    truncation: Truncation = "clip"
+    floor: float = 0.0
+    resample_probability: float | None = None
+    epsilon_resample: float | None = None
+    n_clusters: int = 100
+    beta: float | None = None
 
     def _validate(self) -> None:
         check_int(self.n_classes, "n_classes", minimum=2)
@@ -419,24 +402,16 @@ class ClusterRR:
             raise ValueError(
                 "give exactly one of resample_probability (lambda) and epsilon_resample"
             )
-        if self.resample_probability is not None:
+        if (lam := self.resample_probability) is not None:
             check_real(
-                self.resample_probability,
-                "resample_probability (lambda)",
-                low=0.0,
-                high=1.0,
-                low_open=True,
+                lam, "resample_probability (lambda)", low=0.0, high=1.0, low_open=True
             )
-        if self.epsilon_resample is not None:
-            check_real(
-                self.epsilon_resample,
-                "epsilon_resample",
-                low=0.0,
-                high=math.inf,
-                high_open=True,
-            )
+        if (eps := self.epsilon_resample) is not None:
+            check_real(eps, "epsilon_resample", low=0.0, high=math.inf, high_open=True)
         if self.beta is not None:
             check_real(self.beta, "beta", low=0.0, high=1.0)
+
+    __post_init__ = _validate
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -508,6 +483,7 @@ class ClusterRR:
         )
 
 
+@dataclass(kw_only=True, eq=False)
 class UniformRR:
     r"""K-ary randomized response on every label, with its correction (Corollary 1).
 
@@ -534,15 +510,15 @@ class UniformRR:
     """
 
     name = "uniform_rr"
+    epsilon: float
+    n_classes: int
+    beta: float | None = None
 
-    def __init__(
-        self, *, epsilon: float, n_classes: int, beta: float | None = None
-    ) -> None:
-        self.epsilon = check_epsilon(epsilon, allow_inf=False)
-        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
-        self.beta = (
-            None if beta is None else check_real(beta, "beta", low=0.0, high=1.0)
-        )
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
+        self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
+        if self.beta is not None:
+            self.beta = check_real(self.beta, "beta", low=0.0, high=1.0)
 
     @property
     def resample_probability(self) -> float:
