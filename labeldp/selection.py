@@ -122,25 +122,11 @@ def predicted_accuracy(
 ) -> float:
     r"""Predicted share of true labels a learner recovers (the selection criterion).
 
-    Parameters
-    ----------
-    label_distributions : array-like, shape (C, K)
-        :math:`p_c`: the (estimated) label distribution of every cluster.
-    distributions : array-like, shape (C, K)
-        :math:`q_c`: the sampling distributions of the configuration.
-    resample_probability : float
-        :math:`\lambda \in [0, 1]`.
-    beta : float
-        Correction :math:`\beta \in [0, \lambda]`, :math:`\beta < 1`.
-    n_effective : float
-        :math:`n/d`, examples per model parameter.
-    weights : array-like, shape (C,), optional
-        Cluster shares :math:`n_c/n` (default equal).
-
-    Returns
-    -------
-    float
-        :math:`\sum_c w_c \sum_y p_c(y) P_c(y)` (formula in the module docstring).
+    :math:`\sum_c w_c \sum_y p_c(y) P_c(y)` (module docstring) for the (estimated)
+    label distributions :math:`p_c` and the configuration's sampling distributions
+    :math:`q_c` (both (C, K)), :math:`\lambda \in [0, 1]`, :math:`\beta \in [0,
+    \lambda]` below 1, :math:`n_{\mathrm{eff}} = n/d` examples per model parameter and
+    cluster shares :math:`w_c = n_c/n` (default equal).
     """
     p = np.asarray(label_distributions, dtype=float)
     q = np.asarray(distributions, dtype=float)
@@ -221,9 +207,7 @@ def _score_candidates(
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
-    best: tuple[float, float, float] | None = None
-    best_choice: Choice | None = None
-    best_q: NDArray | None = None
+    best: tuple[tuple[float, float, float], Choice, NDArray] | None = None
     seen: set[bytes] = set()
     for truncation, tau, floor in itertools.product(truncations, taus, floors):
         q = cluster_distributions(noisy, tau=tau, truncation=truncation, floor=floor)
@@ -247,35 +231,30 @@ def _score_candidates(
             )
             # Ties: prefer the unbiased correction, then the larger floor.
             rank = (score, beta, floor)
+            top = None if best is None else best[0]
             if (
-                best is None
-                or rank[0] > best[0] * (1 + _TIE)
+                top is None
+                or score > top[0] * (1 + _TIE)
                 or (
-                    abs(rank[0] - best[0]) <= _TIE * max(abs(best[0]), 1e-300)
-                    and rank[1:] > best[1:]
+                    abs(score - top[0]) <= _TIE * max(abs(top[0]), 1e-300)
+                    and rank[1:] > top[1:]
                 )
             ):
-                best = rank
-                best_choice = Choice(
-                    tau=float(tau),
-                    truncation=truncation,
-                    floor=float(floor),
-                    resample_probability=lam,
-                    beta=beta,
-                    q_min=q_min,
-                    score=score,
+                choice = Choice(
+                    float(tau), truncation, float(floor), lam, beta, q_min, score
                 )
-                best_q = q
-    assert best_choice is not None and best_q is not None
+                best = (rank, choice, q)
+    assert best is not None
+    _, choice, q = best
     true_score = predicted_accuracy(
         truth,
-        best_q,
-        resample_probability=best_choice.resample_probability,
-        beta=best_choice.beta,
+        q,
+        resample_probability=choice.resample_probability,
+        beta=choice.beta,
         n_effective=n_effective,
         weights=weights,
     )
-    return best_choice, true_score
+    return choice, true_score
 
 
 def choose_resampling(
@@ -441,16 +420,9 @@ def plan_histogram_share(
             noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
             noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
             estimate = _estimate_distributions(noisy)
+            grid = (taus, floors, truncations)
             _, true_score = _score_candidates(
-                estimate,
-                model,
-                noisy,
-                sizes,
-                eps2,
-                n_effective,
-                taus,
-                floors,
-                truncations,
+                estimate, model, noisy, sizes, eps2, n_effective, *grid
             )
             total += true_score
         scores.append((share, total / n_simulations))
@@ -459,6 +431,7 @@ def plan_histogram_share(
     return Plan(share=chosen, scores=tuple(scores))
 
 
+@dataclass(kw_only=True, eq=False)
 class AutoClusterRR:
     r"""ClusterRR with every parameter chosen for a target epsilon (see module docs).
 
@@ -493,38 +466,33 @@ class AutoClusterRR:
     """
 
     name = "auto_cluster_rr"
+    epsilon: float
+    n_classes: int
+    n_parameters: int
+    pilot_std: float = 0.02
+    pilot_max_share: float = 0.1
+    shares: Sequence[float] = DEFAULT_SHARES
+    n_simulations: int = 1
+    taus: Sequence[float] = DEFAULT_TAUS
+    floors: Sequence[float] = DEFAULT_FLOORS
+    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS
 
-    def __init__(
-        self,
-        *,
-        epsilon: float,
-        n_classes: int,
-        n_parameters: int,
-        pilot_std: float = 0.02,
-        pilot_max_share: float = 0.1,
-        shares: Sequence[float] = DEFAULT_SHARES,
-        n_simulations: int = 1,
-        taus: Sequence[float] = DEFAULT_TAUS,
-        floors: Sequence[float] = DEFAULT_FLOORS,
-        truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
-    ) -> None:
-        self.epsilon = check_epsilon(epsilon, allow_inf=False)
-        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
-        self.n_parameters = check_int(n_parameters, "n_parameters", minimum=1)
-        self.pilot_std = check_real(pilot_std, "pilot_std", low=0.0, low_open=True)
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
+        self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
+        self.n_parameters = check_int(self.n_parameters, "n_parameters", minimum=1)
+        self.pilot_std = check_real(self.pilot_std, "pilot_std", low=0.0, low_open=True)
+        share = self.pilot_max_share
         self.pilot_max_share = check_real(
-            pilot_max_share,
-            "pilot_max_share",
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            high_open=True,
+            share, "pilot_max_share", low=0.0, high=1.0, low_open=True, high_open=True
         )
-        self.shares = tuple(check_real(s, "shares", low=0.0, high=1.0) for s in shares)
-        self.n_simulations = check_int(n_simulations, "n_simulations", minimum=1)
-        self.taus = tuple(taus)
-        self.floors = tuple(floors)
-        self.truncations = tuple(truncations)
+        self.shares = tuple(
+            check_real(s, "shares", low=0.0, high=1.0) for s in self.shares
+        )
+        self.n_simulations = check_int(self.n_simulations, "n_simulations", minimum=1)
+        self.taus = tuple(self.taus)
+        self.floors = tuple(self.floors)
+        self.truncations = tuple(self.truncations)
 
     def release(
         self, labels: ArrayLike, *, clusters: ArrayLike, rng: Rng = None
