@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from dp_accounting import dp_event, rdp
@@ -117,6 +118,7 @@ def calibrate_noise_multiplier(
     return high
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class DPSGDLogisticRegression(_LinearClassifier):
     r"""Multinomial logistic regression trained by DP-SGD (numpy, vectorised).
 
@@ -156,28 +158,15 @@ class DPSGDLogisticRegression(_LinearClassifier):
     M. Abadi et al., "Deep learning with differential privacy", CCS 2016.
     """
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = 1.0,
-        delta: float | None = None,
-        noise_multiplier: float | None = None,
-        clip_norm: float = 1.0,
-        batch_size: int = 500,
-        epochs: float = 20.0,
-        learning_rate: float = 1.0,
-        n_classes: int | None = None,
-        random_state: int | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.noise_multiplier = noise_multiplier
-        self.clip_norm = clip_norm
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.learning_rate = learning_rate
-        self.n_classes = n_classes
-        self.random_state = random_state
+    epsilon: float | None = 1.0
+    delta: float | None = None
+    noise_multiplier: float | None = None
+    clip_norm: float = 1.0
+    batch_size: int = 500
+    epochs: float = 20.0
+    learning_rate: float = 1.0
+    n_classes: int | None = None
+    random_state: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> DPSGDLogisticRegression:
         x = check_array(X, dtype=np.float64)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Self
 
 import numpy as np
@@ -123,25 +124,17 @@ class _LinearClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(scores, axis=1)]
 
 
+# Estimators are keyword dataclasses: scikit-learn reads the parameters off __init__.
+@dataclass(kw_only=True, eq=False, repr=False)
 class _LogisticBase(_LinearClassifier):
     """Shared fitting machinery; subclasses build the per-example loss."""
 
-    def __init__(
-        self,
-        *,
-        C: float = 1.0,
-        Cs: Sequence[float] | None = None,
-        validation_fraction: float = 0.2,
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        random_state: int | None = None,
-    ) -> None:
-        self.C = C
-        self.Cs = Cs
-        self.validation_fraction = validation_fraction
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
+    C: float = 1.0
+    Cs: Sequence[float] | None = None
+    validation_fraction: float = 0.2
+    max_iter: int = 1000
+    tol: float = 1e-6
+    random_state: int | None = None
 
     def _check_params(self) -> None:
         check_real(self.C, "C", low=0.0, low_open=True)
@@ -423,6 +416,7 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
         return loss_grad
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class NoisyLabelLogisticRegression(_LogisticBase):
     __doc__ = (
         r"""Plain multinomial logistic regression on the (noisy) labels as given.
@@ -436,26 +430,7 @@ class NoisyLabelLogisticRegression(_LogisticBase):
         + _DOC_PARAMETERS
     )
 
-    def __init__(
-        self,
-        *,
-        n_classes: int | None = None,
-        C: float = 1.0,
-        Cs: Sequence[float] | None = None,
-        validation_fraction: float = 0.2,
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        random_state: int | None = None,
-    ) -> None:
-        super().__init__(
-            C=C,
-            Cs=Cs,
-            validation_fraction=validation_fraction,
-            max_iter=max_iter,
-            tol=tol,
-            random_state=random_state,
-        )
-        self.n_classes = n_classes
+    n_classes: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         return self._fit_labels(X, y, None)

@@ -411,7 +411,8 @@ class ClusterRR:
         if self.beta is not None:
             check_real(self.beta, "beta", low=0.0, high=1.0)
 
-    __post_init__ = _validate
+    def __post_init__(self) -> None:
+        self._validate()
 
     def parameters(self) -> dict[str, Any]:
         return {
