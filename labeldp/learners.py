@@ -47,11 +47,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from ldpfda._validation import check_int, check_real
 from ldpfda.labeldp.mechanisms import LabelRelease, check_labels
-from ldpfda.labeldp.transition import (
-    check_distributions,
-    corrected_targets,
-    transition_matrices,
-)
+from ldpfda.labeldp.transition import check_distributions
 
 __all__ = [
     "DEFAULT_CS",
@@ -74,12 +70,6 @@ def _logsumexp(z: NDArray[np.float64]) -> NDArray[np.float64]:
 def _softmax(z: NDArray[np.float64]) -> NDArray[np.float64]:
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
-
-
-def _log_columns(t: NDArray[np.float64], clusters: NDArray, labels: NDArray) -> NDArray:
-    r""":math:`\log T_{c_i}[\cdot, \tilde y_i]` for every example, shape (n, K)."""
-    with np.errstate(divide="ignore"):
-        return np.log(t[clusters, :, labels])
 
 
 def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
@@ -227,29 +217,6 @@ class _LogisticBase(_LinearClassifier):
         self._set_weights(w)
 
 
-def _validate_fit(
-    X: ArrayLike, y: ArrayLike, clusters: ArrayLike | None, distributions: ArrayLike
-) -> tuple[NDArray, NDArray, NDArray, NDArray]:
-    q = check_distributions(distributions)
-    x = check_array(X, dtype=np.float64)
-    labels = check_labels(y, q.shape[1], "y")
-    if labels.size != x.shape[0]:
-        raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
-    if clusters is None:
-        if q.shape[0] != 1:
-            raise ValueError(
-                "clusters are required when there is more than one cluster"
-            )
-        c = np.zeros(labels.size, dtype=np.int64)
-    else:
-        c = check_labels(clusters, q.shape[0], "clusters")
-        if c.size != labels.size:
-            raise ValueError(
-                f"clusters and y differ in length: {c.size} != {labels.size}"
-            )
-    return x, labels, c, q
-
-
 _DOC_PARAMETERS = """
     Parameters
     ----------
@@ -294,14 +261,25 @@ class _CorrectedLogisticBase(_LogisticBase):
         for the backward and in [0, 1] for the forward correction.
         """
         self._check_params()
-        x, labels, c, q = _validate_fit(X, y, clusters, distributions)
-        arrays = (
-            {"targets": corrected_targets(labels, c, q, beta)}
-            if self._needs_targets
-            else {}
-        )
-        arrays["log_t"] = _log_columns(transition_matrices(q, beta), c, labels)
-        self._fit_arrays(x, arrays, q.shape[1])
+        q = check_distributions(distributions)
+        x = check_array(X, dtype=np.float64)
+        labels = check_labels(y, q.shape[1], "y")
+        if labels.size != x.shape[0]:
+            raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+        if clusters is None:
+            if q.shape[0] != 1:
+                raise ValueError(
+                    "clusters are required when there is more than one cluster"
+                )
+            c = np.zeros(labels.size, dtype=np.int64)
+        else:
+            c = check_labels(clusters, q.shape[0], "clusters")
+            if c.size != labels.size:
+                raise ValueError(
+                    f"clusters and y differ in length: {c.size} != {labels.size}"
+                )
+        b = check_real(beta, "beta", low=0.0, high=1.0, high_open=self._needs_targets)
+        self._fit_channels(x, labels, q[c], np.full(labels.size, b))
         return self
 
     def fit_channels(
@@ -333,6 +311,14 @@ class _CorrectedLogisticBase(_LogisticBase):
             )
         if np.any(~np.isfinite(lam)) or np.any(lam < 0) or np.any(lam >= 1):
             raise ValueError("resample_probabilities must be in [0, 1)")
+        self._fit_channels(x, labels, q, lam)
+        return self
+
+    def _fit_channels(
+        self, x: NDArray, labels: NDArray, q: NDArray, lam: NDArray[np.float64]
+    ) -> None:
+        """Fit through one channel per example: prior rows ``q``, resampling ``lam``."""
+        n, k = q.shape
         onehot = np.eye(k)[labels]
         # Column ~y_i of T_i: (1 - lam_i) e_{~y_i} + lam_i q_i(~y_i) 1.
         column = (1 - lam)[:, None] * onehot + (lam * q[np.arange(n), labels])[:, None]
@@ -342,7 +328,6 @@ class _CorrectedLogisticBase(_LogisticBase):
             # Row ~y_i of T_i^{-1} = (I - lam_i 1 q_i^T) / (1 - lam_i).
             arrays["targets"] = (onehot - lam[:, None] * q) / (1 - lam)[:, None]
         self._fit_arrays(x, arrays, k)
-        return self
 
     def fit_release(
         self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None

@@ -269,13 +269,12 @@ def choose_resampling(
 ) -> Choice:
     r"""Pick :math:`\tau`, truncation, floor, :math:`\lambda`, :math:`\beta` (step 3).
 
-    Every combination of the grids is turned into :math:`q_c`
+    Every combination of the grids gives a :math:`q_c`
     (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
-    largest value that ``epsilon_resample`` allows with the realised :math:`q_{\min}`
-    (:math:`\lambda = 1` when it is 0), :math:`\beta \in \{0, \lambda\}`. The winner
-    maximises :func:`predicted_accuracy` with the noisy histograms (clipped at 0 and
-    renormalised) standing in for the true label distributions. Uses the release and
-    public quantities only.
+    largest that ``epsilon_resample`` allows with the realised :math:`q_{\min}` (1 when
+    it is 0), :math:`\beta \in \{0, \lambda\}`. The winner maximises
+    :func:`predicted_accuracy` with the noisy histograms (clipped at 0, renormalised)
+    standing in for the true label distributions.
     """
     noisy = np.asarray(noisy_histograms, dtype=float)
     sizes = np.asarray(cluster_sizes, dtype=float)
@@ -393,12 +392,11 @@ def plan_histogram_share(
 
     Every cluster is modelled with label distribution
     :math:`(\hat\pi, (1-\hat\pi)/(K-1), \dots)` (``majority_share`` clipped to
-    :math:`[1/K, 1]`). For each share
-    :math:`s > 0` the release (Laplace noise at :math:`\varepsilon_1 = s\varepsilon`,
-    then :func:`choose_resampling` with :math:`\varepsilon_2 = (1-s)\varepsilon`) is
-    simulated ``n_simulations`` times with randomness independent of the data, and the
-    chosen configuration is scored by :func:`predicted_accuracy` against the model.
-    Share 0 is UniformRR at ``epsilon``. Only the pilot release and public sizes enter.
+    :math:`[1/K, 1]`). For each share :math:`s > 0` the release (Laplace noise at
+    :math:`\varepsilon_1 = s\varepsilon`, then :func:`choose_resampling` at
+    :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated ``n_simulations`` times with
+    randomness independent of the data and scored by :func:`predicted_accuracy` against
+    the model; share 0 is UniformRR at ``epsilon``.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     k = check_int(n_classes, "n_classes", minimum=2)
@@ -433,30 +431,21 @@ def plan_histogram_share(
 
 @dataclass(kw_only=True, eq=False)
 class AutoClusterRR:
-    r"""ClusterRR with every parameter chosen for a target epsilon (see module docs).
+    r"""ClusterRR with every parameter chosen for a target epsilon (module docstring).
 
-    ``release`` spends exactly ``epsilon``: the pilot majority share
-    (:func:`release_majority_share`, :math:`\varepsilon_0` from :func:`pilot_epsilon`),
-    then either UniformRR with the rest or the histograms at :math:`\varepsilon_1` and
-    resampling at :math:`\varepsilon_2`, with the configuration picked by
-    :func:`choose_resampling`. The returned release recommends :math:`\beta`: 0 means
-    the plain learner, :math:`\lambda` the unbiased correction.
+    ``release`` spends exactly ``epsilon``; the release recommends :math:`\beta` (0: the
+    plain learner, :math:`\lambda`: the unbiased correction).
 
     Parameters
     ----------
-    epsilon : float
-        Total label-DP epsilon, in (0, inf).
-    n_classes : int
-        K.
     n_parameters : int
-        Parameters of the learner to be trained (for logistic regression on p features,
-        :math:`(p+1)K`), public.
+        Parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
+        regression on p features).
     pilot_std, pilot_max_share : float
         Passed to :func:`pilot_epsilon`.
-    shares : sequence of float
-        Candidate histogram shares of the budget after the pilot.
-    n_simulations : int
-        Simulations per share in :func:`plan_histogram_share`.
+    shares, n_simulations
+        Candidate histogram shares of the budget after the pilot, and simulations per
+        share (:func:`plan_histogram_share`).
     taus, floors, truncations : sequences
         The post-processing grid of :func:`choose_resampling`.
 
