@@ -8,15 +8,10 @@ noise :math:`N(0, \sigma^2 C^2 I)` to the sum and divides by the expected batch 
 .. math:: W \leftarrow W - \eta\, \frac{1}{qn}\Bigl(\sum_{i \in B_t}
           g_i \min\bigl(1, C/\lVert g_i\rVert\bigr) + \sigma C \xi_t\Bigr).
 
-For logistic regression the per-example gradient is an outer product,
-:math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
-:math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2` and
-clipping is a per-example rescaling of :math:`s_i - e_{y_i}`: the whole step is two
-matrix products, without materialising per-example gradients.
-
-Epsilon comes from dp-accounting's RDP accountant for ``steps`` compositions of the
-Poisson-subsampled Gaussian mechanism (:func:`dpsgd_epsilon`), at :math:`\delta = 1/n`
-by default; :func:`calibrate_noise_multiplier` is its inverse. DP-SGD protects features
+The per-example gradient is :math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
+:math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2`
+and a step is two matrix products. Epsilon comes from dp-accounting's RDP accountant
+(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n` by default. DP-SGD protects features
 and labels alike, so its guarantee implies label DP.
 
 References
@@ -51,7 +46,7 @@ def dpsgd_epsilon(
     r"""Epsilon of ``steps`` Poisson-subsampled Gaussian steps (RDP accountant).
 
     ``noise_multiplier`` :math:`\sigma` is the noise standard deviation over the
-    clipping norm. Inverse of :func:`calibrate_noise_multiplier`.
+    clipping norm.
 
     References
     ----------
@@ -124,22 +119,17 @@ class DPSGDLogisticRegression(_LinearClassifier):
 
     Parameters
     ----------
-    epsilon : float or None
-        Target epsilon; the noise multiplier is calibrated at fit time from
-        :math:`n`, the batch size and the number of steps. Give ``noise_multiplier``
-        instead to fix the noise (then ``epsilon_`` is computed).
+    epsilon, noise_multiplier : float or None
+        Exactly one: a target epsilon (the noise multiplier :math:`\sigma` is then
+        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed).
     delta : float or None
         Default :math:`1/n`.
-    noise_multiplier : float or None
-        :math:`\sigma`; exactly one of ``epsilon`` and ``noise_multiplier``.
-    clip_norm : float
-        :math:`C`, fixed before seeing the data.
+    clip_norm, learning_rate : float
+        :math:`C` (fixed before seeing the data) and :math:`\eta`.
     batch_size : int
         Expected batch size :math:`B`; the sampling probability is :math:`B/n`.
     epochs : float
         Passes over the data; ``steps = ceil(epochs n / B)``.
-    learning_rate : float
-        :math:`\eta`.
     n_classes : int or None
         K; default ``max(y) + 1``.
     random_state : int or None
@@ -147,11 +137,8 @@ class DPSGDLogisticRegression(_LinearClassifier):
 
     Attributes
     ----------
-    coef_, intercept_, classes_, n_features_in_
-        The model, as in scikit-learn.
-    noise_multiplier_, epsilon_, delta_ : float
-    n_steps_ : int
-    event_ : ReleaseEvent
+    noise_multiplier_, epsilon_, delta_, n_steps_, event_
+        What was spent, with its :class:`~ldpfda.privacy.ReleaseEvent`.
 
     References
     ----------
@@ -186,13 +173,11 @@ class DPSGDLogisticRegression(_LinearClassifier):
         batch = check_int(self.batch_size, "batch_size", minimum=1, maximum=n)
         epochs = check_real(self.epochs, "epochs", low=0.0, low_open=True)
         lr = check_real(self.learning_rate, "learning_rate", low=0.0, low_open=True)
-        delta = (
-            1.0 / n
-            if self.delta is None
-            else check_real(
+        delta = 1.0 / n
+        if self.delta is not None:
+            delta = check_real(
                 self.delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
             )
-        )
         rate = batch / n
         steps = max(1, math.ceil(epochs / rate))
         if self.noise_multiplier is None:
