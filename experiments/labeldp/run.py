@@ -25,7 +25,6 @@ import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +114,6 @@ def _clusters(name: str, n_clusters: int, trial: int, settings: dict[str, Any]) 
     np.save(tmp, labels)
     os.replace(tmp, path)
     return labels
-
-
-def _cluster_job(job: tuple[str, int, int, dict[str, Any]]) -> None:
-    _clusters(*job)
 
 
 def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -283,20 +278,20 @@ def _json_default(value: Any) -> Any:
 
 
 def _run_all(
-    function: Callable[[Any], Any], jobs: Iterable[Any], workers: int
-) -> Iterator[tuple[Any, Any]]:
-    """Yield ``(job, function(job))`` as jobs finish, in ``workers`` processes."""
+    function: Callable[..., Any], jobs: Iterable[tuple], workers: int
+) -> Iterator[tuple[tuple, Any]]:
+    """Yield ``(job, function(*job))`` as jobs finish, in ``workers`` processes."""
     if workers <= 1:
         for job in jobs:
-            yield job, function(job)
+            yield job, function(*job)
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending: dict[Future[Any], Any] = {}
+        pending: dict[Future[Any], tuple] = {}
         queue = list(jobs)
         while queue or pending:
             while queue and len(pending) < 2 * workers:
                 job = queue.pop(0)
-                pending[pool.submit(function, job)] = job
+                pending[pool.submit(function, *job)] = job
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 yield pending.pop(future), future.result()
@@ -309,13 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small run (~2 min)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument(
-        "--fashion-dir",
-        type=Path,
-        default=None,
-        help="folder with the Fashion-MNIST IDX(.gz) files",
+        "--fashion-dir", type=Path, help="folder with the Fashion-MNIST IDX(.gz) files"
     )
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--results-dir", type=Path)
     args = parser.parse_args(argv)
 
     settings = load_config(args.config, args.quick)
@@ -349,16 +341,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         jobs = [(name, n_c, trial, settings) for name, n_c, trial in needed]
-        fits = _run_all(_cluster_job, jobs, workers)
+        fits = _run_all(_clusters, jobs, workers)
         for _ in tqdm(fits, total=len(jobs), unit="fit", file=sys.stdout):
             pass
     with (
         open(points, "a") as sink,
         tqdm(total=len(tasks), unit="pt", file=sys.stdout) as bar,
     ):
-        for task, rows in _run_all(
-            partial(run_task, settings=settings), tasks, workers
-        ):
+        runs = [(task, settings) for task in tasks]
+        for (task, _), rows in _run_all(run_task, runs, workers):
             for row in rows:
                 sink.write(
                     json.dumps({"key": task["key"], **row}, default=_json_default)
