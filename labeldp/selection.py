@@ -502,6 +502,8 @@ class AutoClusterRR:
             y, c, epsilon=eps0, n_clusters=n_clusters, n_classes=k, rng=gen
         )
         rest = self.epsilon - eps0
+        grid: dict[str, Any] = {"taus": self.taus, "floors": self.floors}
+        grid["truncations"] = self.truncations
         plan = plan_histogram_share(
             rest,
             majority_share=pi_hat,
@@ -510,10 +512,8 @@ class AutoClusterRR:
             n_effective=n_eff,
             shares=self.shares,
             n_simulations=self.n_simulations,
-            taus=self.taus,
-            floors=self.floors,
-            truncations=self.truncations,
             rng=np.random.default_rng(gen.integers(2**63)),
+            **grid,
         )
         info: dict[str, Any] = {
             "mechanism": self.name,
@@ -535,13 +535,7 @@ class AutoClusterRR:
             counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
             noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
             choice = choose_resampling(
-                noisy,
-                sizes,
-                epsilon_resample=eps2,
-                n_effective=n_eff,
-                taus=self.taus,
-                floors=self.floors,
-                truncations=self.truncations,
+                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff, **grid
             )
             lam = choice.resample_probability
             spent = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
@@ -562,13 +556,10 @@ class AutoClusterRR:
                 noisy=noisy,
                 sigma=sigma,
                 beta=choice.beta,
-                parameters=(
-                    ("sigma", sigma),
-                    ("tau", choice.tau),
-                    ("truncation", choice.truncation),
-                    ("floor", choice.floor),
-                ),
+                parameters=(),
             )
+            info.update(sigma=sigma, tau=choice.tau, truncation=choice.truncation)
+            info["floor"] = choice.floor
         info["choice"] = choice.as_dict()
         params = {**dict(release.parameters), **info}
         return replace(
