@@ -40,6 +40,8 @@ ROOT = HERE.parents[1]
 DEFAULT_CONFIG = HERE / "config.toml"
 #: What identifies a point besides its key; every result row starts with them.
 TASK_FIELDS = ("dataset", "study", "method", "epsilon", "n_clusters", "trial")
+#: What the rows of ``cluster_rr`` report of the rule's choices.
+REPORTED_CHOICES = ("histogram_share", "majority_share", "choice")
 
 Task = dict[str, Any]
 
@@ -185,9 +187,7 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
                 release.epsilon,
                 beta=release.beta,
                 resample_probability=release.resample_probability,
-                histogram_share=params.get("histogram_share"),
-                majority_share=params.get("majority_share"),
-                choice=params.get("choice"),
+                **{key: params.get(key) for key in REPORTED_CHOICES},
             )
         elif method == "cluster_rr_fixed":
             fixed = settings["fixed"]
@@ -206,17 +206,13 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
                 resample_probability=release.resample_probability,
             )
         elif method == "dp_sgd":
-            cfg = settings["dpsgd"]
+            batch = int(settings["data"].get(name, {}).get("dpsgd_batch_size", 256))
             model = DPSGDLogisticRegression(
                 epsilon=eps,
-                clip_norm=cfg["clip_norm"],
-                batch_size=int(
-                    settings["data"].get(name, {}).get("dpsgd_batch_size", 256)
-                ),
-                epochs=cfg["epochs"],
-                learning_rate=cfg["learning_rate"],
+                batch_size=batch,
                 n_classes=k,
                 random_state=seed % (2**31),
+                **settings["dpsgd"],  # clip_norm, epochs and learning_rate
             ).fit(data.x_train, data.y_train)
             add(
                 "dp_sgd",
