@@ -12,7 +12,7 @@ mechanism (its second step depends on everybody's labels), not a local
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
@@ -60,9 +60,8 @@ def assign_clusters(
 ) -> NDArray[np.int64]:
     """Cluster examples on their (public) features with scikit-learn's k-means.
 
-    Label DP protects only the labels, so clustering the features costs no epsilon.
-    KMeans runs with scikit-learn's defaults and a ``random_state`` drawn from ``rng``;
-    returns the cluster in ``{0, ..., n_clusters - 1}`` of every example.
+    Costs no label-DP epsilon; KMeans runs with its defaults and a ``random_state``
+    drawn from ``rng``.
 
     References
     ----------
@@ -101,13 +100,11 @@ def noisy_cluster_histograms(
     .. math:: \tilde p_c(y) = \frac{n_c(y) + k_{cy}}{n_c},
               \qquad P(k_{cy} = k) \propto e^{-|k|/\sigma}\ \text{i.i.d.}
 
-    The noise is the discrete Laplace law on the integer counts, drawn exactly
-    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`, scale rounded up to a
-    multiple of :math:`2^{-20}`): integers over public sizes, no floating-point side
-    channel. One label change moves two counts by 1 (L1 sensitivity 2):
-    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`),
-    as for the paper's continuous law. An empty cluster releases the uniform
-    distribution.
+    The noise is the exact discrete Laplace law on the integer counts
+    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`): no floating-point side
+    channel. One label change moves two counts by 1, so the release is
+    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`).
+    An empty cluster releases the uniform distribution.
     """
     n = np.asarray(counts)
     if n.ndim != 2 or n.dtype.kind not in "iu" or np.any(n < 0):
@@ -130,14 +127,13 @@ def cluster_distributions(
     r"""Turn noisy histograms into sampling distributions :math:`q_c` (steps 3-4).
 
     ``truncation="clip"`` clips every entry to :math:`[\tau, 1]`; ``"zero"`` sets the
-    entries below :math:`\tau` to 0 and clips the rest at 1. Rows are then renormalised
-    (a row with no mass left becomes uniform) and mixed with the uniform distribution:
+    entries below :math:`\tau` to 0 and clips the rest at 1. Rows are renormalised (a
+    row with no mass left becomes uniform) and mixed with the uniform distribution,
 
     .. math:: q_c = (1 - \omega)\, \frac{\bar p_c}{\mathbf 1^\top \bar p_c}
-                    + \frac{\omega}{K}
+                    + \frac{\omega}{K},
 
-    with floor :math:`\omega \in [0, 1]`, so :math:`q_c(y) \ge \omega/K`
-    (post-processing).
+    with floor :math:`\omega \in [0, 1]`.
     """
     p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
     tau = check_real(tau, "tau", low=0.0, high=1.0)
@@ -170,25 +166,12 @@ def _q_min(q: NDArray[np.float64], sizes: NDArray) -> float:
 class LabelRelease:
     r"""What a label-DP mechanism publishes about a training set.
 
-    Attributes
-    ----------
-    labels, clusters : ndarray of int, shape (n,)
-        Noisy labels :math:`\tilde y_i` and the (public) cluster of every example.
-    distributions : ndarray, shape (C, K)
-        Released sampling distributions :math:`q_c`.
-    resample_probability : float
-        :math:`\lambda`.
-    cluster_sizes : ndarray of int, shape (C,)
-        :math:`n_c` (public).
-    events : tuple of ReleaseEvent
-        One per part of the release that spends epsilon (resampling with
-        :math:`\lambda = 1` records none); their epsilons add up to :attr:`epsilon`.
-    noisy_histograms : ndarray, shape (C, K), or None
-        The Laplace release, when there is one.
-    beta : float
-        The correction recommended with the release (in :math:`[0, \lambda]`).
-    parameters : tuple of (name, value)
-        The mechanism's settings, for reports.
+    The noisy labels :math:`\tilde y_i`, the (public) cluster of every example, the
+    released sampling distributions :math:`q_c` (C, K), :math:`\lambda`, the public
+    sizes :math:`n_c`, one event per part of the release that spends epsilon (their
+    epsilons add up to :attr:`epsilon`; resampling with :math:`\lambda = 1` records
+    none), the Laplace histograms if any, the recommended correction
+    :math:`\beta \in [0, \lambda]` and the mechanism's settings (for reports).
     """
 
     labels: NDArray[np.int64]
@@ -199,7 +182,7 @@ class LabelRelease:
     events: tuple[ReleaseEvent, ...]
     noisy_histograms: NDArray[np.float64] | None = None
     beta: float = 0.0
-    parameters: tuple[tuple[str, Any], ...] = field(default=())
+    parameters: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         put = partial(object.__setattr__, self)  # the fields of a frozen dataclass
@@ -253,10 +236,9 @@ def resample_labels(
     lam: float,
     gen: np.random.Generator,
 ) -> NDArray[np.int64]:
-    r"""Keep each label w.p. :math:`1-\lambda`, else draw it from :math:`q_c`.
+    r"""Keep each label w.p. :math:`1-\lambda`, else draw it from :math:`q_c` (step 5).
 
-    Algorithm 1, step 5, vectorised: one uniform decides the redraw, another draws the
-    new label by inverting the cumulative distribution of the example's cluster.
+    One uniform decides the redraw, another inverts the cluster's cumulative law.
     """
     n = labels.size
     redraw = gen.random(n) < lam
@@ -331,38 +313,27 @@ def _resample_release(
 class ClusterRR:
     r"""Cluster-based randomized response with a trusted curator (Algorithm 1).
 
-    1. Cluster the examples on their features (k-means, ``n_clusters``) or take given
-       clusters.
-    2. Release every cluster's label distribution with Laplace noise of scale
-       :math:`\sigma/n_c` per entry (:func:`noisy_cluster_histograms`).
-    3. Truncate, renormalise and mix with a uniform floor into :math:`q_c`
-       (:func:`cluster_distributions`).
-    4. With probability :math:`\lambda`, replace each label by a draw from
-       :math:`q_{c}` of its cluster.
-
-    The release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
+    Clusters come from k-means on the features (``n_clusters``) or are given; every
+    cluster's label distribution is released with Laplace noise
+    (:func:`noisy_cluster_histograms`), truncated, renormalised and mixed with a uniform
+    floor into :math:`q_c` (:func:`cluster_distributions`); each label is then replaced
+    with probability :math:`\lambda` by a draw from its cluster's :math:`q_c`. The
+    release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
     :math:`\varepsilon_1 = 2/\sigma` and
     :math:`\varepsilon_2 = \ln(1 + (1-\lambda)/(\lambda q_{\min}))`, :math:`q_{\min}`
-    the smallest released probability (derivation in :mod:`ldpfda.labeldp.accounting`).
+    the smallest released probability (:mod:`ldpfda.labeldp.accounting`).
 
     Parameters
     ----------
-    n_classes : int
-        K; the label set is public.
     sigma : float
-        Histogram noise factor in (0, inf]. ``inf`` releases no histogram and is only
-        allowed with ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
+        Histogram noise factor in (0, inf]; ``inf`` releases no histogram and needs
+        ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
     tau, truncation, floor
         Step 3 (:func:`cluster_distributions`).
-    resample_probability : float, optional
-        A fixed :math:`\lambda \in (0, 1]`; :math:`\varepsilon_2` then follows from the
-        realised :math:`q_{\min}`.
-    epsilon_resample : float, optional
-        A fixed :math:`\varepsilon_2 \ge 0`; :math:`\lambda` then follows from the
-        realised :math:`q_{\min}` (post-processing of the histograms). Give exactly one
-        of the two.
-    n_clusters : int
-        Number of k-means clusters when features are given.
+    resample_probability, epsilon_resample : float, optional
+        Exactly one: a fixed :math:`\lambda \in (0, 1]` or a fixed
+        :math:`\varepsilon_2 \ge 0`; the other follows from the realised
+        :math:`q_{\min}`.
     beta : float, optional
         Correction recommended with the release; default :math:`\lambda` (unbiased).
 
@@ -490,20 +461,11 @@ class UniformRR:
 
     Each label is kept with probability :math:`e^\varepsilon/(e^\varepsilon + K - 1)`,
     that is resampled uniformly with probability
-    :math:`\lambda = K/(e^\varepsilon + K - 1)`; the randomisation is
-    :class:`~ldpfda.privacy.KaryRandomizedResponse`. The release is the special case of
-    :class:`ClusterRR` with one cluster, no histogram and :math:`q = \mathbf 1/K`, so
-    the same corrected losses apply with :math:`T = (1-\lambda) I + (\lambda/K)\mathbf 1
-    \mathbf 1^\top`.
-
-    Parameters
-    ----------
-    epsilon : float
-        Label-DP epsilon in (0, inf).
-    n_classes : int
-        K.
-    beta : float, optional
-        Recommended correction; default :math:`\lambda`.
+    :math:`\lambda = K/(e^\varepsilon + K - 1)`
+    (:class:`~ldpfda.privacy.KaryRandomizedResponse`): :class:`ClusterRR` with one
+    cluster, no histogram and :math:`q = \mathbf 1/K`, so the same corrections apply
+    with :math:`T = (1-\lambda) I + (\lambda/K)\mathbf 1 \mathbf 1^\top`. ``beta`` is
+    the recommended correction (default :math:`\lambda`).
 
     References
     ----------
