@@ -1,15 +1,9 @@
 """Label differential privacy via clustering (issue 5), in process.
 
 Only the training labels are private; features, and so clusters built from them, are
-public. The submodules: ``accounting`` (epsilon of each release and its inverse),
-``transition`` (label channels and corrected losses), ``mechanisms`` (:class:`ClusterRR`
-with a trusted curator and :class:`UniformRR`, returning a :class:`LabelRelease`),
-``selection`` (:class:`AutoClusterRR`: every parameter chosen for a target epsilon),
-``learners`` (corrected and plain logistic regression), ``peer_to_peer`` (the mechanism
-for binary labels and its exact (epsilon, delta)) and ``dpsgd`` (the DP-SGD baseline).
-The names below load from their submodule on first access, so a light submodule
-(accounting, transition, peer_to_peer, mechanisms) imports neither scikit-learn nor
-dp-accounting.
+public. The names below load from their submodule on first access, so the light
+submodules (accounting, transition, peer_to_peer, mechanisms) import neither
+scikit-learn nor dp-accounting.
 
 References
 ----------

@@ -1,27 +1,20 @@
 r"""Multinomial logistic regression on noisy labels: backward, forward and plain.
 
 All three minimise an average loss plus the ridge penalty
-:math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included,
-with :math:`\alpha = 1/(C n)` (scikit-learn's scaling of ``C``), by L-BFGS with the
-analytic gradient. With logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i,
-1)`, and :math:`s_i = \mathrm{softmax}(z_i)`:
-
-* **backward**: :math:`\tilde\ell_i = \operatorname{lse}(z_i) - a_i^\top z_i`, with
-  :math:`a_i` the row of the inverse channel (it sums to 1, but has negative entries:
-  penalising the intercepts too makes the objective strongly convex and coercive, so a
-  unique minimiser exists); gradient :math:`s_i - a_i`.
-* **forward**: :math:`\ell_i = \mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
-  :math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`; gradient
-  :math:`s_i - \mathrm{softmax}(z_i + \log t_i)`.
-* **plain**: the cross-entropy on the noisy labels (either correction at
-  :math:`\beta = 0`).
+:math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included
+(this keeps the backward objective, whose targets have negative entries, strongly
+convex and coercive), with :math:`\alpha = 1/(C n)`, by L-BFGS with the analytic
+gradient. With logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, the
+backward loss is :math:`\operatorname{lse}(z_i) - a_i^\top z_i` (:math:`a_i` the row of
+the inverse channel), the forward loss
+:math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
+:math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`.
 
 **Choosing C from the release.** With ``Cs`` given, a random ``validation_fraction`` of
 the noisy examples is held out and every ``C`` is scored by the held-out noisy-label
-log-likelihood through the model's channel,
-:math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}`: a proper
-scoring rule for the noisy labels, computed from released data only (post-processing).
-The best ``C`` is refitted on all examples.
+log-likelihood through the channel,
+:math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}` (a proper
+scoring rule computed from released data only); the best ``C`` is refitted on all.
 
 References
 ----------
@@ -132,8 +125,9 @@ class _LogisticBase(_LinearClassifier):
             raise ValueError("Cs must hold at least one value, got an empty sequence")
         for value in self.Cs or ():
             check_real(value, "Cs", low=0.0, low_open=True)
+        share = self.validation_fraction
         check_real(
-            self.validation_fraction,
+            share,
             "validation_fraction",
             low=0.0,
             high=1.0,
