@@ -30,10 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 from dp_accounting import dp_event, rdp
 from numpy.typing import ArrayLike
+from scipy.special import softmax
 from sklearn.utils.validation import check_array
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.labeldp.learners import _LinearClassifier, _softmax
+from ldpfda.labeldp.learners import _LinearClassifier
 from ldpfda.labeldp.mechanisms import check_labels
 from ldpfda.privacy.base import ReleaseEvent
 
@@ -203,7 +204,7 @@ class DPSGDLogisticRegression(_LinearClassifier):
             index = (
                 gen.choice(n, size=size, replace=False) if size else np.zeros(0, int)
             )
-            residual = _softmax(xt[index] @ w.T) - onehot[labels[index]]
+            residual = softmax(xt[index] @ w.T, axis=1) - onehot[labels[index]]
             norms = np.linalg.norm(residual, axis=1) * x_norm[index]
             scale = np.minimum(1.0, clip / np.maximum(norms, 1e-12))
             grad_sum = (residual * scale[:, None]).T @ xt[index]

@@ -34,6 +34,7 @@ from typing import Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize
+from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_array, check_is_fitted
@@ -58,11 +59,6 @@ def _logsumexp(z: NDArray[np.float64]) -> NDArray[np.float64]:
     """Row-wise log-sum-exp (entries may be -inf, as long as one per row is finite)."""
     m = z.max(axis=1)
     return m + np.log(np.exp(z - m[:, None]).sum(axis=1))
-
-
-def _softmax(z: NDArray[np.float64]) -> NDArray[np.float64]:
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
@@ -100,7 +96,7 @@ class _LinearClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         """Clean-label probabilities :math:`\\mathrm{softmax}(W x + b)`."""
-        return _softmax(self.decision_function(X))
+        return softmax(self.decision_function(X), axis=1)
 
     def predict(self, X: ArrayLike) -> NDArray[np.int64]:
         scores = self.decision_function(X)  # checks that the model is fitted

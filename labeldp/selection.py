@@ -138,11 +138,9 @@ def predicted_accuracy(
         raise ValueError(f"beta must be < 1 for the criterion, got {b!r}")
     n_eff = check_real(n_effective, "n_effective", low=0.0, low_open=True)
     n_clusters, k = q.shape
-    w = (
-        np.full(n_clusters, 1.0 / n_clusters)
-        if weights is None
-        else np.asarray(weights, dtype=float)
-    )
+    w = np.full(n_clusters, 1.0 / n_clusters)
+    if weights is not None:
+        w = np.asarray(weights, dtype=float)
     eye = np.eye(k)
     t = (1.0 - lam) * eye[None] + lam * q[:, None, :]
     r = (eye[None] - b * q[:, None, :]) / (1.0 - b)

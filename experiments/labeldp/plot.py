@@ -162,10 +162,7 @@ def _save(
     """Log x axis, axis labels and title, legend and grid; write ``path``."""
     import matplotlib.pyplot as plt
 
-    ax.set_xscale("log")
-    ax.set_xlabel(labels[0])
-    ax.set_ylabel(labels[1])
-    ax.set_title(labels[2])
+    ax.set(xscale="log", xlabel=labels[0], ylabel=labels[1], title=labels[2])
     ax.legend(**legend)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
