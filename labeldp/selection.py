@@ -1,7 +1,7 @@
 r"""Choosing ClusterRR's parameters for a target epsilon from released statistics only.
 
 The rule sees the true labels only through differentially private releases charged to
-the same budget, and never sees test data.
+the same budget.
 
 **Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
 probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
@@ -27,22 +27,16 @@ a function of the example charges cluster resampling its full bias; with :math:`
 estimated by the noisy histograms the criterion is post-processing.
 
 **Budget split.** The histogram's epsilon must be fixed before the histogram is
-released. :class:`AutoClusterRR` therefore
-
-1. releases a *pilot*, the share of examples carrying their cluster's majority label,
-   :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with Laplace noise (sensitivity
-   :math:`1/n`) at a small :math:`\varepsilon_0` fixed from public quantities (about
-   :math:`\sqrt2/(0.02\,n)`, at most 10% of the budget);
-2. plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest by simulating the
-   release on a model where every cluster has its majority label with probability
-   :math:`\hat\pi`; share 0 is UniformRR at :math:`\varepsilon - \varepsilon_0`, scored
-   exactly, so a histogram is released only when the plan predicts better;
-3. releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
-   floor (a full uniform floor among them), :math:`\lambda` (the largest allowed by
-   :math:`\varepsilon_2` and the realised :math:`q_{\min}`) and :math:`\beta` by the
-   criterion on the released histograms.
-
-The total is :math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
+released, so :class:`AutoClusterRR` (1) releases a *pilot*, the share of examples
+carrying their cluster's majority label :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with
+Laplace noise (sensitivity :math:`1/n`) at a small :math:`\varepsilon_0` fixed from
+public quantities; (2) plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest
+by simulating the release on a model fitted to :math:`\hat\pi` (share 0 is UniformRR,
+scored exactly, so a histogram is released only when the plan predicts better); (3)
+releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
+floor, :math:`\lambda` (the largest that :math:`\varepsilon_2` allows) and
+:math:`\beta` by the criterion. The total is
+:math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
 
 References
 ----------
