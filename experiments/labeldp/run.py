@@ -232,14 +232,19 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- planning
+def make_task(*values: Any) -> Task:
+    """The point of ``TASK_FIELDS`` = ``values``, with its key."""
+    dataset, study, method, eps, n_clusters, trial = values
+    key = f"{dataset}|{study}|{method}|{eps:g}|{n_clusters}|{trial}"
+    return {"key": key, **dict(zip(TASK_FIELDS, values, strict=True))}
+
+
 def make_tasks(settings: dict[str, Any]) -> list[Task]:
     """Every point of the study, Fashion-MNIST's main curves first."""
     tasks: list[Task] = []
 
     def add(*values: Any) -> None:
-        dataset, study, method, eps, n_clusters, trial = values
-        key = f"{dataset}|{study}|{method}|{eps:g}|{n_clusters}|{trial}"
-        tasks.append({"key": key, **dict(zip(TASK_FIELDS, values, strict=True))})
+        tasks.append(make_task(*values))
 
     eps_abl = settings["ablation_epsilon"]
     for dataset in settings["datasets"]:
