@@ -31,11 +31,9 @@ import numpy as np
 from dp_accounting import dp_event, rdp
 from numpy.typing import ArrayLike
 from scipy.special import softmax
-from sklearn.utils.validation import check_array
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.labeldp.learners import _LinearClassifier
-from ldpfda.labeldp.mechanisms import check_labels
+from ldpfda.labeldp.learners import _check_xy, _LinearClassifier
 from ldpfda.privacy.base import ReleaseEvent
 
 __all__ = ["DPSGDLogisticRegression", "calibrate_noise_multiplier", "dpsgd_epsilon"]
@@ -157,17 +155,14 @@ class DPSGDLogisticRegression(_LinearClassifier):
     random_state: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> DPSGDLogisticRegression:
-        x = check_array(X, dtype=np.float64)
         raw = np.asarray(y)
         k = (
             max(int(raw.max()) + 1, 2)
             if self.n_classes is None
             else check_int(self.n_classes, "n_classes", minimum=2)
         )
-        labels = check_labels(raw, k, "y")
+        x, labels = _check_xy(X, raw, k)
         n, p = x.shape
-        if labels.size != n:
-            raise ValueError(f"X and y differ in length: {n} != {labels.size}")
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("give exactly one of epsilon and noise_multiplier")
         clip = check_real(self.clip_norm, "clip_norm", low=0.0, low_open=True)

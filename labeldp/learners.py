@@ -73,6 +73,15 @@ def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
     return loss_grad
 
 
+def _check_xy(X: ArrayLike, y: ArrayLike, n_classes: int) -> tuple[NDArray, NDArray]:
+    """``X`` as floats and ``y`` as classes of ``range(n_classes)``, of one length."""
+    x = check_array(X, dtype=np.float64)
+    labels = check_labels(y, n_classes, "y")
+    if labels.size != x.shape[0]:
+        raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+    return x, labels
+
+
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
     """Prediction of a fitted softmax model with ``coef_`` and ``intercept_``."""
 
@@ -252,10 +261,7 @@ class _CorrectedLogisticBase(_LogisticBase):
         """
         self._check_params()
         q = check_distributions(distributions)
-        x = check_array(X, dtype=np.float64)
-        labels = check_labels(y, q.shape[1], "y")
-        if labels.size != x.shape[0]:
-            raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+        x, labels = _check_xy(X, y, q.shape[1])
         if clusters is None:
             if q.shape[0] != 1:
                 raise ValueError(
@@ -421,11 +427,7 @@ class NoisyLabelLogisticRegression(_LogisticBase):
         k = default_k if self.n_classes is None else self.n_classes
         if k is None:
             k = max(int(raw.max()) + 1 if raw.size else 2, 2)
-        k = check_int(k, "n_classes", minimum=2)
-        x = check_array(X, dtype=np.float64)
-        labels = check_labels(raw, k, "y")
-        if labels.size != x.shape[0]:
-            raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+        x, labels = _check_xy(X, raw, check_int(k, "n_classes", minimum=2))
         onehot = np.eye(k)[labels]
         with np.errstate(divide="ignore"):
             log_t = np.log(onehot)
