@@ -283,26 +283,18 @@ def choose_resampling(
 def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choice:
     """UniformRR at ``epsilon`` with the better correction by the criterion."""
     lam = uniform_rr_probability(epsilon=epsilon, n_classes=n_classes)
+    # q is also the label distribution: the criterion of UniformRR does not use it.
     q = np.full((1, n_classes), 1.0 / n_classes)
-    p = q  # the criterion of UniformRR does not depend on the label distribution
     scores = {
         b: predicted_accuracy(
-            p, q, resample_probability=lam, beta=b, n_effective=n_effective
+            q, q, resample_probability=lam, beta=b, n_effective=n_effective
         )
         for b in (0.0, lam)
     }
     # The criterion is invariant to the linear correction here (both give the same
     # z-scores); the tie goes to the unbiased one.
     beta = lam if scores[lam] >= scores[0.0] * (1 - 1e-6) else 0.0
-    return Choice(
-        tau=0.0,
-        truncation="clip",
-        floor=1.0,
-        resample_probability=lam,
-        beta=beta,
-        q_min=1.0 / n_classes,
-        score=scores[beta],
-    )
+    return Choice(0.0, "clip", 1.0, lam, beta, 1.0 / n_classes, scores[beta])
 
 
 def pilot_epsilon(

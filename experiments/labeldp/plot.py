@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_abbrev=False, description=__doc__.splitlines()[0]
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument("--results-dir", type=Path)
     parser.add_argument(
         "--export",
         action="store_true",
