@@ -2,10 +2,9 @@
 
     python -m ldpfda.experiments.labeldp.plot [--quick] [--results-dir DIR] [--export]
 
-Writes ``summary.csv`` (mean and standard deviation of the normalized accuracy over
-trials), ``summary.json`` and ``figures/*.png`` into the results folder. ``--export``
-also copies the figures of :data:`EXPORTED_FIGURES` and the Markdown tables
-(``results.md``) into ``experiments/labeldp/`` for the experiments page.
+Writes ``summary.csv`` / ``summary.json`` (normalized accuracy, mean and sd over
+trials) and ``figures/*.png`` into the results folder; ``--export`` also copies
+:data:`EXPORTED_FIGURES` and the tables (``results.md``) beside this file.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Driver of the label-DP study: normalized accuracy vs epsilon, and a cluster ablation.
 
-Run from the repository root::
+    python -m ldpfda.experiments.labeldp.run [--quick] [--workers N] [--fashion-dir DIR]
 
-    python -m ldpfda.experiments.labeldp.run --quick  # about 2 minutes
-    python -m ldpfda.experiments.labeldp.run  # the full study (under an hour)
-    python -m ldpfda.experiments.labeldp.plot  # figures and tables from the results
-
-Every finished point is appended to ``<results-dir>/points.jsonl`` as soon as it ends;
-a rerun skips the points already there, so an interrupted run resumes. Clusterings are
-cached in ``<results-dir>/cache``. Nothing is downloaded: Fashion-MNIST comes from
-Debian's ``dataset-fashion-mnist`` files or ``--fashion-dir``. The methods
-(``nonprivate``, ``uniform_rr``, ``cluster_rr``, ``cluster_rr_fixed``, ``dp_sgd``) are
-described in this folder's README; every learner chooses ``C`` from ``learner-cs`` on
-released data only, and test labels only give the reported accuracy.
+Every finished point is appended to ``<results-dir>/points.jsonl`` at once, so a rerun
+skips it and an interrupted run resumes; clusterings are cached in
+``<results-dir>/cache``. Nothing is downloaded. The methods are described in this
+folder's README, the settings in ``config.toml``.
 """
 
 from __future__ import annotations
