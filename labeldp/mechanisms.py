@@ -144,10 +144,15 @@ def cluster_distributions(
         trunc = np.maximum(np.where(p < tau, 0.0, np.minimum(p, 1.0)), 0.0)
     else:
         raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
-    k = p.shape[1]
-    total = trunc.sum(axis=1, keepdims=True)
-    q = np.where(total > 0, trunc / np.where(total > 0, total, 1.0), 1.0 / k)
-    return (1.0 - floor) * q + floor / k
+    return (1.0 - floor) * _normalised(trunc) + floor / p.shape[1]
+
+
+def _normalised(rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Rows divided by their sums (uniform where the sum is not positive)."""
+    total = rows.sum(axis=1, keepdims=True)
+    return np.where(
+        total > 0, rows / np.where(total > 0, total, 1.0), 1.0 / rows.shape[1]
+    )
 
 
 def _frozen(array: ArrayLike, dtype: type) -> NDArray:

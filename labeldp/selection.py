@@ -67,9 +67,11 @@ from ldpfda.labeldp.accounting import (
 )
 from ldpfda.labeldp.mechanisms import (
     LabelRelease,
+    Rng,
     Truncation,
     UniformRR,
     _given_clusters,
+    _normalised,
     _q_min,
     _resample_release,
     check_labels,
@@ -91,8 +93,6 @@ __all__ = [
     "predicted_accuracy",
     "release_majority_share",
 ]
-
-Rng = np.random.Generator | int | None
 
 #: Default search grid of the post-processing step.
 DEFAULT_TAUS: tuple[float, ...] = (0.0, 0.05, 0.1)
@@ -179,11 +179,7 @@ class Choice:
 
 def _estimate_distributions(noisy: NDArray[np.float64]) -> NDArray[np.float64]:
     """Plug-in label distributions: noisy histograms clipped at 0 and renormalised."""
-    clipped = np.maximum(noisy, 0.0)
-    total = clipped.sum(axis=1, keepdims=True)
-    return np.where(
-        total > 0, clipped / np.where(total > 0, total, 1.0), 1.0 / noisy.shape[1]
-    )
+    return _normalised(np.maximum(noisy, 0.0))
 
 
 def _score_candidates(
