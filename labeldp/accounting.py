@@ -1,8 +1,6 @@
-"""Epsilon maps of the label-DP releases: :mod:`ldpfda.privacy.label_accounting`.
-
-The maps live with the mechanisms (a client sizes its own resampling probability with
-them); they are re-exported here under their historical names.
-"""
+"""Epsilon maps of the label-DP releases, re-exported from
+:mod:`ldpfda.privacy.label_accounting` (where a client sizes its own resampling
+probability with them) under their historical names."""
 
 from ldpfda.privacy.label_accounting import (
     histogram_epsilon,

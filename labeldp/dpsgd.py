@@ -8,15 +8,10 @@ noise :math:`N(0, \sigma^2 C^2 I)` to the sum and divides by the expected batch 
 .. math:: W \leftarrow W - \eta\, \frac{1}{qn}\Bigl(\sum_{i \in B_t}
           g_i \min\bigl(1, C/\lVert g_i\rVert\bigr) + \sigma C \xi_t\Bigr).
 
-For logistic regression the per-example gradient is an outer product,
-:math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
-:math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2` and
-clipping is a per-example rescaling of :math:`s_i - e_{y_i}`: the whole step is two
-matrix products, without materialising per-example gradients.
-
-Epsilon comes from dp-accounting's RDP accountant for ``steps`` compositions of the
-Poisson-subsampled Gaussian mechanism (:func:`dpsgd_epsilon`), at :math:`\delta = 1/n`
-by default; :func:`calibrate_noise_multiplier` is its inverse. DP-SGD protects features
+The per-example gradient is :math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
+:math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2`
+and a step is two matrix products. Epsilon comes from dp-accounting's RDP accountant
+(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n` by default. DP-SGD protects features
 and labels alike, so its guarantee implies label DP.
 
 References
@@ -30,15 +25,15 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from dp_accounting import dp_event, rdp
-from numpy.typing import ArrayLike, NDArray
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_array, check_is_fitted
+from numpy.typing import ArrayLike
+from scipy.special import softmax
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.labeldp.mechanisms import check_labels
+from ldpfda.labeldp.learners import _check_xy, _LinearClassifier
 from ldpfda.privacy.base import ReleaseEvent
 
 __all__ = ["DPSGDLogisticRegression", "calibrate_noise_multiplier", "dpsgd_epsilon"]
@@ -50,7 +45,7 @@ def dpsgd_epsilon(
     r"""Epsilon of ``steps`` Poisson-subsampled Gaussian steps (RDP accountant).
 
     ``noise_multiplier`` :math:`\sigma` is the noise standard deviation over the
-    clipping norm. Inverse of :func:`calibrate_noise_multiplier`.
+    clipping norm.
 
     References
     ----------
@@ -117,27 +112,23 @@ def calibrate_noise_multiplier(
     return high
 
 
-class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
+@dataclass(kw_only=True, eq=False, repr=False)
+class DPSGDLogisticRegression(_LinearClassifier):
     r"""Multinomial logistic regression trained by DP-SGD (numpy, vectorised).
 
     Parameters
     ----------
-    epsilon : float or None
-        Target epsilon; the noise multiplier is calibrated at fit time from
-        :math:`n`, the batch size and the number of steps. Give ``noise_multiplier``
-        instead to fix the noise (then ``epsilon_`` is computed).
+    epsilon, noise_multiplier : float or None
+        Exactly one: a target epsilon (the noise multiplier :math:`\sigma` is then
+        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed).
     delta : float or None
         Default :math:`1/n`.
-    noise_multiplier : float or None
-        :math:`\sigma`; exactly one of ``epsilon`` and ``noise_multiplier``.
-    clip_norm : float
-        :math:`C`, fixed before seeing the data.
+    clip_norm, learning_rate : float
+        :math:`C` (fixed before seeing the data) and :math:`\eta`.
     batch_size : int
         Expected batch size :math:`B`; the sampling probability is :math:`B/n`.
     epochs : float
         Passes over the data; ``steps = ceil(epochs n / B)``.
-    learning_rate : float
-        :math:`\eta`.
     n_classes : int or None
         K; default ``max(y) + 1``.
     random_state : int or None
@@ -145,65 +136,44 @@ class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_, intercept_, classes_, n_features_in_
-        The model, as in scikit-learn.
-    noise_multiplier_, epsilon_, delta_ : float
-    n_steps_ : int
-    event_ : ReleaseEvent
+    noise_multiplier_, epsilon_, delta_, n_steps_, event_
+        What was spent, with its :class:`~ldpfda.privacy.ReleaseEvent`.
 
     References
     ----------
     M. Abadi et al., "Deep learning with differential privacy", CCS 2016.
     """
 
-    def __init__(
-        self,
-        *,
-        epsilon: float | None = 1.0,
-        delta: float | None = None,
-        noise_multiplier: float | None = None,
-        clip_norm: float = 1.0,
-        batch_size: int = 500,
-        epochs: float = 20.0,
-        learning_rate: float = 1.0,
-        n_classes: int | None = None,
-        random_state: int | None = None,
-    ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.noise_multiplier = noise_multiplier
-        self.clip_norm = clip_norm
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.learning_rate = learning_rate
-        self.n_classes = n_classes
-        self.random_state = random_state
+    epsilon: float | None = 1.0
+    delta: float | None = None
+    noise_multiplier: float | None = None
+    clip_norm: float = 1.0
+    batch_size: int = 500
+    epochs: float = 20.0
+    learning_rate: float = 1.0
+    n_classes: int | None = None
+    random_state: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> DPSGDLogisticRegression:
-        x = check_array(X, dtype=np.float64)
         raw = np.asarray(y)
         k = (
             max(int(raw.max()) + 1, 2)
             if self.n_classes is None
             else check_int(self.n_classes, "n_classes", minimum=2)
         )
-        labels = check_labels(raw, k, "y")
+        x, labels = _check_xy(X, raw, k)
         n, p = x.shape
-        if labels.size != n:
-            raise ValueError(f"X and y differ in length: {n} != {labels.size}")
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("give exactly one of epsilon and noise_multiplier")
         clip = check_real(self.clip_norm, "clip_norm", low=0.0, low_open=True)
         batch = check_int(self.batch_size, "batch_size", minimum=1, maximum=n)
         epochs = check_real(self.epochs, "epochs", low=0.0, low_open=True)
         lr = check_real(self.learning_rate, "learning_rate", low=0.0, low_open=True)
-        delta = (
-            1.0 / n
-            if self.delta is None
-            else check_real(
+        delta = 1.0 / n
+        if self.delta is not None:
+            delta = check_real(
                 self.delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
             )
-        )
         rate = batch / n
         steps = max(1, math.ceil(epochs / rate))
         if self.noise_multiplier is None:
@@ -229,18 +199,13 @@ class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
             index = (
                 gen.choice(n, size=size, replace=False) if size else np.zeros(0, int)
             )
-            z = xt[index] @ w.T
-            e = np.exp(z - z.max(axis=1, keepdims=True))
-            residual = e / e.sum(axis=1, keepdims=True) - onehot[labels[index]]
+            residual = softmax(xt[index] @ w.T, axis=1) - onehot[labels[index]]
             norms = np.linalg.norm(residual, axis=1) * x_norm[index]
             scale = np.minimum(1.0, clip / np.maximum(norms, 1e-12))
             grad_sum = (residual * scale[:, None]).T @ xt[index]
             noise = gen.normal(0.0, sigma * clip, size=w.shape)
             w -= lr * (grad_sum + noise) / (rate * n)
-        self.coef_ = w[:, :p].copy()
-        self.intercept_ = w[:, p].copy()
-        self.classes_ = np.arange(k)
-        self.n_features_in_ = p
+        self._set_weights(w)
         self.noise_multiplier_ = float(sigma)
         self.epsilon_ = float(achieved)
         self.delta_ = float(delta)
@@ -255,21 +220,3 @@ class DPSGDLogisticRegression(ClassifierMixin, BaseEstimator):
             clip_norm=clip,
         )
         return self
-
-    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
-        check_is_fitted(self)
-        x = check_array(X, dtype=np.float64)
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {x.shape[1]} features, expected {self.n_features_in_}"
-            )
-        return x @ self.coef_.T + self.intercept_
-
-    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
-        z = self.decision_function(X)
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
-        scores = self.decision_function(X)  # checks that the model is fitted
-        return self.classes_[np.argmax(scores, axis=1)]

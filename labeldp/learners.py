@@ -1,37 +1,20 @@
 r"""Multinomial logistic regression on noisy labels: backward, forward and plain.
 
 All three minimise an average loss plus the ridge penalty
-:math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included,
-with :math:`\alpha = 1/(C n)` (scikit-learn's scaling of ``C``). With logits
-:math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, and softmax
-:math:`s_i = \mathrm{softmax}(z_i)`:
-
-* **backward** (:class:`BackwardCorrectedLogisticRegression`):
-  :math:`\tilde\ell_i = \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}\,(-\log s_{iy})
-  = \operatorname{logsumexp}(z_i) - a_i^\top z_i`, with :math:`a_i` the row of the
-  inverse channel (it sums to 1). The objective is convex, but :math:`a_i` has negative
-  entries, so without the penalty it may be unbounded below; penalising the intercepts
-  as well makes it strongly convex and coercive, so a unique minimiser exists. Gradient
-  :math:`\partial\tilde\ell_i/\partial z_i = s_i - a_i`.
-* **forward** (:class:`ForwardCorrectedLogisticRegression`): maximum likelihood of the
-  noisy labels under :math:`P(\tilde y \mid x) = [T_c(\beta)^\top s]_{\tilde y}`,
-  :math:`\ell_i = -\log \sum_y s_{iy} T_{c_i}(\beta)[y, \tilde y_i]`. In log space
-  :math:`\ell_i = \mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` (lse: log-sum-exp)
-  with :math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`, and
-  :math:`\partial\ell_i/\partial z_i = s_i - \mathrm{softmax}(z_i + \log t_i)`.
-* **plain** (:class:`NoisyLabelLogisticRegression`): the cross-entropy on the noisy
-  labels (either correction with :math:`\beta = 0`).
-
-The objective is minimised by L-BFGS (:func:`scipy.optimize.minimize`) with the
-analytic gradient.
+:math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included
+(this keeps the backward objective, whose targets have negative entries, strongly
+convex and coercive), with :math:`\alpha = 1/(C n)`, by L-BFGS with the analytic
+gradient. With logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, the
+backward loss is :math:`\operatorname{lse}(z_i) - a_i^\top z_i` (:math:`a_i` the row of
+the inverse channel), the forward loss
+:math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
+:math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`.
 
 **Choosing C from the release.** With ``Cs`` given, a random ``validation_fraction`` of
 the noisy examples is held out and every ``C`` is scored by the held-out noisy-label
-log-likelihood through the model's channel,
-:math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}`. It is a
-proper scoring rule for the noisy labels, so for an invertible channel its expectation
-is largest at the true clean conditional; it uses only released data (post-processing,
-no privacy cost) and never clean labels. The best ``C`` is refitted on all examples.
+log-likelihood through the channel,
+:math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}` (a proper
+scoring rule computed from released data only); the best ``C`` is refitted on all.
 
 References
 ----------
@@ -45,22 +28,20 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize
+from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ldpfda._validation import check_int, check_real
 from ldpfda.labeldp.mechanisms import LabelRelease, check_labels
-from ldpfda.labeldp.transition import (
-    check_distributions,
-    corrected_targets,
-    transition_matrices,
-)
+from ldpfda.labeldp.transition import check_distributions
 
 __all__ = [
     "DEFAULT_CS",
@@ -80,22 +61,8 @@ def _logsumexp(z: NDArray[np.float64]) -> NDArray[np.float64]:
     return m + np.log(np.exp(z - m[:, None]).sum(axis=1))
 
 
-def _softmax(z: NDArray[np.float64]) -> NDArray[np.float64]:
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _log_columns(t: NDArray[np.float64], clusters: NDArray, labels: NDArray) -> NDArray:
-    r""":math:`\log T_{c_i}[\cdot, \tilde y_i]` for every example, shape (n, K)."""
-    with np.errstate(divide="ignore"):
-        return np.log(t[clusters, :, labels])
-
-
 def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
-    r"""Cross-entropy against target rows :math:`a_i` (summing to 1, entries may be
-    negative): :math:`\mathrm{lse}(z_i) - a_i^\top z_i`, gradient
-    :math:`\mathrm{softmax}(z_i) - a_i`. One-hot rows give the plain loss, rows of the
-    inverse channel the backward-corrected one."""
+    r""":math:`\mathrm{lse}(z_i) - a_i^\top z_i` against target rows :math:`a_i`."""
     targets = arrays["targets"][index]
 
     def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
@@ -106,37 +73,66 @@ def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
     return loss_grad
 
 
-class _LogisticBase(ClassifierMixin, BaseEstimator):
+def _check_xy(X: ArrayLike, y: ArrayLike, n_classes: int) -> tuple[NDArray, NDArray]:
+    """``X`` as floats and ``y`` as classes of ``range(n_classes)``, of one length."""
+    x = check_array(X, dtype=np.float64)
+    labels = check_labels(y, n_classes, "y")
+    if labels.size != x.shape[0]:
+        raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+    return x, labels
+
+
+class _LinearClassifier(ClassifierMixin, BaseEstimator):
+    """Prediction of a fitted softmax model with ``coef_`` and ``intercept_``."""
+
+    def _set_weights(self, w: NDArray[np.float64]) -> None:
+        """Store (K, p + 1) weights, the last column the intercepts."""
+        self.coef_ = w[:, :-1].copy()
+        self.intercept_ = w[:, -1].copy()
+        self.classes_ = np.arange(w.shape[0])
+        self.n_features_in_ = w.shape[1] - 1
+
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Logits :math:`W x + b`, shape (n, K)."""
+        check_is_fitted(self)
+        x = check_array(X, dtype=np.float64)
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {x.shape[1]} features, but the model was fitted with "
+                f"{self.n_features_in_}"
+            )
+        return x @ self.coef_.T + self.intercept_
+
+    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
+        """Clean-label probabilities :math:`\\mathrm{softmax}(W x + b)`."""
+        return softmax(self.decision_function(X), axis=1)
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
+        scores = self.decision_function(X)  # checks that the model is fitted
+        return self.classes_[np.argmax(scores, axis=1)]
+
+
+# Estimators are keyword dataclasses: scikit-learn reads the parameters off __init__.
+@dataclass(kw_only=True, eq=False, repr=False)
+class _LogisticBase(_LinearClassifier):
     """Shared fitting machinery; subclasses build the per-example loss."""
 
-    def __init__(
-        self,
-        *,
-        C: float = 1.0,
-        Cs: Sequence[float] | None = None,
-        validation_fraction: float = 0.2,
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        random_state: int | None = None,
-    ) -> None:
-        self.C = C
-        self.Cs = Cs
-        self.validation_fraction = validation_fraction
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
+    C: float = 1.0
+    Cs: Sequence[float] | None = None
+    validation_fraction: float = 0.2
+    max_iter: int = 1000
+    tol: float = 1e-6
+    random_state: int | None = None
 
     def _check_params(self) -> None:
         check_real(self.C, "C", low=0.0, low_open=True)
-        if self.Cs is not None:
-            if len(self.Cs) == 0:
-                raise ValueError(
-                    "Cs must hold at least one value, got an empty sequence"
-                )
-            for value in self.Cs:
-                check_real(value, "Cs", low=0.0, low_open=True)
+        if self.Cs is not None and len(self.Cs) == 0:
+            raise ValueError("Cs must hold at least one value, got an empty sequence")
+        for value in self.Cs or ():
+            check_real(value, "Cs", low=0.0, low_open=True)
+        share = self.validation_fraction
         check_real(
-            self.validation_fraction,
+            share,
             "validation_fraction",
             low=0.0,
             high=1.0,
@@ -191,7 +187,6 @@ class _LogisticBase(ClassifierMixin, BaseEstimator):
         """Fit on per-example arrays; ``arrays['log_t']`` scores held-out examples."""
         n, p = x.shape
         xt = np.hstack([x, np.ones((n, 1))])
-        everyone = np.arange(n)
         zero = np.zeros((n_classes, p + 1))
         if self.Cs is None:
             best_c = float(self.C)
@@ -214,88 +209,33 @@ class _LogisticBase(ClassifierMixin, BaseEstimator):
             best_score = max(scores.values())
             best_c = min(c for c, s in scores.items() if s == best_score)
             self.validation_scores_ = scores
-        w, nit = self._solve(
-            xt, self._loss_grad(arrays, everyone), n_classes, best_c, zero
+        w, self.n_iter_ = self._solve(
+            xt, self._loss_grad(arrays, np.arange(n)), n_classes, best_c, zero
         )
         self.C_ = best_c
-        self.coef_ = w[:, :p].copy()
-        self.intercept_ = w[:, p].copy()
-        self.classes_ = np.arange(n_classes)
-        self.n_features_in_ = p
-        self.n_iter_ = nit
-
-    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
-        """Logits :math:`W x + b`, shape (n, K)."""
-        check_is_fitted(self)
-        x = check_array(X, dtype=np.float64)
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"X has {x.shape[1]} features, but the model was fitted with "
-                f"{self.n_features_in_}"
-            )
-        return x @ self.coef_.T + self.intercept_
-
-    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
-        """Clean-label probabilities :math:`\\mathrm{softmax}(W x + b)`."""
-        return _softmax(self.decision_function(X))
-
-    def predict(self, X: ArrayLike) -> NDArray[np.int64]:
-        scores = self.decision_function(X)  # checks that the model is fitted
-        return self.classes_[np.argmax(scores, axis=1)]
-
-
-def _validate_fit(
-    X: ArrayLike, y: ArrayLike, clusters: ArrayLike | None, distributions: ArrayLike
-) -> tuple[NDArray, NDArray, NDArray, NDArray]:
-    q = check_distributions(distributions)
-    x = check_array(X, dtype=np.float64)
-    labels = check_labels(y, q.shape[1], "y")
-    if labels.size != x.shape[0]:
-        raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
-    if clusters is None:
-        if q.shape[0] != 1:
-            raise ValueError(
-                "clusters are required when there is more than one cluster"
-            )
-        c = np.zeros(labels.size, dtype=np.int64)
-    else:
-        c = check_labels(clusters, q.shape[0], "clusters")
-        if c.size != labels.size:
-            raise ValueError(
-                f"clusters and y differ in length: {c.size} != {labels.size}"
-            )
-    return x, labels, c, q
+        self._set_weights(w)
 
 
 _DOC_PARAMETERS = """
     Parameters
     ----------
     C : float
-        Inverse penalty strength, as in scikit-learn (:math:`\\alpha = 1/(Cn)`); used
-        when ``Cs`` is None.
+        Inverse penalty strength (:math:`\\alpha = 1/(Cn)`); used when ``Cs`` is None.
     Cs : sequence of float, optional
-        Candidate values of ``C``, chosen by the held-out noisy-label likelihood (see
-        the module docstring).
+        Candidate values of ``C``, chosen by the held-out noisy-label likelihood.
     validation_fraction : float
         Share of examples held out to choose ``C``.
-    max_iter : int
-        L-BFGS iteration limit.
-    tol : float
-        Gradient tolerance of L-BFGS.
+    max_iter, tol : int, float
+        L-BFGS iteration limit and gradient tolerance.
     random_state : int, optional
         Seed of the held-out split.
 
     Attributes
     ----------
-    coef_ : ndarray, shape (K, p)
-    intercept_ : ndarray, shape (K,)
-    classes_ : ndarray, shape (K,)
     C_ : float
-        The ``C`` used for the final fit.
+        The ``C`` of the final fit.
     validation_scores_ : dict or None
         Held-out mean log-likelihood of the noisy labels for every candidate ``C``.
-    n_features_in_ : int
-    n_iter_ : int
 """
 
 
@@ -305,6 +245,39 @@ class _CorrectedLogisticBase(_LogisticBase):
     #: Whether the loss needs the rows of the inverse channel (backward correction).
     _needs_targets = False
 
+    def fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        *,
+        distributions: ArrayLike,
+        beta: float,
+        clusters: ArrayLike | None = None,
+    ) -> Self:
+        """Fit on noisy labels ``y`` released with cluster distributions :math:`q_c`.
+
+        ``beta`` is the correction (:math:`\\beta = \\lambda` for unbiased), in [0, 1)
+        for the backward and in [0, 1] for the forward correction.
+        """
+        self._check_params()
+        q = check_distributions(distributions)
+        x, labels = _check_xy(X, y, q.shape[1])
+        if clusters is None:
+            if q.shape[0] != 1:
+                raise ValueError(
+                    "clusters are required when there is more than one cluster"
+                )
+            c = np.zeros(labels.size, dtype=np.int64)
+        else:
+            c = check_labels(clusters, q.shape[0], "clusters")
+            if c.size != labels.size:
+                raise ValueError(
+                    f"clusters and y differ in length: {c.size} != {labels.size}"
+                )
+        b = check_real(beta, "beta", low=0.0, high=1.0, high_open=self._needs_targets)
+        self._fit_channels(x, labels, q[c], np.full(labels.size, b))
+        return self
+
     def fit_channels(
         self,
         X: ArrayLike,
@@ -312,17 +285,13 @@ class _CorrectedLogisticBase(_LogisticBase):
         *,
         priors: ArrayLike,
         resample_probabilities: ArrayLike,
-    ) -> Any:
-        r"""Fit with one channel per example.
+    ) -> Self:
+        r"""Fit with one channel per example (examples of one release mixing channels).
 
         Example :math:`i` went through
-        :math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top`: row ``i`` of
-        ``priors`` is :math:`q_i`, entry ``i`` of ``resample_probabilities`` is
-        :math:`\lambda_i \in [0, 1)`, and the correction is the unbiased one
-        (:math:`\beta_i = \lambda_i`). This is :meth:`fit` when examples of one
-        release mix channels (label-only federated modes: pilots with the uniform
-        prior, the others with their cluster's). Same loss, penalty and choice of
-        ``C``.
+        :math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top` (row ``i`` of
+        ``priors`` is :math:`q_i`, :math:`\lambda_i \in [0, 1)`), corrected without
+        bias (:math:`\beta_i = \lambda_i`).
         """
         self._check_params()
         x = check_array(X, dtype=np.float64)
@@ -338,6 +307,14 @@ class _CorrectedLogisticBase(_LogisticBase):
             )
         if np.any(~np.isfinite(lam)) or np.any(lam < 0) or np.any(lam >= 1):
             raise ValueError("resample_probabilities must be in [0, 1)")
+        self._fit_channels(x, labels, q, lam)
+        return self
+
+    def _fit_channels(
+        self, x: NDArray, labels: NDArray, q: NDArray, lam: NDArray[np.float64]
+    ) -> None:
+        """Fit through one channel per example: prior rows ``q``, resampling ``lam``."""
+        n, k = q.shape
         onehot = np.eye(k)[labels]
         # Column ~y_i of T_i: (1 - lam_i) e_{~y_i} + lam_i q_i(~y_i) 1.
         column = (1 - lam)[:, None] * onehot + (lam * q[np.arange(n), labels])[:, None]
@@ -347,11 +324,10 @@ class _CorrectedLogisticBase(_LogisticBase):
             # Row ~y_i of T_i^{-1} = (I - lam_i 1 q_i^T) / (1 - lam_i).
             arrays["targets"] = (onehot - lam[:, None] * q) / (1 - lam)[:, None]
         self._fit_arrays(x, arrays, k)
-        return self
 
     def fit_release(
         self, X: ArrayLike, release: LabelRelease, *, beta: float | None = None
-    ) -> Any:
+    ) -> Self:
         """Fit on a :class:`LabelRelease` (default ``beta`` = the release's)."""
         b = release.beta if beta is None else release.check_beta(beta)
         return self.fit(
@@ -385,28 +361,6 @@ class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     """
     )
 
-    def fit(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        *,
-        distributions: ArrayLike,
-        beta: float,
-        clusters: ArrayLike | None = None,
-    ) -> BackwardCorrectedLogisticRegression:
-        """Fit on noisy labels ``y`` released with cluster distributions :math:`q_c`.
-
-        ``beta`` is the correction in [0, 1) (:math:`\\beta = \\lambda` for unbiased).
-        """
-        self._check_params()
-        x, labels, c, q = _validate_fit(X, y, clusters, distributions)
-        arrays = {
-            "targets": corrected_targets(labels, c, q, beta),
-            "log_t": _log_columns(transition_matrices(q, beta), c, labels),
-        }
-        self._fit_arrays(x, arrays, q.shape[1])
-        return self
-
     _loss_grad = staticmethod(_soft_cross_entropy)
 
 
@@ -429,22 +383,6 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     """
     )
 
-    def fit(
-        self,
-        X: ArrayLike,
-        y: ArrayLike,
-        *,
-        distributions: ArrayLike,
-        beta: float,
-        clusters: ArrayLike | None = None,
-    ) -> ForwardCorrectedLogisticRegression:
-        """Fit on noisy labels ``y``; ``beta`` in [0, 1] is the channel's lambda."""
-        self._check_params()
-        x, labels, c, q = _validate_fit(X, y, clusters, distributions)
-        log_t = _log_columns(transition_matrices(q, beta), c, labels)
-        self._fit_arrays(x, {"log_t": log_t}, q.shape[1])
-        return self
-
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
         log_t = arrays["log_t"][index]
@@ -459,6 +397,7 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
         return loss_grad
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class NoisyLabelLogisticRegression(_LogisticBase):
     __doc__ = (
         r"""Plain multinomial logistic regression on the (noisy) labels as given.
@@ -472,51 +411,23 @@ class NoisyLabelLogisticRegression(_LogisticBase):
         + _DOC_PARAMETERS
     )
 
-    def __init__(
-        self,
-        *,
-        n_classes: int | None = None,
-        C: float = 1.0,
-        Cs: Sequence[float] | None = None,
-        validation_fraction: float = 0.2,
-        max_iter: int = 1000,
-        tol: float = 1e-6,
-        random_state: int | None = None,
-    ) -> None:
-        super().__init__(
-            C=C,
-            Cs=Cs,
-            validation_fraction=validation_fraction,
-            max_iter=max_iter,
-            tol=tol,
-            random_state=random_state,
-        )
-        self.n_classes = n_classes
+    n_classes: int | None = None
 
-    def fit(self, X: ArrayLike, y: ArrayLike) -> NoisyLabelLogisticRegression:
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
+        return self._fit_labels(X, y, None)
+
+    def fit_release(self, X: ArrayLike, release: LabelRelease) -> Self:
+        """Fit on the noisy labels of a :class:`LabelRelease`, ignoring the channel."""
+        return self._fit_labels(X, release.labels, release.n_classes)
+
+    def _fit_labels(self, X: ArrayLike, y: ArrayLike, default_k: int | None) -> Self:
+        """Fit on ``y``; K is ``n_classes``, else ``default_k``, else ``max(y) + 1``."""
         self._check_params()
         raw = np.asarray(y)
-        if self.n_classes is None:
+        k = default_k if self.n_classes is None else self.n_classes
+        if k is None:
             k = max(int(raw.max()) + 1 if raw.size else 2, 2)
-        else:
-            k = check_int(self.n_classes, "n_classes", minimum=2)
-        return self._fit_labels(X, raw, k)
-
-    def fit_release(
-        self, X: ArrayLike, release: LabelRelease
-    ) -> NoisyLabelLogisticRegression:
-        """Fit on the noisy labels of a :class:`LabelRelease`, ignoring the channel."""
-        self._check_params()
-        k = release.n_classes if self.n_classes is None else self.n_classes
-        return self._fit_labels(X, release.labels, check_int(k, "n_classes", minimum=2))
-
-    def _fit_labels(
-        self, X: ArrayLike, y: ArrayLike, k: int
-    ) -> NoisyLabelLogisticRegression:
-        x = check_array(X, dtype=np.float64)
-        labels = check_labels(y, k, "y")
-        if labels.size != x.shape[0]:
-            raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
+        x, labels = _check_xy(X, raw, check_int(k, "n_classes", minimum=2))
         onehot = np.eye(k)[labels]
         with np.errstate(divide="ignore"):
             log_t = np.log(onehot)

@@ -2,19 +2,18 @@ r"""Label-DP release of a training set: cluster-based and uniform randomized res
 
 Both mechanisms take the true labels of a whole training set (a trusted curator holds
 them) and return a :class:`LabelRelease`: the noisy labels, the released cluster label
-distributions :math:`q_c` and the resampling probability :math:`\lambda`, from which the
-corrected losses of :mod:`ldpfda.labeldp.transition` are built, plus one immutable
-:class:`~ldpfda.privacy.ReleaseEvent` per part of the release.
-
-Neither is a :class:`~ldpfda.privacy.Mechanism`: those are local randomizers applied row
-by row, while ClusterRR is a central mechanism whose second step depends on a statistic
-of everybody's labels. Both record their spending in the same events.
+distributions :math:`q_c` and the resampling probability :math:`\lambda` (from which the
+corrected losses of :mod:`ldpfda.labeldp.transition` are built), with one
+:class:`~ldpfda.privacy.ReleaseEvent` per part of the release. ClusterRR is a central
+mechanism (its second step depends on everybody's labels), not a local
+:class:`~ldpfda.privacy.Mechanism`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -31,7 +30,6 @@ from ldpfda.labeldp.transition import (
     check_distributions,
     corrected_loss,
     corrected_targets,
-    inverse_transition_matrices,
     transition_matrices,
 )
 from ldpfda.privacy.base import ReleaseEvent
@@ -57,23 +55,13 @@ Truncation = Literal["clip", "zero"]
 Rng = np.random.Generator | int | None
 
 
-def _seed_from(gen: np.random.Generator) -> int:
-    """An int ``random_state`` for scikit-learn, drawn from ``gen``."""
-    return int(gen.integers(0, 2**31 - 1))
-
-
 def assign_clusters(
     features: ArrayLike, *, n_clusters: int = 100, rng: Rng = None
 ) -> NDArray[np.int64]:
     """Cluster examples on their (public) features with scikit-learn's k-means.
 
-    Label DP protects only the labels, so clustering the features costs no epsilon.
-    KMeans runs with scikit-learn's defaults and a ``random_state`` drawn from ``rng``.
-
-    Returns
-    -------
-    ndarray of int, shape (n,)
-        Cluster index in ``{0, ..., n_clusters - 1}`` of every example.
+    Costs no label-DP epsilon; KMeans runs with its defaults and a ``random_state``
+    drawn from ``rng``.
 
     References
     ----------
@@ -87,8 +75,8 @@ def assign_clusters(
         )
     from sklearn.cluster import KMeans  # imported only when clustering
 
-    model = KMeans(n_clusters=k, random_state=_seed_from(as_generator(rng)))
-    return model.fit_predict(x).astype(np.int64)
+    seed = int(as_generator(rng).integers(0, 2**31 - 1))
+    return KMeans(n_clusters=k, random_state=seed).fit_predict(x).astype(np.int64)
 
 
 def cluster_label_counts(
@@ -112,14 +100,11 @@ def noisy_cluster_histograms(
     .. math:: \tilde p_c(y) = \frac{n_c(y) + k_{cy}}{n_c},
               \qquad P(k_{cy} = k) \propto e^{-|k|/\sigma}\ \text{i.i.d.}
 
-    The noise is the discrete Laplace law on the integer counts, drawn exactly
-    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`, scale rounded up to a
-    multiple of :math:`2^{-20}`), so the release is a set of integers over public sizes
-    and carries no floating-point side channel. One label change moves two counts by 1
-    (L1 sensitivity 2): :math:`2/\sigma`-label-DP
-    (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`), exactly, as for the
-    continuous law of the paper (same scale :math:`\sigma/n_c` on the proportions).
-    An empty cluster holds no label and releases the uniform distribution.
+    The noise is the exact discrete Laplace law on the integer counts
+    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`): no floating-point side
+    channel. One label change moves two counts by 1, so the release is
+    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`).
+    An empty cluster releases the uniform distribution.
     """
     n = np.asarray(counts)
     if n.ndim != 2 or n.dtype.kind not in "iu" or np.any(n < 0):
@@ -128,10 +113,8 @@ def noisy_cluster_histograms(
         sigma, "sigma", low=0.0, high=math.inf, low_open=True, high_open=True
     )
     size = n.sum(axis=1, keepdims=True).astype(float)
-    safe = np.maximum(size, 1.0)
     noise = discrete_laplace(sigma, n.size, as_generator(rng)).reshape(n.shape)
-    noisy = (n + noise) / safe
-    return np.where(size > 0, noisy, 1.0 / n.shape[1])
+    return np.where(size > 0, (n + noise) / np.maximum(size, 1.0), 1.0 / n.shape[1])
 
 
 def cluster_distributions(
@@ -144,14 +127,13 @@ def cluster_distributions(
     r"""Turn noisy histograms into sampling distributions :math:`q_c` (steps 3-4).
 
     ``truncation="clip"`` clips every entry to :math:`[\tau, 1]`; ``"zero"`` sets the
-    entries below :math:`\tau` to 0 and clips the rest at 1. Rows are then renormalised
-    (a row with no mass left becomes uniform) and mixed with the uniform distribution:
+    entries below :math:`\tau` to 0 and clips the rest at 1. Rows are renormalised (a
+    row with no mass left becomes uniform) and mixed with the uniform distribution,
 
     .. math:: q_c = (1 - \omega)\, \frac{\bar p_c}{\mathbf 1^\top \bar p_c}
-                    + \frac{\omega}{K}
+                    + \frac{\omega}{K},
 
-    with floor :math:`\omega \in [0, 1]`, so :math:`q_c(y) \ge \omega/K`. Pure
-    post-processing of the release.
+    with floor :math:`\omega \in [0, 1]`.
     """
     p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
     tau = check_real(tau, "tau", low=0.0, high=1.0)
@@ -159,14 +141,18 @@ def cluster_distributions(
     if truncation == "clip":
         trunc = np.clip(p, tau, 1.0)
     elif truncation == "zero":
-        trunc = np.where(p < tau, 0.0, np.minimum(p, 1.0))
-        trunc = np.maximum(trunc, 0.0)
+        trunc = np.maximum(np.where(p < tau, 0.0, np.minimum(p, 1.0)), 0.0)
     else:
         raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
-    k = p.shape[1]
-    total = trunc.sum(axis=1, keepdims=True)
-    q = np.where(total > 0, trunc / np.where(total > 0, total, 1.0), 1.0 / k)
-    return (1.0 - floor) * q + floor / k
+    return (1.0 - floor) * _normalised(trunc) + floor / p.shape[1]
+
+
+def _normalised(rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Rows divided by their sums (uniform where the sum is not positive)."""
+    total = rows.sum(axis=1, keepdims=True)
+    return np.where(
+        total > 0, rows / np.where(total > 0, total, 1.0), 1.0 / rows.shape[1]
+    )
 
 
 def _frozen(array: ArrayLike, dtype: type) -> NDArray:
@@ -175,32 +161,22 @@ def _frozen(array: ArrayLike, dtype: type) -> NDArray:
     return out
 
 
+def _q_min(q: NDArray[np.float64], sizes: NDArray) -> float:
+    """Smallest probability of ``q`` over the non-empty clusters (1 if none)."""
+    used = sizes > 0
+    return float(q[used].min()) if np.any(used) else 1.0
+
+
 @dataclass(frozen=True, eq=False)
 class LabelRelease:
     r"""What a label-DP mechanism publishes about a training set.
 
-    Attributes
-    ----------
-    labels : ndarray of int, shape (n,)
-        Noisy labels :math:`\tilde y_i`.
-    clusters : ndarray of int, shape (n,)
-        Cluster of every example (public: a function of the features).
-    distributions : ndarray, shape (C, K)
-        Released sampling distributions :math:`q_c`.
-    resample_probability : float
-        :math:`\lambda`.
-    cluster_sizes : ndarray of int, shape (C,)
-        :math:`n_c` (public).
-    events : tuple of ReleaseEvent
-        One per part of the release that spends epsilon (resampling with
-        :math:`\lambda = 1` spends none and records none); their epsilons add up to
-        :attr:`epsilon`.
-    noisy_histograms : ndarray, shape (C, K), or None
-        The Laplace release, when there is one.
-    beta : float
-        The correction recommended with the release (in :math:`[0, \lambda]`).
-    parameters : tuple of (name, value)
-        The mechanism's settings, for reports.
+    The noisy labels :math:`\tilde y_i`, the (public) cluster of every example, the
+    released sampling distributions :math:`q_c` (C, K), :math:`\lambda`, the public
+    sizes :math:`n_c`, one event per part of the release that spends epsilon (their
+    epsilons add up to :attr:`epsilon`; resampling with :math:`\lambda = 1` records
+    none), the Laplace histograms if any, the recommended correction
+    :math:`\beta \in [0, \lambda]` and the mechanism's settings (for reports).
     """
 
     labels: NDArray[np.int64]
@@ -211,22 +187,17 @@ class LabelRelease:
     events: tuple[ReleaseEvent, ...]
     noisy_histograms: NDArray[np.float64] | None = None
     beta: float = 0.0
-    parameters: tuple[tuple[str, Any], ...] = field(default=())
+    parameters: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", _frozen(self.labels, np.int64))
-        object.__setattr__(self, "clusters", _frozen(self.clusters, np.int64))
-        object.__setattr__(
-            self,
-            "distributions",
-            _frozen(check_distributions(self.distributions), np.float64),
-        )
-        object.__setattr__(self, "cluster_sizes", _frozen(self.cluster_sizes, np.int64))
+        put = partial(object.__setattr__, self)  # the fields of a frozen dataclass
+        put("labels", _frozen(self.labels, np.int64))
+        put("clusters", _frozen(self.clusters, np.int64))
+        put("distributions", _frozen(check_distributions(self.distributions), float))
+        put("cluster_sizes", _frozen(self.cluster_sizes, np.int64))
         if self.noisy_histograms is not None:
-            object.__setattr__(
-                self, "noisy_histograms", _frozen(self.noisy_histograms, np.float64)
-            )
-        object.__setattr__(self, "beta", self.check_beta(self.beta))
+            put("noisy_histograms", _frozen(self.noisy_histograms, float))
+        put("beta", self.check_beta(self.beta))
 
     @property
     def n_classes(self) -> int:
@@ -240,23 +211,16 @@ class LabelRelease:
     @property
     def q_min(self) -> float:
         """Smallest released probability over the non-empty clusters."""
-        used = self.cluster_sizes > 0
-        return float(self.distributions[used].min()) if np.any(used) else 1.0
+        return _q_min(self.distributions, self.cluster_sizes)
 
     def check_beta(self, beta: float | None) -> float:
         """Validate a correction parameter: ``None`` means :math:`\\lambda`."""
         lam = self.resample_probability
-        if beta is None:
-            return lam
-        return check_real(beta, "beta", low=0.0, high=lam)
+        return lam if beta is None else check_real(beta, "beta", low=0.0, high=lam)
 
     def transition_matrices(self, beta: float | None = None) -> NDArray[np.float64]:
         r""":math:`T_c(\beta)` of every cluster, (C, K, K); default :math:`\lambda`."""
         return transition_matrices(self.distributions, self.check_beta(beta))
-
-    def inverse_transition_matrices(self, beta: float | None = None) -> NDArray:
-        r""":math:`T_c(\beta)^{-1}` for every cluster (needs :math:`\beta < 1`)."""
-        return inverse_transition_matrices(self.distributions, self.check_beta(beta))
 
     def corrected_targets(self, beta: float | None = None) -> NDArray[np.float64]:
         r"""Rows :math:`[T_{c_i}(\beta)^{-1}]_{\tilde y_i,\cdot}`, shape (n, K)."""
@@ -266,24 +230,8 @@ class LabelRelease:
 
     def corrected_loss(self, losses: ArrayLike, beta: float | None = None) -> NDArray:
         r"""Backward-corrected loss of every example from its losses for all labels."""
-        return corrected_loss(
-            losses,
-            self.labels,
-            self.clusters,
-            self.distributions,
-            self.check_beta(beta),
-        )
-
-    def summary(self) -> dict[str, Any]:
-        """Plain-dict description (for result files)."""
-        return {
-            "epsilon": self.epsilon,
-            "resample_probability": self.resample_probability,
-            "q_min": self.q_min,
-            "beta": self.beta,
-            "events": [event.as_dict() for event in self.events],
-            **dict(self.parameters),
-        }
+        b = self.check_beta(beta)
+        return corrected_loss(losses, self.labels, self.clusters, self.distributions, b)
 
 
 def resample_labels(
@@ -293,61 +241,104 @@ def resample_labels(
     lam: float,
     gen: np.random.Generator,
 ) -> NDArray[np.int64]:
-    r"""Keep each label w.p. :math:`1-\lambda`, else draw it from :math:`q_c`.
+    r"""Keep each label w.p. :math:`1-\lambda`, else draw it from :math:`q_c` (step 5).
 
-    Algorithm 1, step 5, vectorised: one uniform decides the redraw, another draws the
-    new label by inverting the cumulative distribution of the example's cluster.
+    One uniform decides the redraw, another inverts the cluster's cumulative law.
     """
     n = labels.size
     redraw = gen.random(n) < lam
     cdf = np.cumsum(q, axis=1)
     cdf[:, -1] = 1.0
     u = gen.random(n)
-    # Inverse-CDF draw from each example's cluster row, vectorised.
     drawn = (u[:, None] >= cdf[clusters]).sum(axis=1)
     return np.where(redraw, np.minimum(drawn, q.shape[1] - 1), labels)
 
 
+def _given_clusters(
+    clusters: ArrayLike, labels: NDArray[np.int64], n_clusters: int | None = None
+) -> tuple[NDArray[np.int64], int]:
+    """Checked clusters of ``labels`` and their count (default: the largest + 1)."""
+    c0 = np.asarray(clusters)
+    if n_clusters is None:
+        n_clusters = int(c0.max()) + 1 if c0.size else 1
+    c = check_labels(c0, n_clusters, "clusters")
+    if c.shape != labels.shape:
+        raise ValueError(
+            f"labels and clusters differ in length: {labels.size} != {c.size}"
+        )
+    return c, n_clusters
+
+
+def _resample_release(
+    labels: NDArray[np.int64],
+    clusters: NDArray[np.int64],
+    q: NDArray[np.float64],
+    lam: float,
+    gen: np.random.Generator,
+    *,
+    sizes: NDArray,
+    noisy: NDArray[np.float64] | None,
+    sigma: float,
+    beta: float,
+    parameters: tuple[tuple[str, Any], ...],
+) -> LabelRelease:
+    """Step 5 after the histogram release ``noisy`` (None: none), with its events."""
+    events = []
+    if noisy is not None:
+        events.append(
+            ReleaseEvent.of(
+                "cluster_histogram_laplace",
+                histogram_epsilon(sigma=sigma),
+                sigma=sigma,
+                n_clusters=int(q.shape[0]),
+            )
+        )
+    q_min = _q_min(q, sizes)
+    eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
+    if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing
+        events.append(
+            ReleaseEvent.of(
+                "cluster_resampling", eps_2, resample_probability=lam, q_min=q_min
+            )
+        )
+    return LabelRelease(
+        labels=resample_labels(labels, clusters, q, lam, gen),
+        clusters=clusters,
+        distributions=q,
+        resample_probability=lam,
+        cluster_sizes=sizes,
+        events=tuple(events),
+        noisy_histograms=noisy,
+        beta=beta,
+        parameters=parameters,
+    )
+
+
+@dataclass(kw_only=True, eq=False)
 class ClusterRR:
     r"""Cluster-based randomized response with a trusted curator (Algorithm 1).
 
-    1. Cluster the examples on their features (k-means, ``n_clusters``) or take given
-       clusters.
-    2. Release every cluster's label distribution with Laplace noise of scale
-       :math:`\sigma/n_c` per entry (:func:`noisy_cluster_histograms`).
-    3. Truncate, renormalise and mix with a uniform floor into :math:`q_c`
-       (:func:`cluster_distributions`).
-    4. With probability :math:`\lambda`, replace each label by a draw from
-       :math:`q_{c}` of its cluster.
-
-    The release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
+    Clusters come from k-means on the features (``n_clusters``) or are given; every
+    cluster's label distribution is released with Laplace noise
+    (:func:`noisy_cluster_histograms`), truncated, renormalised and mixed with a uniform
+    floor into :math:`q_c` (:func:`cluster_distributions`); each label is then replaced
+    with probability :math:`\lambda` by a draw from its cluster's :math:`q_c`. The
+    release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
     :math:`\varepsilon_1 = 2/\sigma` and
     :math:`\varepsilon_2 = \ln(1 + (1-\lambda)/(\lambda q_{\min}))`, :math:`q_{\min}`
-    the smallest released probability (derivation in :mod:`ldpfda.labeldp.accounting`).
+    the smallest released probability (:mod:`ldpfda.labeldp.accounting`).
 
     Parameters
     ----------
-    n_classes : int
-        K; the label set is public.
     sigma : float
-        Histogram noise factor in (0, inf]. ``inf`` releases no histogram and is only
-        allowed with ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
-    tau : float
-        Truncation threshold in [0, 1].
-    truncation : {"clip", "zero"}
-        Clip entries to :math:`[\tau, 1]`, or zero those below :math:`\tau`.
-    floor : float
-        Weight :math:`\omega \in [0, 1]` of the uniform distribution mixed into
-        :math:`q_c`.
-    resample_probability : float, optional
-        A fixed :math:`\lambda \in (0, 1]`; :math:`\varepsilon_2` then follows from the
-        realised :math:`q_{\min}`.
-    epsilon_resample : float, optional
-        A fixed :math:`\varepsilon_2 \ge 0`; :math:`\lambda` then follows from the
-        realised :math:`q_{\min}` (post-processing of the histograms). Give exactly one
-        of the two.
-    n_clusters : int
-        Number of k-means clusters when features are given.
+        Histogram noise factor in (0, inf]; ``inf`` releases no histogram and needs
+        ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
+    tau, truncation, floor
+        Step 3 (:func:`cluster_distributions`).
+    resample_probability, epsilon_resample : float, optional
+        Exactly one: a fixed :math:`\lambda \in (0, 1]` or a fixed
+        :math:`\varepsilon_2 \ge 0`; the other follows from the realised
+        :math:`q_{\min}`.
     beta : float, optional
         Correction recommended with the release; default :math:`\lambda` (unbiased).
 
@@ -358,30 +349,15 @@ class ClusterRR:
     """
 
     name = "cluster_rr"
-
-    def __init__(
-        self,
-        *,
-        n_classes: int,
-        sigma: float,
-        tau: float = 0.0,
-        truncation: Truncation = "clip",
-        floor: float = 0.0,
-        resample_probability: float | None = None,
-        epsilon_resample: float | None = None,
-        n_clusters: int = 100,
-        beta: float | None = None,
-    ) -> None:
-        self.n_classes = n_classes
-        self.sigma = sigma
-        self.tau = tau
-        self.truncation = truncation
-        self.floor = floor
-        self.resample_probability = resample_probability
-        self.epsilon_resample = epsilon_resample
-        self.n_clusters = n_clusters
-        self.beta = beta
-        self._validate()
+    n_classes: int
+    sigma: float
+    tau: float = 0.0
+    truncation: Truncation = "clip"
+    floor: float = 0.0
+    resample_probability: float | None = None
+    epsilon_resample: float | None = None
+    n_clusters: int = 100
+    beta: float | None = None
 
     def _validate(self) -> None:
         check_int(self.n_classes, "n_classes", minimum=2)
@@ -402,24 +378,17 @@ class ClusterRR:
             raise ValueError(
                 "give exactly one of resample_probability (lambda) and epsilon_resample"
             )
-        if self.resample_probability is not None:
+        if (lam := self.resample_probability) is not None:
             check_real(
-                self.resample_probability,
-                "resample_probability (lambda)",
-                low=0.0,
-                high=1.0,
-                low_open=True,
+                lam, "resample_probability (lambda)", low=0.0, high=1.0, low_open=True
             )
-        if self.epsilon_resample is not None:
-            check_real(
-                self.epsilon_resample,
-                "epsilon_resample",
-                low=0.0,
-                high=math.inf,
-                high_open=True,
-            )
+        if (eps := self.epsilon_resample) is not None:
+            check_real(eps, "epsilon_resample", low=0.0, high=math.inf, high_open=True)
         if self.beta is not None:
             check_real(self.beta, "beta", low=0.0, high=1.0)
+
+    def __post_init__(self) -> None:
+        self._validate()
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -446,22 +415,14 @@ class ClusterRR:
         gen = as_generator(rng)
         if (clusters is None) == (features is None):
             raise ValueError("give exactly one of clusters and features")
+        n_clusters: int | None = None
         if clusters is None:
             assert features is not None  # exactly one of the two was given
-            c = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
+            clusters = assign_clusters(features, n_clusters=self.n_clusters, rng=gen)
             n_clusters = int(self.n_clusters)
-        else:
-            c0 = np.asarray(clusters)
-            n_clusters = int(c0.max()) + 1 if c0.size else 1
-            c = check_labels(c0, n_clusters, "clusters")
-        if c.shape != y.shape:
-            raise ValueError(
-                f"labels and clusters differ in length: {y.size} != {c.size}"
-            )
+        c, n_clusters = _given_clusters(clusters, y, n_clusters)
         counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
         sizes = counts.sum(axis=1)
-
-        events: list[ReleaseEvent] = []
         noisy: NDArray[np.float64] | None = None
         if math.isinf(self.sigma):
             q = np.full((n_clusters, k), 1.0 / k)
@@ -470,25 +431,14 @@ class ClusterRR:
             q = cluster_distributions(
                 noisy, tau=self.tau, truncation=self.truncation, floor=self.floor
             )
-            events.append(
-                ReleaseEvent.of(
-                    "cluster_histogram_laplace",
-                    histogram_epsilon(sigma=self.sigma),
-                    sigma=float(self.sigma),
-                    n_clusters=n_clusters,
-                )
-            )
-        used = sizes > 0
-        q_min = float(q[used].min()) if np.any(used) else 1.0
-
+        q_min = _q_min(q, sizes)
         if self.resample_probability is not None:
             lam = float(self.resample_probability)
             if lam < 1.0 and q_min == 0.0:
                 raise ValueError(
                     "a released probability is 0 and resample_probability (lambda) "
-                    "< 1: "
-                    "the resampling step would not be differentially private; use "
-                    "floor > 0, truncation='clip' with tau > 0, or lambda = 1"
+                    "< 1: the resampling step would not be differentially private; "
+                    "use floor > 0, truncation='clip' with tau > 0, or lambda = 1"
                 )
         elif q_min == 0.0:
             lam = 1.0  # spends 0 <= epsilon_resample
@@ -496,48 +446,31 @@ class ClusterRR:
             # _validate saw exactly one of resample_probability and epsilon_resample
             assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
-        eps_2 = resampling_epsilon(resample_probability=lam, q_min=q_min)
-        if eps_2 > 0:  # lambda = 1 redraws every label and spends nothing
-            events.append(
-                ReleaseEvent.of(
-                    "cluster_resampling", eps_2, resample_probability=lam, q_min=q_min
-                )
-            )
-
-        noisy_labels = resample_labels(y, c, q, lam, gen)
-        beta = lam if self.beta is None else min(float(self.beta), lam)
-        return LabelRelease(
-            labels=noisy_labels,
-            clusters=c,
-            distributions=q,
-            resample_probability=lam,
-            cluster_sizes=sizes,
-            events=tuple(events),
-            noisy_histograms=noisy,
-            beta=beta,
+        return _resample_release(
+            y,
+            c,
+            q,
+            lam,
+            gen,
+            sizes=sizes,
+            noisy=noisy,
+            sigma=float(self.sigma),
+            beta=lam if self.beta is None else min(float(self.beta), lam),
             parameters=tuple(sorted(self.parameters().items())),
         )
 
 
+@dataclass(kw_only=True, eq=False)
 class UniformRR:
     r"""K-ary randomized response on every label, with its correction (Corollary 1).
 
     Each label is kept with probability :math:`e^\varepsilon/(e^\varepsilon + K - 1)`,
     that is resampled uniformly with probability
-    :math:`\lambda = K/(e^\varepsilon + K - 1)`; the randomisation is
-    :class:`~ldpfda.privacy.KaryRandomizedResponse`. The release is the special case of
-    :class:`ClusterRR` with one cluster, no histogram and :math:`q = \mathbf 1/K`, so
-    the same corrected losses apply with :math:`T = (1-\lambda) I + (\lambda/K)\mathbf 1
-    \mathbf 1^\top`.
-
-    Parameters
-    ----------
-    epsilon : float
-        Label-DP epsilon in (0, inf).
-    n_classes : int
-        K.
-    beta : float, optional
-        Recommended correction; default :math:`\lambda`.
+    :math:`\lambda = K/(e^\varepsilon + K - 1)`
+    (:class:`~ldpfda.privacy.KaryRandomizedResponse`): :class:`ClusterRR` with one
+    cluster, no histogram and :math:`q = \mathbf 1/K`, so the same corrections apply
+    with :math:`T = (1-\lambda) I + (\lambda/K)\mathbf 1 \mathbf 1^\top`. ``beta`` is
+    the recommended correction (default :math:`\lambda`).
 
     References
     ----------
@@ -545,15 +478,15 @@ class UniformRR:
     """
 
     name = "uniform_rr"
+    epsilon: float
+    n_classes: int
+    beta: float | None = None
 
-    def __init__(
-        self, *, epsilon: float, n_classes: int, beta: float | None = None
-    ) -> None:
-        self.epsilon = check_epsilon(epsilon, allow_inf=False)
-        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
-        self.beta = (
-            None if beta is None else check_real(beta, "beta", low=0.0, high=1.0)
-        )
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
+        self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
+        if self.beta is not None:
+            self.beta = check_real(self.beta, "beta", low=0.0, high=1.0)
 
     @property
     def resample_probability(self) -> float:

@@ -1,12 +1,8 @@
-"""Peer-to-peer RR for binary labels: :mod:`ldpfda.privacy.peer_to_peer`.
-
-The mechanism and its exact (epsilon, delta) live with the other mechanisms (a client
-runs them); they are re-exported here under their historical names.
-"""
+"""Peer-to-peer RR of binary labels, from :mod:`ldpfda.privacy.peer_to_peer` (where a
+client runs it), under its historical names."""
 
 from ldpfda.privacy.peer_to_peer import (
     PeerToPeerRelease,
-    count_distributions,
     hockey_stick_epsilon,
     p2p_epsilon,
     p2p_guarantee,
@@ -16,7 +12,6 @@ from ldpfda.privacy.peer_to_peer import (
 
 __all__ = [
     "PeerToPeerRelease",
-    "count_distributions",
     "hockey_stick_epsilon",
     "p2p_epsilon",
     "p2p_guarantee",

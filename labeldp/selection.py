@@ -1,61 +1,42 @@
 r"""Choosing ClusterRR's parameters for a target epsilon from released statistics only.
 
-The rule never looks at the true labels except through differentially private releases
-whose epsilon is charged to the same budget, and never at test data.
+The rule sees the true labels only through differentially private releases charged to
+the same budget.
 
 **Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
 probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
-training examples whose true label a learner recovers, with a signal-to-noise model of
-the learner. For an example of cluster :math:`c` and label :math:`y`, the expected
-corrected label vector and its per-example variance are
+training examples whose true label a learner recovers. For an example of cluster
+:math:`c` and label :math:`y`, the expected corrected label vector and its per-example
+variance are
 
 .. math:: v = [T_c(\lambda) R_c]_{y\cdot}, \qquad
           \sigma_j^2 = [T_c(\lambda) (R_c \circ R_c)]_{yj} - v_j^2,
 
 with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
-:math:`\beta = 0`). A learner with :math:`d` parameters fitted on :math:`n` examples
-estimates its target at a typical point with the precision of an average over
-:math:`n_{\mathrm{eff}} = n/d` examples (the average leverage of a linear model is
-:math:`d/n`), so the predicted probability of recovering :math:`y` is
+:math:`\beta = 0`). A linear learner with :math:`d` parameters fitted on :math:`n`
+examples estimates its target with the precision of an average over
+:math:`n_{\mathrm{eff}} = n/d` examples (its average leverage is :math:`d/n`), so
 
 .. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
           + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
           \qquad Z_j \sim N(0, 1)\ \text{i.i.d.},
 
-computed by Gauss-Hermite quadrature, and the criterion is
-:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. The within-cluster label is treated
-as a deterministic function of the example (the most heterogeneous case a histogram
-allows), so the criterion charges cluster resampling its full bias: it is the "expected
-share of noisy labels equal to the true label" refined by how a learner reads them, and
-it is a function of the noisy histograms (:math:`p_c` is estimated by them), of public
-sizes and of the budget only: post-processing.
+by Gauss-Hermite quadrature, and the criterion is
+:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. Treating the within-cluster label as
+a function of the example charges cluster resampling its full bias; with :math:`p_c`
+estimated by the noisy histograms the criterion is post-processing.
 
 **Budget split.** The histogram's epsilon must be fixed before the histogram is
-released, so it cannot be chosen from that histogram. :class:`AutoClusterRR` therefore
-
-1. releases a *pilot* statistic, the share of examples that carry their cluster's
-   majority label, :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with Laplace noise
-   (sensitivity :math:`1/n`: one label change moves one cluster's maximum count by at
-   most 1) at a small epsilon :math:`\varepsilon_0` fixed from public quantities;
-2. plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest by simulating the
-   whole release on a model of the clusters fitted to :math:`\hat\pi` (every cluster has
-   its majority label with probability :math:`\hat\pi`), using the criterion above;
-   share 0 is UniformRR (no histogram, :math:`\varepsilon_1 = 0`);
-3. releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
-   floor, :math:`\lambda` (largest allowed by :math:`\varepsilon_2` and the realised
-   :math:`q_{\min}`) and :math:`\beta` by the criterion on the released histograms. A
-   full uniform floor is one of the candidates.
-
-The total epsilon is
+released, so :class:`AutoClusterRR` (1) releases a *pilot*, the share of examples
+carrying their cluster's majority label :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with
+Laplace noise (sensitivity :math:`1/n`) at a small :math:`\varepsilon_0` fixed from
+public quantities; (2) plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest
+by simulating the release on a model fitted to :math:`\hat\pi` (share 0 is UniformRR,
+scored exactly, so a histogram is released only when the plan predicts better); (3)
+releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
+floor, :math:`\lambda` (the largest that :math:`\varepsilon_2` allows) and
+:math:`\beta` by the criterion. The total is
 :math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
-UniformRR at :math:`\varepsilon - \varepsilon_0` is a candidate of the plan (share 0,
-scored exactly: its criterion does not depend on the labels), so a histogram is released
-only when the plan predicts a higher criterion than UniformRR; after the release a full
-uniform floor (UniformRR at :math:`\varepsilon_2`) stays among the candidates. The
-guarantee is relative to UniformRR at :math:`\varepsilon - \varepsilon_0`, not at
-:math:`\varepsilon`: whether to pay for a histogram cannot be decided from that
-histogram. :math:`\varepsilon_0` is small: about :math:`\sqrt2/(0.02\,n)`, at most 10%
-of the budget.
 
 References
 ----------
@@ -69,7 +50,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -79,7 +60,6 @@ from scipy.special import ndtr
 
 from ldpfda._validation import check_epsilon, check_int, check_real
 from ldpfda.labeldp.accounting import (
-    histogram_epsilon,
     histogram_sigma,
     resampling_epsilon,
     resampling_probability,
@@ -87,13 +67,17 @@ from ldpfda.labeldp.accounting import (
 )
 from ldpfda.labeldp.mechanisms import (
     LabelRelease,
+    Rng,
     Truncation,
     UniformRR,
+    _given_clusters,
+    _normalised,
+    _q_min,
+    _resample_release,
     check_labels,
     cluster_distributions,
     cluster_label_counts,
     noisy_cluster_histograms,
-    resample_labels,
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
@@ -109,8 +93,6 @@ __all__ = [
     "predicted_accuracy",
     "release_majority_share",
 ]
-
-Rng = np.random.Generator | int | None
 
 #: Default search grid of the post-processing step.
 DEFAULT_TAUS: tuple[float, ...] = (0.0, 0.05, 0.1)
@@ -134,25 +116,11 @@ def predicted_accuracy(
 ) -> float:
     r"""Predicted share of true labels a learner recovers (the selection criterion).
 
-    Parameters
-    ----------
-    label_distributions : array-like, shape (C, K)
-        :math:`p_c`: the (estimated) label distribution of every cluster.
-    distributions : array-like, shape (C, K)
-        :math:`q_c`: the sampling distributions of the configuration.
-    resample_probability : float
-        :math:`\lambda \in [0, 1]`.
-    beta : float
-        Correction :math:`\beta \in [0, \lambda]`, :math:`\beta < 1`.
-    n_effective : float
-        :math:`n/d`, examples per model parameter.
-    weights : array-like, shape (C,), optional
-        Cluster shares :math:`n_c/n` (default equal).
-
-    Returns
-    -------
-    float
-        :math:`\sum_c w_c \sum_y p_c(y) P_c(y)` (formula in the module docstring).
+    :math:`\sum_c w_c \sum_y p_c(y) P_c(y)` (module docstring) for the (estimated)
+    label distributions :math:`p_c` and the configuration's sampling distributions
+    :math:`q_c` (both (C, K)), :math:`\lambda \in [0, 1]`, :math:`\beta \in [0,
+    \lambda]` below 1, :math:`n_{\mathrm{eff}} = n/d` examples per model parameter and
+    cluster shares :math:`w_c = n_c/n` (default equal).
     """
     p = np.asarray(label_distributions, dtype=float)
     q = np.asarray(distributions, dtype=float)
@@ -164,11 +132,9 @@ def predicted_accuracy(
         raise ValueError(f"beta must be < 1 for the criterion, got {b!r}")
     n_eff = check_real(n_effective, "n_effective", low=0.0, low_open=True)
     n_clusters, k = q.shape
-    w = (
-        np.full(n_clusters, 1.0 / n_clusters)
-        if weights is None
-        else np.asarray(weights, dtype=float)
-    )
+    w = np.full(n_clusters, 1.0 / n_clusters)
+    if weights is not None:
+        w = np.asarray(weights, dtype=float)
     eye = np.eye(k)
     t = (1.0 - lam) * eye[None] + lam * q[:, None, :]
     r = (eye[None] - b * q[:, None, :]) / (1.0 - b)
@@ -213,11 +179,7 @@ class Choice:
 
 def _estimate_distributions(noisy: NDArray[np.float64]) -> NDArray[np.float64]:
     """Plug-in label distributions: noisy histograms clipped at 0 and renormalised."""
-    clipped = np.maximum(noisy, 0.0)
-    total = clipped.sum(axis=1, keepdims=True)
-    return np.where(
-        total > 0, clipped / np.where(total > 0, total, 1.0), 1.0 / noisy.shape[1]
-    )
+    return _normalised(np.maximum(noisy, 0.0))
 
 
 def _score_candidates(
@@ -233,10 +195,7 @@ def _score_candidates(
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
-    used = sizes > 0
-    best: tuple[float, float, float] | None = None
-    best_choice: Choice | None = None
-    best_q: NDArray | None = None
+    best: tuple[tuple[float, float, float], Choice, NDArray] | None = None
     seen: set[bytes] = set()
     for truncation, tau, floor in itertools.product(truncations, taus, floors):
         q = cluster_distributions(noisy, tau=tau, truncation=truncation, floor=floor)
@@ -244,7 +203,7 @@ def _score_candidates(
         if key in seen:
             continue
         seen.add(key)
-        q_min = float(q[used].min()) if np.any(used) else 1.0
+        q_min = _q_min(q, sizes)
         if epsilon_resample == 0.0 or q_min == 0.0:
             lam = 1.0
         else:
@@ -260,35 +219,30 @@ def _score_candidates(
             )
             # Ties: prefer the unbiased correction, then the larger floor.
             rank = (score, beta, floor)
+            top = None if best is None else best[0]
             if (
-                best is None
-                or rank[0] > best[0] * (1 + _TIE)
+                top is None
+                or score > top[0] * (1 + _TIE)
                 or (
-                    abs(rank[0] - best[0]) <= _TIE * max(abs(best[0]), 1e-300)
-                    and rank[1:] > best[1:]
+                    abs(score - top[0]) <= _TIE * max(abs(top[0]), 1e-300)
+                    and rank[1:] > top[1:]
                 )
             ):
-                best = rank
-                best_choice = Choice(
-                    tau=float(tau),
-                    truncation=truncation,
-                    floor=float(floor),
-                    resample_probability=lam,
-                    beta=beta,
-                    q_min=q_min,
-                    score=score,
+                choice = Choice(
+                    float(tau), truncation, float(floor), lam, beta, q_min, score
                 )
-                best_q = q
-    assert best_choice is not None and best_q is not None
+                best = (rank, choice, q)
+    assert best is not None
+    _, choice, q = best
     true_score = predicted_accuracy(
         truth,
-        best_q,
-        resample_probability=best_choice.resample_probability,
-        beta=best_choice.beta,
+        q,
+        resample_probability=choice.resample_probability,
+        beta=choice.beta,
         n_effective=n_effective,
         weights=weights,
     )
-    return best_choice, true_score
+    return choice, true_score
 
 
 def choose_resampling(
@@ -303,13 +257,12 @@ def choose_resampling(
 ) -> Choice:
     r"""Pick :math:`\tau`, truncation, floor, :math:`\lambda`, :math:`\beta` (step 3).
 
-    Every combination of the grids is turned into :math:`q_c`
+    Every combination of the grids gives a :math:`q_c`
     (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
-    largest value that ``epsilon_resample`` allows with the realised :math:`q_{\min}`
-    (:math:`\lambda = 1` when it is 0), :math:`\beta \in \{0, \lambda\}`. The winner
-    maximises :func:`predicted_accuracy` with the noisy histograms (clipped at 0 and
-    renormalised) standing in for the true label distributions. Uses the release and
-    public quantities only.
+    largest that ``epsilon_resample`` allows with the realised :math:`q_{\min}` (1 when
+    it is 0), :math:`\beta \in \{0, \lambda\}`. The winner maximises
+    :func:`predicted_accuracy` with the noisy histograms (clipped at 0, renormalised)
+    standing in for the true label distributions.
     """
     noisy = np.asarray(noisy_histograms, dtype=float)
     sizes = np.asarray(cluster_sizes, dtype=float)
@@ -326,26 +279,18 @@ def choose_resampling(
 def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choice:
     """UniformRR at ``epsilon`` with the better correction by the criterion."""
     lam = uniform_rr_probability(epsilon=epsilon, n_classes=n_classes)
+    # q is also the label distribution: the criterion of UniformRR does not use it.
     q = np.full((1, n_classes), 1.0 / n_classes)
-    p = q  # the criterion of UniformRR does not depend on the label distribution
     scores = {
         b: predicted_accuracy(
-            p, q, resample_probability=lam, beta=b, n_effective=n_effective
+            q, q, resample_probability=lam, beta=b, n_effective=n_effective
         )
         for b in (0.0, lam)
     }
     # The criterion is invariant to the linear correction here (both give the same
     # z-scores); the tie goes to the unbiased one.
     beta = lam if scores[lam] >= scores[0.0] * (1 - 1e-6) else 0.0
-    return Choice(
-        tau=0.0,
-        truncation="clip",
-        floor=1.0,
-        resample_probability=lam,
-        beta=beta,
-        q_min=1.0 / n_classes,
-        score=scores[beta],
-    )
+    return Choice(0.0, "clip", 1.0, lam, beta, 1.0 / n_classes, scores[beta])
 
 
 def pilot_epsilon(
@@ -427,12 +372,11 @@ def plan_histogram_share(
 
     Every cluster is modelled with label distribution
     :math:`(\hat\pi, (1-\hat\pi)/(K-1), \dots)` (``majority_share`` clipped to
-    :math:`[1/K, 1]`). For each share
-    :math:`s > 0` the release (Laplace noise at :math:`\varepsilon_1 = s\varepsilon`,
-    then :func:`choose_resampling` with :math:`\varepsilon_2 = (1-s)\varepsilon`) is
-    simulated ``n_simulations`` times with randomness independent of the data, and the
-    chosen configuration is scored by :func:`predicted_accuracy` against the model.
-    Share 0 is UniformRR at ``epsilon``. Only the pilot release and public sizes enter.
+    :math:`[1/K, 1]`). For each share :math:`s > 0` the release (Laplace noise at
+    :math:`\varepsilon_1 = s\varepsilon`, then :func:`choose_resampling` at
+    :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated ``n_simulations`` times with
+    randomness independent of the data and scored by :func:`predicted_accuracy` against
+    the model; share 0 is UniformRR at ``epsilon``.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     k = check_int(n_classes, "n_classes", minimum=2)
@@ -454,16 +398,9 @@ def plan_histogram_share(
             noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
             noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
             estimate = _estimate_distributions(noisy)
+            grid = (taus, floors, truncations)
             _, true_score = _score_candidates(
-                estimate,
-                model,
-                noisy,
-                sizes,
-                eps2,
-                n_effective,
-                taus,
-                floors,
-                truncations,
+                estimate, model, noisy, sizes, eps2, n_effective, *grid
             )
             total += true_score
         scores.append((share, total / n_simulations))
@@ -472,31 +409,23 @@ def plan_histogram_share(
     return Plan(share=chosen, scores=tuple(scores))
 
 
+@dataclass(kw_only=True, eq=False)
 class AutoClusterRR:
-    r"""ClusterRR with every parameter chosen for a target epsilon (see module docs).
+    r"""ClusterRR with every parameter chosen for a target epsilon (module docstring).
 
-    ``release`` spends exactly ``epsilon``: the pilot majority share
-    (:func:`release_majority_share`, :math:`\varepsilon_0` from :func:`pilot_epsilon`),
-    then either UniformRR with the rest or the histograms at :math:`\varepsilon_1` and
-    resampling at :math:`\varepsilon_2`, with the configuration picked by
-    :func:`choose_resampling`. The returned release recommends :math:`\beta`: 0 means
-    the plain learner, :math:`\lambda` the unbiased correction.
+    ``release`` spends exactly ``epsilon``; the release recommends :math:`\beta` (0: the
+    plain learner, :math:`\lambda`: the unbiased correction).
 
     Parameters
     ----------
-    epsilon : float
-        Total label-DP epsilon, in (0, inf).
-    n_classes : int
-        K.
     n_parameters : int
-        Parameters of the learner to be trained (for logistic regression on p features,
-        :math:`(p+1)K`), public.
+        Parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
+        regression on p features).
     pilot_std, pilot_max_share : float
         Passed to :func:`pilot_epsilon`.
-    shares : sequence of float
-        Candidate histogram shares of the budget after the pilot.
-    n_simulations : int
-        Simulations per share in :func:`plan_histogram_share`.
+    shares, n_simulations
+        Candidate histogram shares of the budget after the pilot, and simulations per
+        share (:func:`plan_histogram_share`).
     taus, floors, truncations : sequences
         The post-processing grid of :func:`choose_resampling`.
 
@@ -506,38 +435,33 @@ class AutoClusterRR:
     """
 
     name = "auto_cluster_rr"
+    epsilon: float
+    n_classes: int
+    n_parameters: int
+    pilot_std: float = 0.02
+    pilot_max_share: float = 0.1
+    shares: Sequence[float] = DEFAULT_SHARES
+    n_simulations: int = 1
+    taus: Sequence[float] = DEFAULT_TAUS
+    floors: Sequence[float] = DEFAULT_FLOORS
+    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS
 
-    def __init__(
-        self,
-        *,
-        epsilon: float,
-        n_classes: int,
-        n_parameters: int,
-        pilot_std: float = 0.02,
-        pilot_max_share: float = 0.1,
-        shares: Sequence[float] = DEFAULT_SHARES,
-        n_simulations: int = 1,
-        taus: Sequence[float] = DEFAULT_TAUS,
-        floors: Sequence[float] = DEFAULT_FLOORS,
-        truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
-    ) -> None:
-        self.epsilon = check_epsilon(epsilon, allow_inf=False)
-        self.n_classes = check_int(n_classes, "n_classes", minimum=2)
-        self.n_parameters = check_int(n_parameters, "n_parameters", minimum=1)
-        self.pilot_std = check_real(pilot_std, "pilot_std", low=0.0, low_open=True)
+    def __post_init__(self) -> None:
+        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
+        self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
+        self.n_parameters = check_int(self.n_parameters, "n_parameters", minimum=1)
+        self.pilot_std = check_real(self.pilot_std, "pilot_std", low=0.0, low_open=True)
+        share = self.pilot_max_share
         self.pilot_max_share = check_real(
-            pilot_max_share,
-            "pilot_max_share",
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            high_open=True,
+            share, "pilot_max_share", low=0.0, high=1.0, low_open=True, high_open=True
         )
-        self.shares = tuple(check_real(s, "shares", low=0.0, high=1.0) for s in shares)
-        self.n_simulations = check_int(n_simulations, "n_simulations", minimum=1)
-        self.taus = tuple(taus)
-        self.floors = tuple(floors)
-        self.truncations = tuple(truncations)
+        self.shares = tuple(
+            check_real(s, "shares", low=0.0, high=1.0) for s in self.shares
+        )
+        self.n_simulations = check_int(self.n_simulations, "n_simulations", minimum=1)
+        self.taus = tuple(self.taus)
+        self.floors = tuple(self.floors)
+        self.truncations = tuple(self.truncations)
 
     def release(
         self, labels: ArrayLike, *, clusters: ArrayLike, rng: Rng = None
@@ -545,13 +469,7 @@ class AutoClusterRR:
         """Spend ``epsilon`` on the labels of a clustered training set."""
         k = self.n_classes
         y = check_labels(labels, k)
-        c0 = np.asarray(clusters)
-        n_clusters = int(c0.max()) + 1 if c0.size else 1
-        c = check_labels(c0, n_clusters, "clusters")
-        if c.size != y.size:
-            raise ValueError(
-                f"labels and clusters differ in length: {y.size} != {c.size}"
-            )
+        c, n_clusters = _given_clusters(clusters, y)
         gen = as_generator(rng)
         n = y.size
         n_eff = n / self.n_parameters
@@ -564,6 +482,8 @@ class AutoClusterRR:
             y, c, epsilon=eps0, n_clusters=n_clusters, n_classes=k, rng=gen
         )
         rest = self.epsilon - eps0
+        grid: dict[str, Any] = {"taus": self.taus, "floors": self.floors}
+        grid["truncations"] = self.truncations
         plan = plan_histogram_share(
             rest,
             majority_share=pi_hat,
@@ -572,10 +492,8 @@ class AutoClusterRR:
             n_effective=n_eff,
             shares=self.shares,
             n_simulations=self.n_simulations,
-            taus=self.taus,
-            floors=self.floors,
-            truncations=self.truncations,
             rng=np.random.default_rng(gen.integers(2**63)),
+            **grid,
         )
         info: dict[str, Any] = {
             "mechanism": self.name,
@@ -586,97 +504,46 @@ class AutoClusterRR:
         }
         if plan.share == 0.0:
             choice = _uniform_choice(rest, k, n_eff)
-            inner = UniformRR(epsilon=rest, n_classes=k, beta=choice.beta).release(
+            release = UniformRR(epsilon=rest, n_classes=k, beta=choice.beta).release(
                 y, rng=gen
             )
-            info["choice"] = choice.as_dict()
-            return _with_pilot(inner, pilot_event, info)
-
-        eps1 = plan.share * rest
-        eps2 = rest - eps1
-        sigma = histogram_sigma(epsilon=eps1)
-        # Step 2 alone: lambda is chosen after seeing the noisy histograms.
-        counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
-        noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
-        choice = choose_resampling(
-            noisy,
-            sizes,
-            epsilon_resample=eps2,
-            n_effective=n_eff,
-            taus=self.taus,
-            floors=self.floors,
-            truncations=self.truncations,
-        )
-        info["choice"] = choice.as_dict()
-        final = _resample_from_release(y, c, noisy, sizes, choice, eps2, gen, sigma)
-        return _with_pilot(final, pilot_event, info)
-
-
-def _resample_from_release(
-    labels: NDArray[np.int64],
-    clusters: NDArray[np.int64],
-    noisy: NDArray[np.float64],
-    sizes: NDArray,
-    choice: Choice,
-    epsilon_resample: float,
-    gen: np.random.Generator,
-    sigma: float,
-) -> LabelRelease:
-    """Steps 3-5 on already released histograms (no new histogram noise)."""
-    q = cluster_distributions(
-        noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
-    )
-    lam = choice.resample_probability
-    eps2 = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
-    if eps2 > epsilon_resample * (1 + 1e-9) + 1e-12:
-        raise RuntimeError(
-            "internal error: the chosen lambda overspends epsilon_resample"
-        )
-    events = [
-        ReleaseEvent.of(
-            "cluster_histogram_laplace",
-            histogram_epsilon(sigma=sigma),
-            sigma=sigma,
-            n_clusters=int(noisy.shape[0]),
-        )
-    ]
-    if eps2 > 0:  # lambda = 1 spends nothing
-        events.append(
-            ReleaseEvent.of(
-                "cluster_resampling", eps2, resample_probability=lam, q_min=choice.q_min
+        else:
+            eps1 = plan.share * rest
+            eps2 = rest - eps1
+            sigma = histogram_sigma(epsilon=eps1)
+            # Step 2 alone: lambda is chosen after seeing the noisy histograms.
+            counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
+            noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
+            choice = choose_resampling(
+                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff, **grid
             )
+            lam = choice.resample_probability
+            spent = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
+            if spent > eps2 * (1 + 1e-9) + 1e-12:
+                raise RuntimeError(
+                    "internal error: the chosen lambda overspends epsilon_resample"
+                )
+            q = cluster_distributions(
+                noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
+            )
+            release = _resample_release(
+                y,
+                c,
+                q,
+                lam,
+                gen,
+                sizes=sizes,
+                noisy=noisy,
+                sigma=sigma,
+                beta=choice.beta,
+                parameters=(),
+            )
+            info.update(sigma=sigma, tau=choice.tau, truncation=choice.truncation)
+            info["floor"] = choice.floor
+        info["choice"] = choice.as_dict()
+        params = {**dict(release.parameters), **info}
+        return replace(
+            release,
+            events=(pilot_event, *release.events),
+            parameters=tuple(sorted(params.items())),
         )
-    return LabelRelease(
-        labels=resample_labels(labels, clusters, q, lam, gen),
-        clusters=clusters,
-        distributions=q,
-        resample_probability=lam,
-        cluster_sizes=sizes,
-        events=tuple(events),
-        noisy_histograms=noisy,
-        beta=choice.beta,
-        parameters=(
-            ("sigma", sigma),
-            ("tau", choice.tau),
-            ("truncation", choice.truncation),
-            ("floor", choice.floor),
-        ),
-    )
-
-
-def _with_pilot(
-    release: LabelRelease, pilot: ReleaseEvent, info: dict[str, Any]
-) -> LabelRelease:
-    params = dict(release.parameters)
-    params.update(info)
-    return LabelRelease(
-        labels=release.labels,
-        clusters=release.clusters,
-        distributions=release.distributions,
-        resample_probability=release.resample_probability,
-        cluster_sizes=release.cluster_sizes,
-        events=(pilot, *release.events),
-        noisy_histograms=release.noisy_histograms,
-        beta=release.beta,
-        parameters=tuple(sorted(params.items())),
-    )

@@ -4,14 +4,11 @@ Resampling a label with probability :math:`\lambda` from the cluster distributio
 :math:`q_c` is the label channel
 
 .. math:: T_c(\lambda) = (1-\lambda) I + \lambda\, \mathbf 1 q_c^\top, \qquad
-          T_c[y, \tilde y] = P(\tilde y \mid y, c).
+          T_c[y, \tilde y] = P(\tilde y \mid y, c),
 
-Because :math:`q_c^\top \mathbf 1 = 1`, the Sherman-Morrison formula gives the inverse
-in closed form for :math:`\lambda < 1`:
-
-.. math:: T_c(\lambda)^{-1} = \frac{I - \lambda\, \mathbf 1 q_c^\top}{1-\lambda}.
-
-Two corrections follow (Natarajan et al. 2013 for two classes; Patrini et al. 2017):
+with, because :math:`q_c^\top \mathbf 1 = 1` (Sherman-Morrison), the inverse
+:math:`T_c(\lambda)^{-1} = (I - \lambda\, \mathbf 1 q_c^\top)/(1-\lambda)` for
+:math:`\lambda < 1`. Two corrections follow:
 
 * **backward**: the corrected loss
   :math:`\tilde\ell(h,x,\tilde y) = \sum_y [T_c(\beta)^{-1}]_{\tilde y y}\,\ell(h,x,y)
@@ -45,7 +42,6 @@ __all__ = [
     "check_distributions",
     "corrected_loss",
     "corrected_targets",
-    "forward_probabilities",
     "inverse_transition_matrices",
     "transition_matrices",
 ]
@@ -58,13 +54,11 @@ def _check_beta(beta: float, *, inverse: bool) -> float:
 def transition_matrices(distributions: ArrayLike, beta: float) -> NDArray[np.float64]:
     r"""Channels :math:`T_c(\beta) = (1-\beta) I + \beta \mathbf 1 q_c^\top`, (C, K, K).
 
-    Row :math:`y` of :math:`T_c` is the distribution of the reported label when the true
-    label is :math:`y`.
+    Row :math:`y` is the law of the reported label when the true label is :math:`y`.
     """
     q = check_distributions(distributions)
     b = _check_beta(beta, inverse=False)
-    k = q.shape[1]
-    return (1.0 - b) * np.eye(k)[None, :, :] + b * q[:, None, :]
+    return (1.0 - b) * np.eye(q.shape[1])[None, :, :] + b * q[:, None, :]
 
 
 def inverse_transition_matrices(
@@ -76,8 +70,7 @@ def inverse_transition_matrices(
     """
     q = check_distributions(distributions)
     b = _check_beta(beta, inverse=True)
-    k = q.shape[1]
-    return (np.eye(k)[None, :, :] - b * q[:, None, :]) / (1.0 - b)
+    return (np.eye(q.shape[1])[None, :, :] - b * q[:, None, :]) / (1.0 - b)
 
 
 def _check_index(values: ArrayLike, name: str, size: int) -> NDArray[np.int64]:
@@ -99,9 +92,9 @@ def corrected_targets(
 
     .. math:: a_i = \frac{e_{\tilde y_i} - \beta\, q_{c_i}}{1-\beta}
 
-    Each row sums to 1, so with the cross-entropy the corrected loss is
-    :math:`\operatorname{logsumexp}(z_i) - a_i^\top z_i`, convex in the logits
-    :math:`z_i`. Shape (n, K).
+    Each row sums to 1, so with the cross-entropy the corrected loss
+    :math:`\operatorname{logsumexp}(z_i) - a_i^\top z_i` is convex in the logits.
+    Shape (n, K).
     """
     q = check_distributions(distributions)
     b = _check_beta(beta, inverse=True)
@@ -121,45 +114,15 @@ def corrected_loss(
     distributions: ArrayLike,
     beta: float,
 ) -> NDArray[np.float64]:
-    r"""Backward-corrected loss of every example.
+    r"""Backward-corrected loss of every example, shape (n,).
 
     .. math:: \tilde\ell_i = \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}\,\ell_{iy}
 
-    Parameters
-    ----------
-    losses : array-like, shape (n, K)
-        :math:`\ell(h, x_i, y)` for every example and every label.
-    noisy_labels, clusters : array-like of int, shape (n,)
-    distributions : array-like, shape (C, K)
-        The released :math:`q_c`.
-    beta : float
-        Correction parameter in [0, 1); :math:`\beta = \lambda` is unbiased.
-
-    Returns
-    -------
-    ndarray, shape (n,)
+    ``losses`` holds :math:`\ell(h, x_i, y)` for every example and label, shape (n, K);
+    ``beta`` is in [0, 1) (:math:`\beta = \lambda` is unbiased).
     """
     ell = check_finite_array(losses, "losses", ndim=2)
     a = corrected_targets(noisy_labels, clusters, distributions, beta)
     if ell.shape != a.shape:
         raise ValueError(f"losses must have shape {a.shape}, got {ell.shape}")
     return np.einsum("ik,ik->i", a, ell)
-
-
-def forward_probabilities(
-    probabilities: ArrayLike, clusters: ArrayLike, distributions: ArrayLike, beta: float
-) -> NDArray[np.float64]:
-    r"""Noisy-label probabilities :math:`(1-\beta) p_i + \beta q_{c_i}` (forward model).
-
-    ``probabilities`` holds the clean-label probabilities :math:`p_h(\cdot \mid x_i)`,
-    shape (n, K).
-    """
-    p = check_finite_array(probabilities, "probabilities", ndim=2)
-    q = check_distributions(distributions)
-    b = _check_beta(beta, inverse=False)
-    c = _check_index(clusters, "clusters", q.shape[0])
-    if p.shape != (c.size, q.shape[1]):
-        raise ValueError(
-            f"probabilities must have shape {(c.size, q.shape[1])}, got {p.shape}"
-        )
-    return (1.0 - b) * p + b * q[c]

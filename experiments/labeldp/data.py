@@ -1,11 +1,9 @@
 """Data of the label-DP study: Fashion-MNIST from local IDX files, and digits.
 
-Nothing here downloads. Fashion-MNIST is read from the gzipped IDX files that Debian's
-``dataset-fashion-mnist`` package installs (``/usr/share/datasets/fashion-mnist``) or
-from a folder the user names; scikit-learn's digits ship inside scikit-learn.
-
-Features are public under label DP, so the PCA projection, the scaling and the k-means
-clusters are all fitted on training features without any privacy cost.
+Nothing here downloads: Fashion-MNIST is read from the IDX files of Debian's
+``dataset-fashion-mnist`` package or from a folder the user names; the digits ship
+inside scikit-learn. Features are public under label DP, so the PCA projection, the
+scaling and the k-means clusters are fitted on training features at no privacy cost.
 """
 
 from __future__ import annotations
@@ -107,12 +105,8 @@ def load_fashion_mnist(
     arrays = {key: read_idx(_find(base, stem)) for key, stem in _FASHION_FILES.items()}
     xtr = arrays["train_images"].reshape(len(arrays["train_images"]), -1) / 255.0
     xte = arrays["test_images"].reshape(len(arrays["test_images"]), -1) / 255.0
-    return (
-        xtr,
-        arrays["train_labels"].astype(np.int64),
-        xte,
-        arrays["test_labels"].astype(np.int64),
-    )
+    ytr, yte = arrays["train_labels"], arrays["test_labels"]
+    return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
 
 
 def _subsample(x: NDArray, y: NDArray, size: int | None, seed: int) -> tuple:
@@ -122,19 +116,6 @@ def _subsample(x: NDArray, y: NDArray, size: int | None, seed: int) -> tuple:
         np.arange(len(y)), train_size=size, stratify=y, random_state=seed
     )
     return x[np.sort(index)], y[np.sort(index)]
-
-
-def _global_scaling(x: NDArray) -> tuple[NDArray, float]:
-    """Column means and one scale for all columns: unit average variance.
-
-    One scale, not one per column: standardising every PCA score (or pixel) would blow
-    the low-variance directions, mostly noise, up to the weight of the leading ones, and
-    a ridge penalty would then shrink them all alike. Kept at their relative size, the
-    penalty shrinks the minor directions most, which matters when labels are noisy.
-    """
-    center = x.mean(axis=0)
-    scale = float(np.sqrt(np.mean(x.var(axis=0))))
-    return center, scale if scale > 0 else 1.0
 
 
 def load_dataset(
@@ -156,22 +137,25 @@ def load_dataset(
     """
     if name == "fashion_mnist":
         xtr, ytr, xte, yte = load_fashion_mnist(fashion_dir)
-        xtr, ytr = _subsample(xtr, ytr, train_size, seed)
-        xte, yte = _subsample(xte, yte, test_size, seed + 1)
-        pca = PCA(n_components=n_components, random_state=seed).fit(xtr)
-        ctr, cte = pca.transform(xtr), pca.transform(xte)
     elif name == "digits":
         bunch = load_digits()
         x, y = bunch.data / 16.0, bunch.target.astype(np.int64)
         xtr, xte, ytr, yte = train_test_split(
             x, y, test_size=0.25, stratify=y, random_state=seed
         )
-        xtr, ytr = _subsample(xtr, ytr, train_size, seed)
-        xte, yte = _subsample(xte, yte, test_size, seed + 1)
-        ctr, cte = xtr, xte
     else:
         raise ValueError(f"name must be 'fashion_mnist' or 'digits', got {name!r}")
-    center, scale = _global_scaling(ctr)
+    xtr, ytr = _subsample(xtr, ytr, train_size, seed)
+    xte, yte = _subsample(xte, yte, test_size, seed + 1)
+    ctr, cte = xtr, xte
+    if name == "fashion_mnist":
+        pca = PCA(n_components=n_components, random_state=seed).fit(xtr)
+        ctr, cte = pca.transform(xtr), pca.transform(xte)
+    # One scale for all columns (unit average variance), not one per column: the ridge
+    # penalty then shrinks the minor, noise-dominated directions most (README).
+    center = ctr.mean(axis=0)
+    scale = float(np.sqrt(np.mean(ctr.var(axis=0))))
+    scale = scale if scale > 0 else 1.0
     return Dataset(
         name=name,
         x_train=(ctr - center) / scale,

@@ -2,13 +2,10 @@
 
     python -m ldpfda.experiments.labeldp.oracle [--dataset NAME] [--clusters 100 200]
 
-Every test image is assigned to the nearest k-means centroid of the training features
-and labelled with that cluster's majority training label, computed from the **clean**
-labels. It is not a private method: it shows how far a classifier can get from the
-cluster-level label information alone, which is all that ClusterRR passes on when the
-budget is too small for the kept labels to matter (lambda near 1). Uses the clusterings
-cached by ``run`` (same seeds), computing any that are missing, and prints normalized
-accuracies (divided by the study's non-private accuracy, recomputed here).
+Every test image gets the **clean** majority training label of its nearest k-means
+centroid: not a private method, but how far the cluster-level label information alone
+goes (all that ClusterRR passes on when lambda is near 1). Uses the clusterings cached
+by ``run`` (same seeds) and prints accuracies normalized by the study's non-private one.
 """
 
 from __future__ import annotations
@@ -49,9 +46,6 @@ def cluster_majority_accuracy(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ldpfda.labeldp import NoisyLabelLogisticRegression
-    from ldpfda.privacy import derive_seed
-
     parser = argparse.ArgumentParser(
         allow_abbrev=False, description=__doc__.splitlines()[0]
     )
@@ -61,12 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = run.load_config(args.config, quick=False)
     data = run._dataset(args.dataset, settings)
-    # The study's seed for its non-private point, so the normalizer is the same.
-    seed = derive_seed(settings["seed"], f"{args.dataset}|main|nonprivate|inf|None|0")
-    reference = NoisyLabelLogisticRegression(
-        n_classes=data.n_classes, Cs=settings["learner_cs"], random_state=seed % 2**31
-    ).fit(data.x_train, data.y_train)
-    nonprivate = float(np.mean(reference.predict(data.x_test) == data.y_test))
+    # The study's own non-private point, so the normalizer is the same.
+    task = run.make_task(args.dataset, "main", "nonprivate", float("inf"), None, 0)
+    nonprivate = run.run_task(task, settings)[0]["accuracy"]
     print(f"{args.dataset}: non-private logistic regression {nonprivate:.4f}")
     for n_clusters in args.clusters:
         accs = [

@@ -2,10 +2,9 @@
 
     python -m ldpfda.experiments.labeldp.plot [--quick] [--results-dir DIR] [--export]
 
-Writes ``summary.csv`` (mean and standard deviation of the normalized accuracy over
-trials), ``summary.json`` and ``figures/*.png`` into the results folder. ``--export``
-also copies the figures of :data:`EXPORTED_FIGURES` and the Markdown tables
-(``results.md``) into ``experiments/labeldp/`` for the experiments page.
+Writes ``summary.csv`` / ``summary.json`` (normalized accuracy, mean and sd over
+trials) and ``figures/*.png`` into the results folder; ``--export`` also copies
+:data:`EXPORTED_FIGURES` and the tables (``results.md``) beside this file.
 """
 
 from __future__ import annotations
@@ -23,15 +22,22 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-#: Curves of the accuracy figure: (method, learner or None for the best, label, style).
+#: Curves of the accuracy figure and rows of the table: (method, learner, label, style).
 CURVES = (
-    ("cluster_rr", None, "ClusterRR (chosen by the rule)", "o-"),
+    ("cluster_rr", "chosen", "ClusterRR (chosen by the rule)", "o-"),
     ("cluster_rr_fixed", "plain", "ClusterRR fixed 10% floor, plain", "s--"),
     ("uniform_rr", "best", "UniformRR, best learner", "^-"),
     ("uniform_rr", "forward", "UniformRR, forward", "v:"),
     ("uniform_rr", "plain", "UniformRR, plain", "<:"),
     ("dp_sgd", "dp_sgd", "DP-SGD", "d-."),
 )
+#: Curves of the ablation: (method, learner, table label, figure label, style).
+ABLATION = (
+    ("cluster_rr", "chosen", "ClusterRR (rule)", CURVES[0][2], "o-"),
+    ("cluster_rr_fixed", "plain", *["ClusterRR fixed 10% floor"] * 2, "s--"),
+)
+#: What identifies a point of the summary.
+FIELDS = ("dataset", "study", "method", "learner", "epsilon", "n_clusters")
 
 
 def load_points(path: Path) -> list[dict[str, Any]]:
@@ -49,47 +55,29 @@ def summarise(results_dir: Path) -> dict[str, Any]:
     for r in rows:
         if r["method"] == "nonprivate" or r["dataset"] not in nonprivate:
             continue
-        norm = r["accuracy"] / nonprivate[r["dataset"]]
         learner = "chosen" if r["method"] == "cluster_rr" else r["learner"]
-        key = (
-            r["dataset"],
-            r["study"],
-            r["method"],
-            learner,
-            r["epsilon"],
-            r["n_clusters"],
-        )
-        groups[key].append(norm)
+        key = tuple(learner if field == "learner" else r[field] for field in FIELDS)
+        groups[key].append(r["accuracy"] / nonprivate[r["dataset"]])
     # "best" learner of UniformRR: the learner with the highest mean over trials.
     means = {key: float(np.mean(v)) for key, v in groups.items()}
     for key in list(groups):
-        dataset, study, method, learner, eps, n_c = key
-        if method == "uniform_rr" and learner != "best":
+        if key[2] == "uniform_rr" and key[3] != "best":
             candidates = [
                 k
                 for k in groups
                 if k[:3] == key[:3] and k[4:] == key[4:] and k[3] != "best"
             ]
             winner = max(candidates, key=lambda k: means[k])
-            groups[(dataset, study, method, "best", eps, n_c)] = groups[winner]
-    table = []
-    for key, values in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        dataset, study, method, learner, eps, n_c = key
-        table.append(
-            {
-                "dataset": dataset,
-                "study": study,
-                "method": method,
-                "learner": learner,
-                "epsilon": eps,
-                "n_clusters": n_c,
-                "normalized_mean": float(np.mean(values)),
-                "normalized_sd": float(np.std(values, ddof=1))
-                if len(values) > 1
-                else 0.0,
-                "trials": len(values),
-            }
-        )
+            groups[(*key[:3], "best", *key[4:])] = groups[winner]
+    table = [
+        {
+            **dict(zip(FIELDS, key, strict=True)),
+            "normalized_mean": float(np.mean(values)),
+            "normalized_sd": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "trials": len(values),
+        }
+        for key, values in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))
+    ]
     with open(results_dir / "summary.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(table[0]))
         writer.writeheader()
@@ -104,6 +92,15 @@ def _lookup(table: list[dict], **match: Any) -> list[dict]:
     return [r for r in table if all(r[k] == v for k, v in match.items())]
 
 
+def _markdown(columns: list[str], rows: list[tuple[str, list[str]]]) -> list[str]:
+    """A Markdown table with a ``method`` column, then ``columns``."""
+    return [
+        "| method | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+        *(f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows),
+    ]
+
+
 def markdown_tables(summary: dict[str, Any]) -> str:
     """Normalized-accuracy tables (mean ± sd) for the experiments page."""
     table = summary["points"]
@@ -115,38 +112,62 @@ def markdown_tables(summary: dict[str, Any]) -> str:
             f"\n**{dataset}** (non-private test accuracy {acc:.4f}); normalized "
             "accuracy, mean ± sd over trials\n"
         )
-        lines.append("| method | " + " | ".join(f"ε={e:g}" for e in eps) + " |")
-        lines.append("|---" * (len(eps) + 1) + "|")
-        for method, learner, label, _ in CURVES + (
+        rows = []
+        for method, learner, label, _ in (
+            *CURVES,
             ("uniform_rr", "backward", "UniformRR, backward", ""),
         ):
-            want = "chosen" if method == "cluster_rr" else learner
             cells = []
             for e in eps:
-                hit = _lookup(main, method=method, learner=want, epsilon=e)
+                hit = _lookup(main, method=method, learner=learner, epsilon=e)
                 cells.append(
                     f"{hit[0]['normalized_mean']:.3f} ± {hit[0]['normalized_sd']:.3f}"
                     if hit
                     else "–"
                 )
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            rows.append((label, cells))
+        lines += _markdown([f"ε={e:g}" for e in eps], rows)
         abl = _lookup(table, dataset=dataset, study="ablation")
         if abl:
             counts = sorted({r["n_clusters"] for r in abl})
-            e0 = abl[0]["epsilon"]
-            lines.append(f"\nCluster-count ablation at ε={e0:g}\n")
-            lines.append("| method | " + " | ".join(str(c) for c in counts) + " |")
-            lines.append("|---" * (len(counts) + 1) + "|")
-            for method, want, label in (
-                ("cluster_rr", "chosen", "ClusterRR (rule)"),
-                ("cluster_rr_fixed", "plain", "ClusterRR fixed 10% floor"),
-            ):
-                cells = []
-                for c in counts:
-                    hit = _lookup(abl, method=method, learner=want, n_clusters=c)
-                    cells.append(f"{hit[0]['normalized_mean']:.3f}" if hit else "–")
-                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines.append(f"\nCluster-count ablation at ε={abl[0]['epsilon']:g}\n")
+            rows = []
+            for method, learner, label, *_ in ABLATION:
+                hits = [
+                    _lookup(abl, method=method, learner=learner, n_clusters=c)
+                    for c in counts
+                ]
+                cells = [f"{h[0]['normalized_mean']:.3f}" if h else "–" for h in hits]
+                rows.append((label, cells))
+            lines += _markdown([str(c) for c in counts], rows)
     return "\n".join(lines) + "\n"
+
+
+def _errorbar(ax: Any, points: list[dict], x: str, label: str, style: str) -> None:
+    ax.errorbar(
+        [r[x] for r in points],
+        [r["normalized_mean"] for r in points],
+        yerr=[r["normalized_sd"] for r in points],
+        fmt=style,
+        capsize=2,
+        label=label,
+        markersize=4,
+    )
+
+
+def _save(
+    fig: Any, ax: Any, path: Path, labels: tuple[str, str, str], **legend: Any
+) -> Path:
+    """Log x axis, axis labels and title, legend and grid; write ``path``."""
+    import matplotlib.pyplot as plt
+
+    ax.set(xscale="log", xlabel=labels[0], ylabel=labels[1], title=labels[2])
+    ax.legend(**legend)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
@@ -160,82 +181,48 @@ def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
     table = summary["points"]
     written = []
     for dataset in summary["nonprivate_accuracy"]:
+        main = _lookup(table, dataset=dataset, study="main")
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for method, learner, label, style in CURVES:
-            want = "chosen" if method == "cluster_rr" else learner
-            pts = sorted(
-                _lookup(
-                    table, dataset=dataset, study="main", method=method, learner=want
-                ),
-                key=lambda r: r["epsilon"],
-            )
-            if not pts:
-                continue
-            e = [r["epsilon"] for r in pts]
-            m = np.array([r["normalized_mean"] for r in pts])
-            s = np.array([r["normalized_sd"] for r in pts])
-            ax.errorbar(e, m, yerr=s, fmt=style, capsize=2, label=label, markersize=4)
-        ax.set_xscale("log")
-        ax.set_xlabel("label-DP epsilon (log scale)")
-        ax.set_ylabel("normalized test accuracy (private / non-private)")
-        ax.set_title(f"{dataset}: logistic regression under label DP")
+            pts = _lookup(main, method=method, learner=learner)
+            if pts:
+                pts = sorted(pts, key=lambda r: r["epsilon"])
+                _errorbar(ax, pts, "epsilon", label, style)
         ax.axhline(1.0, color="grey", lw=0.6)
-        ax.legend(fontsize=7, loc="lower right")
-        ax.grid(alpha=0.3, which="both")
+        labels = (
+            "label-DP epsilon (log scale)",
+            "normalized test accuracy (private / non-private)",
+            f"{dataset}: logistic regression under label DP",
+        )
         path = figures / f"{dataset}_accuracy_vs_epsilon.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, ax, path, labels, fontsize=7, loc="lower right"))
 
         abl = _lookup(table, dataset=dataset, study="ablation")
-        if abl:
-            fig, ax = plt.subplots(figsize=(6.4, 4.2))
-            for method, want, label, style in (
-                ("cluster_rr", "chosen", "ClusterRR (chosen by the rule)", "o-"),
-                ("cluster_rr_fixed", "plain", "ClusterRR fixed 10% floor", "s--"),
-            ):
-                pts = sorted(
-                    _lookup(abl, method=method, learner=want),
-                    key=lambda r: r["n_clusters"],
-                )
-                ax.errorbar(
-                    [r["n_clusters"] for r in pts],
-                    [r["normalized_mean"] for r in pts],
-                    yerr=[r["normalized_sd"] for r in pts],
-                    fmt=style,
-                    capsize=2,
-                    label=label,
-                    markersize=4,
-                )
-            eps_abl = abl[0]["epsilon"]
-            uniform = [
-                r
-                for r in _lookup(
-                    table, dataset=dataset, study="main", method="uniform_rr"
-                )
-                if r["epsilon"] == eps_abl and r["learner"] == "forward"
-            ]
-            if uniform:
-                ax.axhline(
-                    uniform[0]["normalized_mean"],
-                    color="tab:green",
-                    ls=":",
-                    label="UniformRR, forward (no clusters)",
-                )
-            ax.set_xscale("log")
-            ax.set_xlabel("number of k-means clusters (log scale)")
-            ax.set_ylabel("normalized test accuracy")
-            ax.set_title(
-                f"{dataset}: cluster-count ablation at epsilon {abl[0]['epsilon']:g}"
+        if not abl:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for method, learner, _, label, style in ABLATION:
+            pts = sorted(
+                _lookup(abl, method=method, learner=learner),
+                key=lambda r: r["n_clusters"],
             )
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3, which="both")
-            path = figures / f"{dataset}_cluster_ablation.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            written.append(path)
+            _errorbar(ax, pts, "n_clusters", label, style)
+        eps_abl = abl[0]["epsilon"]
+        uniform = _lookup(main, method="uniform_rr", epsilon=eps_abl, learner="forward")
+        if uniform:
+            ax.axhline(
+                uniform[0]["normalized_mean"],
+                color="tab:green",
+                ls=":",
+                label="UniformRR, forward (no clusters)",
+            )
+        labels = (
+            "number of k-means clusters (log scale)",
+            "normalized test accuracy",
+            f"{dataset}: cluster-count ablation at epsilon {eps_abl:g}",
+        )
+        path = figures / f"{dataset}_cluster_ablation.png"
+        written.append(_save(fig, ax, path, labels, fontsize=8))
     return written
 
 
@@ -252,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_abbrev=False, description=__doc__.splitlines()[0]
     )
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument("--results-dir", type=Path)
     parser.add_argument(
         "--export",
         action="store_true",
@@ -277,13 +264,11 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copy(source, HERE / name)
             else:  # a study run on fewer datasets: keep the page's older figure
                 print("not exported (no such figure in this run):", name)
-        rows = load_points(results / "points.jsonl")
+        n_points = len({r["key"] for r in load_points(results / "points.jsonl")})
         header = (
             "# Label-DP study: measured results\n\n"
-            f"{len({r['key'] for r in rows})} points from "
-            f"`{results.name}/points.jsonl`, "
-            "written by `python -m ldpfda.experiments.labeldp.plot --export`. "
-            "Normalized "
+            f"{n_points} points from `{results.name}/points.jsonl`, written by "
+            "`python -m ldpfda.experiments.labeldp.plot --export`. Normalized "
             "accuracy = test accuracy / non-private test accuracy of the same learner; "
             "UniformRR 'best learner' is picked in hindsight (highest mean).\n"
         )

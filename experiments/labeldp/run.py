@@ -1,27 +1,11 @@
 """Driver of the label-DP study: normalized accuracy vs epsilon, and a cluster ablation.
 
-Run from the repository root::
+    python -m ldpfda.experiments.labeldp.run [--quick] [--workers N] [--fashion-dir DIR]
 
-    python -m ldpfda.experiments.labeldp.run --quick  # about 2 minutes
-    python -m ldpfda.experiments.labeldp.run  # the full study (under an hour)
-    python -m ldpfda.experiments.labeldp.plot  # figures and tables from the results
-
-Every finished point is appended to ``<results-dir>/points.jsonl`` as soon as it ends;
-a rerun skips the points already there, so an interrupted run resumes. Clusterings are
-cached in ``<results-dir>/cache``. Nothing is downloaded: Fashion-MNIST comes from
-Debian's ``dataset-fashion-mnist`` files or ``--fashion-dir``.
-
-Methods (all trained as multinomial logistic regression):
-
-* ``nonprivate``: the clean labels (the normalizer);
-* ``uniform_rr`` with the ``plain``, ``forward`` and ``backward`` learners;
-* ``cluster_rr``: :class:`~ldpfda.labeldp.AutoClusterRR` (every parameter chosen by the
-  rule) with the learner it recommends;
-* ``cluster_rr_fixed``: the reference plain reconstruction (``[fixed-cluster-rr]``);
-* ``dp_sgd``: DP-SGD at the same epsilon, delta = 1/n.
-
-The learners choose ``C`` from ``learner-cs`` by the held-out noisy-label likelihood
-(released data only); test labels are used only to report accuracy.
+Every finished point is appended to ``<results-dir>/points.jsonl`` at once, so a rerun
+skips it and an interrupted run resumes; clusterings are cached in
+``<results-dir>/cache``. Nothing is downloaded. The methods are described in this
+folder's README, the settings in ``config.toml``.
 """
 
 from __future__ import annotations
@@ -32,6 +16,7 @@ import os
 import sys
 import time
 import tomllib
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -46,18 +31,28 @@ from tqdm import tqdm  # noqa: E402
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_CONFIG = HERE / "config.toml"
+#: What identifies a point besides its key; every result row starts with them.
+TASK_FIELDS = ("dataset", "study", "method", "epsilon", "n_clusters", "trial")
+#: What the rows of ``cluster_rr`` report of the rule's choices.
+REPORTED_CHOICES = ("histogram_share", "majority_share", "choice")
 
 Task = dict[str, Any]
+
+
+def _table(raw: dict[str, Any], convert: Callable[[Any], Any] = lambda v: v) -> dict:
+    return {key.replace("-", "_"): convert(value) for key, value in raw.items()}
 
 
 def load_config(path: Path, quick: bool) -> dict[str, Any]:
     """Read the TOML file and resolve the quick overrides into one settings dict."""
     with open(path, "rb") as handle:
         raw = tomllib.load(handle)
-    study = dict(raw["study"])
+    # The quick table overrides datasets, epsilons, trials and ablation-clusters.
+    study = raw["study"] | (raw["quick"] if quick else {})
+    results = ROOT / study["results-dir"]
     settings: dict[str, Any] = {
         "seed": int(study["seed"]),
-        "results_dir": ROOT / study["results-dir"],
+        "results_dir": results / study["results-subdir"] if quick else results,
         "datasets": list(study["datasets"]),
         "epsilons": [float(e) for e in study["epsilons"]],
         "trials": int(study["trials"]),
@@ -65,26 +60,15 @@ def load_config(path: Path, quick: bool) -> dict[str, Any]:
         "ablation_clusters": [int(c) for c in study["ablation-clusters"]],
         "learner_cs": [float(c) for c in study["learner-cs"]],
         "workers": int(study.get("workers", 1)),
-        "fixed": {
-            k.replace("-", "_"): float(v) for k, v in raw["fixed-cluster-rr"].items()
-        },
-        "dpsgd": {k.replace("-", "_"): float(v) for k, v in raw["dpsgd"].items()},
-        "data": {
-            name: {k.replace("-", "_"): v for k, v in table.items()}
-            for name, table in raw["data"].items()
-        },
+        "fixed": _table(raw["fixed-cluster-rr"], float),
+        "dpsgd": _table(raw["dpsgd"], float),
+        "data": {name: _table(table) for name, table in raw["data"].items()},
         "quick": quick,
     }
     if quick:
-        q = raw["quick"]
-        settings["datasets"] = list(q["datasets"])
-        settings["epsilons"] = [float(e) for e in q["epsilons"]]
-        settings["trials"] = int(q["trials"])
-        settings["ablation_clusters"] = [int(c) for c in q["ablation-clusters"]]
-        settings["results_dir"] = settings["results_dir"] / q["results-subdir"]
         fashion = settings["data"].setdefault("fashion_mnist", {})
-        fashion["train_size"] = int(q["fashion-train-size"])
-        fashion["test_size"] = int(q["fashion-test-size"])
+        fashion["train_size"] = int(study["fashion-train-size"])
+        fashion["test_size"] = int(study["fashion-test-size"])
     return settings
 
 
@@ -127,14 +111,6 @@ def _clusters(name: str, n_clusters: int, trial: int, settings: dict[str, Any]) 
     return labels
 
 
-def _cluster_job(job: tuple[str, int, int, dict[str, Any]]) -> None:
-    _clusters(*job)
-
-
-def _accuracy(model: Any, data: Any) -> float:
-    return float(np.mean(model.predict(data.x_test) == data.y_test))
-
-
 def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """Run one point (one release, possibly several learners); return result rows."""
     import warnings
@@ -154,114 +130,82 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
     from ldpfda.privacy import derive_seed
 
     start = time.perf_counter()
-    name, method = task["dataset"], task["method"]
-    eps, trial = task["epsilon"], task["trial"]
+    name, method, eps = task["dataset"], task["method"], task["epsilon"]
     data = _dataset(name, settings)
     k = data.n_classes
     seed = derive_seed(settings["seed"], task["key"])
     rng = np.random.default_rng(seed)
-    cs = settings["learner_cs"]
-    common = {"Cs": cs, "random_state": seed % (2**31)}
+    common = {"Cs": settings["learner_cs"], "random_state": seed % (2**31)}
     rows: list[dict[str, Any]] = []
-    base = {
-        key: task[key]
-        for key in ("dataset", "study", "method", "epsilon", "n_clusters", "trial")
-    }
 
     def add(learner: str, model: Any, spent: float, **extra: Any) -> None:
         rows.append(
             {
-                **base,
+                **{key: task[key] for key in TASK_FIELDS},
                 "learner": learner,
-                "accuracy": _accuracy(model, data),
+                "accuracy": float(np.mean(model.predict(data.x_test) == data.y_test)),
                 "epsilon_spent": spent,
                 "C": getattr(model, "C_", None),
                 **extra,
             }
         )
 
+    def plain() -> Any:
+        return NoisyLabelLogisticRegression(n_classes=k, **common)
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
+        if method in ("cluster_rr", "cluster_rr_fixed"):
+            clusters = _clusters(name, task["n_clusters"], task["trial"], settings)
         if method == "nonprivate":
-            model = NoisyLabelLogisticRegression(n_classes=k, **common)
-            add("plain", model.fit(data.x_train, data.y_train), float("inf"))
+            add("plain", plain().fit(data.x_train, data.y_train), float("inf"))
         elif method == "uniform_rr":
             release = UniformRR(epsilon=eps, n_classes=k).release(data.y_train, rng=rng)
-            lam = release.resample_probability
-            add(
-                "plain",
-                NoisyLabelLogisticRegression(n_classes=k, **common).fit_release(
-                    data.x_train, release
-                ),
-                release.epsilon,
-            )
-            add(
-                "forward",
-                ForwardCorrectedLogisticRegression(**common).fit_release(
-                    data.x_train, release, beta=lam
-                ),
-                release.epsilon,
-            )
-            add(
-                "backward",
-                BackwardCorrectedLogisticRegression(**common).fit_release(
-                    data.x_train, release, beta=lam
-                ),
-                release.epsilon,
-            )
+            for learner, model in (
+                ("plain", plain()),
+                ("forward", ForwardCorrectedLogisticRegression(**common)),
+                ("backward", BackwardCorrectedLogisticRegression(**common)),
+            ):
+                add(learner, model.fit_release(data.x_train, release), release.epsilon)
         elif method == "cluster_rr":
-            clusters = _clusters(name, task["n_clusters"], trial, settings)
-            n_parameters = (data.x_train.shape[1] + 1) * k
-            mech: AutoClusterRR | ClusterRR = AutoClusterRR(
-                epsilon=eps, n_classes=k, n_parameters=n_parameters
+            auto = AutoClusterRR(
+                epsilon=eps, n_classes=k, n_parameters=(data.x_train.shape[1] + 1) * k
             )
-            release = mech.release(data.y_train, clusters=clusters, rng=rng)
-            model = ForwardCorrectedLogisticRegression(**common).fit_release(
-                data.x_train, release
-            )
+            release = auto.release(data.y_train, clusters=clusters, rng=rng)
+            model = ForwardCorrectedLogisticRegression(**common)
             params = dict(release.parameters)
-            learner = "plain" if release.beta == 0.0 else "forward"
             add(
-                learner,
-                model,
+                "plain" if release.beta == 0.0 else "forward",
+                model.fit_release(data.x_train, release),
                 release.epsilon,
                 beta=release.beta,
                 resample_probability=release.resample_probability,
-                histogram_share=params.get("histogram_share"),
-                majority_share=params.get("majority_share"),
-                choice=params.get("choice"),
+                **{key: params.get(key) for key in REPORTED_CHOICES},
             )
         elif method == "cluster_rr_fixed":
-            clusters = _clusters(name, task["n_clusters"], trial, settings)
             fixed = settings["fixed"]
             share = fixed["histogram_share"]
-            mech = ClusterRR(
+            release = ClusterRR(
                 n_classes=k,
                 sigma=histogram_sigma(epsilon=share * eps),
                 tau=fixed["tau"],
                 floor=fixed["floor"],
                 epsilon_resample=(1.0 - share) * eps,
-            )
-            release = mech.release(data.y_train, clusters=clusters, rng=rng)
+            ).release(data.y_train, clusters=clusters, rng=rng)
             add(
                 "plain",
-                NoisyLabelLogisticRegression(n_classes=k, **common).fit_release(
-                    data.x_train, release
-                ),
+                plain().fit_release(data.x_train, release),
                 release.epsilon,
                 resample_probability=release.resample_probability,
             )
         elif method == "dp_sgd":
-            cfg = settings["dpsgd"]
             batch = int(settings["data"].get(name, {}).get("dpsgd_batch_size", 256))
             model = DPSGDLogisticRegression(
                 epsilon=eps,
-                clip_norm=cfg["clip_norm"],
                 batch_size=batch,
-                epochs=cfg["epochs"],
-                learning_rate=cfg["learning_rate"],
                 n_classes=k,
                 random_state=seed % (2**31),
+                **settings["dpsgd"],  # clip_norm, epochs and learning_rate
             ).fit(data.x_train, data.y_train)
             add(
                 "dp_sgd",
@@ -281,31 +225,21 @@ def run_task(task: Task, settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- planning
+def make_task(*values: Any) -> Task:
+    """The point of ``TASK_FIELDS`` = ``values``, with its key."""
+    dataset, study, method, eps, n_clusters, trial = values
+    key = f"{dataset}|{study}|{method}|{eps:g}|{n_clusters}|{trial}"
+    return {"key": key, **dict(zip(TASK_FIELDS, values, strict=True))}
+
+
 def make_tasks(settings: dict[str, Any]) -> list[Task]:
     """Every point of the study, Fashion-MNIST's main curves first."""
     tasks: list[Task] = []
 
-    def add(
-        dataset: str,
-        study: str,
-        method: str,
-        eps: float,
-        n_clusters: int | None,
-        trial: int,
-    ) -> None:
-        key = f"{dataset}|{study}|{method}|{eps:g}|{n_clusters}|{trial}"
-        tasks.append(
-            {
-                "key": key,
-                "dataset": dataset,
-                "study": study,
-                "method": method,
-                "epsilon": eps,
-                "n_clusters": n_clusters,
-                "trial": trial,
-            }
-        )
+    def add(*values: Any) -> None:
+        tasks.append(make_task(*values))
 
+    eps_abl = settings["ablation_epsilon"]
     for dataset in settings["datasets"]:
         n_clusters = int(settings["data"].get(dataset, {}).get("n_clusters", 100))
         add(dataset, "main", "nonprivate", float("inf"), None, 0)
@@ -318,27 +252,15 @@ def make_tasks(settings: dict[str, Any]) -> list[Task]:
         for trial in range(settings["trials"]):
             for n_c in settings["ablation_clusters"]:
                 for method in ("cluster_rr", "cluster_rr_fixed"):
-                    add(
-                        dataset,
-                        "ablation",
-                        method,
-                        settings["ablation_epsilon"],
-                        n_c,
-                        trial,
-                    )
+                    add(dataset, "ablation", method, eps_abl, n_c, trial)
     return tasks
 
 
 def _done_keys(points: Path) -> set[str]:
     if not points.exists():
         return set()
-    keys = set()
     with open(points) as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                keys.add(json.loads(line)["key"])
-    return keys
+        return {json.loads(line)["key"] for line in handle if line.strip()}
 
 
 def _json_default(value: Any) -> Any:
@@ -349,6 +271,26 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+def _run_all(
+    function: Callable[..., Any], jobs: Iterable[tuple], workers: int
+) -> Iterator[tuple[tuple, Any]]:
+    """Yield ``(job, function(*job))`` as jobs finish, in ``workers`` processes."""
+    if workers <= 1:
+        for job in jobs:
+            yield job, function(*job)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: dict[Future[Any], tuple] = {}
+        queue = list(jobs)
+        while queue or pending:
+            while queue and len(pending) < 2 * workers:
+                job = queue.pop(0)
+                pending[pool.submit(function, *job)] = job
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                yield pending.pop(future), future.result()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         allow_abbrev=False, description=__doc__.splitlines()[0]
@@ -356,20 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small run (~2 min)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument(
-        "--fashion-dir",
-        type=Path,
-        default=None,
-        help="folder with the Fashion-MNIST IDX(.gz) files",
+        "--fashion-dir", type=Path, help="folder with the Fashion-MNIST IDX(.gz) files"
     )
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--results-dir", type=Path, default=None)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--results-dir", type=Path)
     args = parser.parse_args(argv)
 
     settings = load_config(args.config, args.quick)
     if args.fashion_dir is not None:
-        settings["data"].setdefault("fashion_mnist", {})["fashion_dir"] = (
-            args.fashion_dir
-        )
+        fashion = settings["data"].setdefault("fashion_mnist", {})
+        fashion["fashion_dir"] = args.fashion_dir
     if args.results_dir is not None:
         settings["results_dir"] = args.results_dir
     workers = args.workers or settings["workers"]
@@ -397,25 +335,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         jobs = [(name, n_c, trial, settings) for name, n_c, trial in needed]
-        if workers <= 1:
-            for job in jobs:
-                _clusters(*job)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                list(
-                    tqdm(
-                        pool.map(_cluster_job, jobs),
-                        total=len(jobs),
-                        unit="fit",
-                        file=sys.stdout,
-                    )
-                )
+        fits = _run_all(_clusters, jobs, workers)
+        for _ in tqdm(fits, total=len(jobs), unit="fit", file=sys.stdout):
+            pass
     with (
         open(points, "a") as sink,
         tqdm(total=len(tasks), unit="pt", file=sys.stdout) as bar,
     ):
-
-        def record(task: Task, rows: list[dict[str, Any]]) -> None:
+        runs = [(task, settings) for task in tasks]
+        for (task, _), rows in _run_all(run_task, runs, workers):
             for row in rows:
                 sink.write(
                     json.dumps({"key": task["key"], **row}, default=_json_default)
@@ -424,21 +352,6 @@ def main(argv: list[str] | None = None) -> int:
             sink.flush()
             bar.set_postfix_str(task["key"][:48])
             bar.update(1)
-
-        if workers <= 1:
-            for task in tasks:
-                record(task, run_task(task, settings))
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                pending: dict[Future[list[dict[str, Any]]], Task] = {}
-                queue = list(tasks)
-                while queue or pending:
-                    while queue and len(pending) < 2 * workers:
-                        task = queue.pop(0)
-                        pending[pool.submit(run_task, task, settings)] = task
-                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        record(pending.pop(future), future.result())
     print(f"done in {time.perf_counter() - started:.0f} s; results in {points}")
     from ldpfda.experiments.labeldp.plot import summarise
 

@@ -8,7 +8,6 @@ import pytest
 from ldpfda.labeldp import (
     ClusterRR,
     corrected_loss,
-    forward_probabilities,
     inverse_transition_matrices,
     transition_matrices,
 )
@@ -90,14 +89,6 @@ def test_release_corrected_loss_defaults_to_unbiased():
         1 - lam
     )
     np.testing.assert_allclose(release.corrected_loss(losses), expected)
-
-
-def test_forward_probabilities_are_the_channel():
-    p = RNG.dirichlet(np.ones(4), size=3)
-    c = np.array([0, 2, 1])
-    out = forward_probabilities(p, c, Q, 0.4)
-    t = transition_matrices(Q, 0.4)
-    np.testing.assert_allclose(out, np.stack([t[c[i]].T @ p[i] for i in range(3)]))
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.0, 1.2])
