@@ -52,7 +52,8 @@ from ldpfda.exceptions import BudgetExceededError
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.labels import check_labels
 from ldpfda.privacy.ledger import PrivacyLedger
-from ldpfda.privacy.random import ClientStreams, RandomLike
+from ldpfda.privacy.peer_to_peer import pick_peers
+from ldpfda.privacy.random import ClientStreams
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.schema.releases import (
     check_priors,
@@ -69,8 +70,6 @@ __all__ = [
     "check_public_features",
     "p2p_forward",
     "p2p_randomize",
-    "pick_peers",
-    "randomize_bits",
     "release_labels",
 ]
 
@@ -203,25 +202,7 @@ def p2p_randomize(
         ledger.charge(event, ids)
     stream = ClientStreams(seed, ids).stream(f"{P2P_RR_STREAM}#{release}")
     mechanism = BinaryRandomizedResponse(epsilon=float(local_epsilon))
-    return randomize_bits(y, mechanism, stream)
-
-
-def randomize_bits(
-    labels: NDArray[np.int8], mechanism: BinaryRandomizedResponse, rng: RandomLike
-) -> NDArray[np.int8]:
-    """Binary randomized response of ``labels`` with uniforms from ``rng``."""
-    return mechanism.randomise(labels, rng).astype(np.int8)
-
-
-def pick_peers(u: ArrayLike, counts: ArrayLike) -> NDArray[np.int64]:
-    r"""The peer each client draws: :math:`\min(\lfloor u_i n_i\rfloor, n_i - 1)`.
-
-    ``u`` are uniforms in [0, 1), ``counts`` the size :math:`n_i \ge 1` of each
-    client's block of peers (the draw of
-    :func:`~ldpfda.privacy.peer_to_peer.peer_to_peer_rr`).
-    """
-    n = np.asarray(counts, dtype=np.int64)
-    return np.minimum((np.asarray(u, dtype=float) * n).astype(np.int64), n - 1)
+    return mechanism.randomise(y, stream).astype(np.int8)
 
 
 def p2p_forward(

@@ -60,6 +60,7 @@ __all__ = [
     "p2p_guarantee",
     "p2p_local_epsilon",
     "peer_to_peer_rr",
+    "pick_peers",
 ]
 
 #: Rows of the (a, m) tables processed at once (bounds memory for large clusters).
@@ -197,6 +198,13 @@ class PeerToPeerRelease:
     event: ReleaseEvent
 
 
+def pick_peers(u: ArrayLike, counts: ArrayLike) -> NDArray[np.int64]:
+    r"""The peer each user draws: :math:`\min(\lfloor u_i n_i\rfloor, n_i - 1)`, from
+    uniforms ``u`` in [0, 1) and the size :math:`n_i \ge 1` of each user's cluster."""
+    n = np.asarray(counts, dtype=np.int64)
+    return np.minimum((np.asarray(u, dtype=float) * n).astype(np.int64), n - 1)
+
+
 def peer_to_peer_rr(
     labels: ArrayLike,
     clusters: ArrayLike,
@@ -222,9 +230,7 @@ def peer_to_peer_rr(
     order = np.argsort(c, kind="stable")
     ids, start, sizes = np.unique(c[order], return_index=True, return_counts=True)
     slot = np.searchsorted(ids, c)
-    pick = start[slot] + np.minimum(
-        (gen.random(y.size) * sizes[slot]).astype(np.int64), sizes[slot] - 1
-    )
+    pick = start[slot] + pick_peers(gen.random(y.size), sizes[slot])
     forwarded = noisy[order[pick]].astype(np.int8)
     if account:
         eps, delta = p2p_guarantee(local_epsilon=eps0, cluster_sizes=sizes)

@@ -19,8 +19,6 @@ from ldpfda.client.labeldp_protocol import (
     check_public_features,
     p2p_forward,
     p2p_randomize,
-    pick_peers,
-    randomize_bits,
     release_labels,
 )
 from ldpfda.config import Settings
@@ -34,6 +32,7 @@ from ldpfda.labeldp import (
     uniform_rr_probability,
 )
 from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.privacy.peer_to_peer import pick_peers
 from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 from ldpfda.schema.releases import (
     PRIOR_RR,
@@ -251,7 +250,9 @@ def test_p2p_steps_reproduce_peer_to_peer_rr_draw_for_draw():
     eps0 = 2.0
     library = peer_to_peer_rr(y, clusters, local_epsilon=eps0, rng=21)
     ours_gen = np.random.default_rng(21)
-    noisy = randomize_bits(y, BinaryRandomizedResponse(epsilon=eps0), ours_gen)
+    noisy = (
+        BinaryRandomizedResponse(epsilon=eps0).randomise(y, ours_gen).astype(np.int8)
+    )
     peers, offsets, counts = p2p_blocks(noisy, clusters)
     forwarded = peers[offsets + pick_peers(ours_gen.random(300), counts)]
     np.testing.assert_array_equal(forwarded, library.labels)
