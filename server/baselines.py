@@ -1,19 +1,10 @@
-r"""LDP baselines for MRMA, privatizing with the same per-client epsilon.
+r"""LDP baselines for MRMA at the same per-client epsilon.
 
-Both baselines release every client's data once, with that client's whole budget
-:math:`\varepsilon`, through the client's own keyed stream (so, like the MRMA clients,
-a client's noise does not depend on how clients are batched), and return one classifier
-that is scored on clean test features in [-1, 1]^p:
-
-* :func:`histogram_classifier` -- the locally private histogram (partitioning) rule of
-  Berrett and Butucea (2019);
-* :func:`gaussian_classifier` -- what a Flower user does today: Gaussian noise on each
-  client's features and label as Flower's ``LocalDpMod`` adds it to a model update, then
-  ordinary logistic regression on the noisy data.
-
-Each noise parameter is an explicit pure function of epsilon with its inverse
-(:func:`histogram_laplace_scale` / :func:`histogram_epsilon`,
-:func:`gaussian_sigma` / :func:`gaussian_epsilon`).
+Each releases every client's data once, with its whole budget, through the client's own
+keyed stream, and returns one classifier scored on clean features in [-1, 1]^p: the
+private histogram rule of Berrett and Butucea (:func:`histogram_classifier`), and
+Flower's ``LocalDpMod`` Gaussian noise on (features, label) followed by logistic
+regression (:func:`gaussian_classifier`).
 
 References
 ----------
@@ -71,23 +62,15 @@ GAUSSIAN_STREAM = "baseline/gaussian"
 HISTOGRAM_SENSITIVITY = 2.0
 
 
-# --------------------------------------------------------------------------------------
-# Histogram rule (Berrett & Butucea 2019)
-# --------------------------------------------------------------------------------------
-
-
 def histogram_laplace_scale(*, epsilon: float) -> float:
-    r"""Laplace scale of the label-weighted histogram release.
+    r"""Laplace scale of the label-weighted histogram release, for any number of cells.
 
-    A client releases :math:`v_j = (2y - 1)\,1\{x \in B_j\}` for every cell
-    :math:`B_j` of a partition. Each vector has one non-zero entry, of absolute value 1,
-    so any two clients' vectors satisfy :math:`\|v - v'\|_1 \le 2`, and each entry
-    gets Laplace noise of scale
+    A client releases :math:`v_j = (2y - 1)\,1\{x \in B_j\}` per cell; one non-zero
+    entry of absolute value 1 gives :math:`\|v - v'\|_1 \le 2`, hence
 
-    .. math:: b = 2 / \varepsilon,
+    .. math:: b = 2 / \varepsilon
 
-    whatever the number of cells. ``epsilon = inf`` gives 0. Inverse of
-    :func:`histogram_epsilon`.
+    (0 for ``epsilon = inf``). Inverse of :func:`histogram_epsilon`.
 
     References
     ----------
@@ -97,10 +80,7 @@ def histogram_laplace_scale(*, epsilon: float) -> float:
 
 
 def histogram_epsilon(*, scale: float) -> float:
-    r"""Epsilon of the histogram release with Laplace scale ``b``: :math:`2/b`.
-
-    Inverse of :func:`histogram_laplace_scale`; ``scale = 0`` gives ``inf``.
-    """
+    r"""Epsilon :math:`2/b` of the histogram release of Laplace scale ``b`` (0: inf)."""
     return laplace_epsilon(scale=scale, sensitivity=HISTOGRAM_SENSITIVITY)
 
 
@@ -109,13 +89,10 @@ def histogram_bins_per_axis(
 ) -> int:
     r"""Bins per axis from the rate-optimal bin width, fixed before any data is seen.
 
-    For a :math:`\beta`-Hölder regression function on :math:`[-1,1]^d` the private
-    histogram rule balances the bias :math:`h^\beta` against the privatized-count noise
-    :math:`(n\varepsilon^2 h^{2d})^{-1/2}`, giving the bin width
-    :math:`h \asymp (n \varepsilon^2)^{-1/(2\beta + 2d)}` (Berrett and Butucea 2019).
-    This returns :math:`L = \max(2, \mathrm{round}((n\varepsilon^2)^{1/(2\beta+2d)}))`
-    bins per axis; ``epsilon = inf`` is treated as :math:`\varepsilon = 10^3`.
-    It depends only on n, epsilon, d and the assumed smoothness, never on test data.
+    Balancing the bias :math:`h^\beta` of a :math:`\beta`-Hölder regression function
+    against the count noise :math:`(n\varepsilon^2 h^{2d})^{-1/2}` gives
+    :math:`L = \max(2, \mathrm{round}((n\varepsilon^2)^{1/(2\beta+2d)}))`
+    (Berrett and Butucea 2019); ``epsilon = inf`` counts as :math:`10^3`.
     """
     n = check_int(n_clients, "n_clients", minimum=1)
     eps = min(check_epsilon(epsilon), 1e3)
@@ -134,15 +111,7 @@ class HistogramPartition:
     :math:`d = \lfloor \log_2(\text{max\_cells}) \rfloor` contiguous blocks (a fixed,
     data-independent linear map that keeps [-1, 1]; for B-spline coefficients it is a
     coarser piecewise description of the curve), and the d averages are binned.
-
-    Attributes
-    ----------
-    dimension : int
-        p, the number of input features.
-    bins_per_axis : int
-        L, equal-width bins of [-1, 1] per binned axis.
-    blocks : tuple of tuple of int
-        The coordinates averaged into each binned axis.
+    ``blocks`` holds the coordinates averaged into each binned axis.
     """
 
     dimension: int
@@ -198,15 +167,8 @@ class LabelledHistogramRelease(Mechanism):
     .. math:: Z_k = (2y - 1)\,1\{k = j(x)\} + b\,\xi_k,\quad k = 1..K,\qquad
               b = 2/\varepsilon,
 
-    with i.i.d. standard Laplace :math:`\xi_k`. Any two inputs give vectors at L1
-    distance at most 2, so the release is :math:`\varepsilon`-LDP for the pair (x, y).
-
-    Parameters
-    ----------
-    epsilon : float
-        The client's whole budget, in (0, inf].
-    n_cells : int
-        K.
+    with i.i.d. standard Laplace :math:`\xi_k`: :math:`\varepsilon`-LDP for (x, y),
+    since any two inputs give vectors at L1 distance at most 2.
 
     References
     ----------
@@ -268,27 +230,16 @@ class LabelledHistogramRelease(Mechanism):
 class HistogramClassifier:
     r"""The private histogram rule: one label per cell, by the sign of its noisy sum.
 
-    Attributes
-    ----------
-    partition : HistogramPartition
-    cell_sums : ndarray of shape (K,)
-        :math:`\sum_i Z_{ik}`, an unbiased estimate of
-        :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`.
-    event : ReleaseEvent
-        What every client spent.
+    ``cell_sums`` is :math:`\sum_i Z_{ik}`, unbiased for
+    :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`; ``event`` what every client spent.
     """
 
     partition: HistogramPartition
     cell_sums: NDArray[np.float64]
     event: ReleaseEvent
 
-    @property
-    def cell_labels(self) -> NDArray[np.int8]:
-        """1 where the noisy sum is positive, else 0."""
-        return (self.cell_sums > 0).astype(np.int8)
-
     def predict(self, features: ArrayLike) -> NDArray[np.int8]:
-        return self.cell_labels[self.partition.cells(features)]
+        return (self.cell_sums > 0).astype(np.int8)[self.partition.cells(features)]
 
     def error(self, features: ArrayLike, labels: ArrayLike) -> float:
         """Misclassification rate on clean (features, labels)."""
@@ -318,40 +269,16 @@ def histogram_classifier(
     3. The server labels cell k by the sign of :math:`\sum_i Z_{ik}`, the sign of the
        estimated :math:`(2\eta - 1)` on the cell, where :math:`\eta(x) = P(Y=1|X=x)`.
 
-    Parameters
-    ----------
-    features : array of shape (n, p)
-        Each client's features, already rescaled into [-1, 1].
-    labels : array of shape (n,)
-        Labels in {0, 1}.
-    epsilon : float
-        Each client's whole budget.
-    client_ids : array of shape (n,)
-    seed : int
-        Run seed keying the clients' noise.
-    bins_per_axis, max_cells, smoothness
-        The partition (see above).
-    chunk_size : int
-        Clients processed at once (memory only; the result does not depend on it).
-    ledger : PrivacyLedger, optional
-        Charged with every client's release.
-
-    Returns
-    -------
-    HistogramClassifier
+    ``features`` are already in [-1, 1]; ``seed`` keys the clients' noise;
+    ``chunk_size`` clients are processed at once (memory only, the result does not
+    depend on it); ``ledger`` is charged with every client's release.
 
     References
     ----------
     T. B. Berrett, C. Butucea, "Classification under local differential privacy",
     arXiv:1912.04629 (2019).
     """
-    x = check_finite_array(features, "features", ndim=2)
-    y = check_binary_labels(labels)
-    if y.size != x.shape[0]:
-        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if ids.size != y.size:
-        raise ValueError(f"client_ids has {ids.size} entries for {y.size} clients")
+    x, y, ids = _clients(features, labels, client_ids)
     epsilon = check_epsilon(epsilon)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if bins_per_axis is None:
@@ -376,13 +303,25 @@ def histogram_classifier(
     return HistogramClassifier(partition, sums, mechanism.event())
 
 
-# --------------------------------------------------------------------------------------
-# Flower-style Gaussian local DP
-# --------------------------------------------------------------------------------------
+def _clients(
+    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.int64]]:
+    """Checked features, labels and client ids, one row each."""
+    x = check_finite_array(features, "features", ndim=2)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if ids.size != y.size:
+        raise ValueError(f"client_ids has {ids.size} entries for {y.size} clients")
+    return x, y, ids
 
 
-def _check_delta(delta: float) -> float:
-    return check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+def _gaussian_factor(delta: float, sensitivity: float) -> float:
+    r""":math:`\Delta_2 \sqrt{2 \ln(1.25/\delta)}`, after checking both."""
+    delta = check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta))
 
 
 def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
@@ -400,11 +339,8 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float
     C. Dwork, A. Roth, Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
     """
     epsilon = check_epsilon(epsilon)
-    delta = _check_delta(delta)
-    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
-    if math.isinf(epsilon):
-        return 0.0
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+    factor = _gaussian_factor(delta, sensitivity)
+    return 0.0 if math.isinf(epsilon) else factor / epsilon
 
 
 def gaussian_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float:
@@ -415,11 +351,8 @@ def gaussian_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float
     ``sigma = 0`` gives ``inf``.
     """
     sigma = check_real(sigma, "sigma", low=0.0)
-    delta = _check_delta(delta)
-    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
-    if sigma == 0:
-        return math.inf
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / sigma
+    factor = _gaussian_factor(delta, sensitivity)
+    return math.inf if sigma == 0 else factor / sigma
 
 
 class GaussianRelease(Mechanism):
@@ -429,18 +362,7 @@ class GaussianRelease(Mechanism):
               \sigma = \Delta_2 \sqrt{2\ln(1.25/\delta)}/\varepsilon,
 
     with i.i.d. standard normal :math:`\zeta`. Two clipped vectors are at L2 distance at
-    most 2C, so the default sensitivity is :math:`\Delta_2 = 2C`.
-
-    Parameters
-    ----------
-    epsilon : float
-        In (0, inf].
-    delta : float
-        In (0, 1); Flower users typically pass 1e-5.
-    clipping_norm : float
-        C > 0.
-    sensitivity : float, optional
-        :math:`\Delta_2`; 2C if None.
+    most 2C, so the default sensitivity (``None``) is :math:`\Delta_2 = 2C`.
     """
 
     name = "gaussian"
@@ -454,7 +376,9 @@ class GaussianRelease(Mechanism):
         sensitivity: float | None = None,
     ) -> None:
         super().__init__(epsilon=epsilon)
-        self.delta = _check_delta(delta)
+        self.delta = check_real(
+            delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
+        )
         self.clipping_norm = check_real(
             clipping_norm, "clipping_norm", low=0.0, low_open=True
         )
@@ -506,9 +430,6 @@ class GaussianClassifier:
     model: LinearModels
     event: ReleaseEvent
 
-    def predict(self, features: ArrayLike) -> NDArray[np.int8]:
-        return self.model.predict(features)[:, 0]
-
     def error(self, features: ArrayLike, labels: ArrayLike) -> float:
         return float(self.model.errors(features, labels)[0])
 
@@ -540,31 +461,12 @@ def gaussian_classifier(
     * ``'regress'``: least squares of :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`,
       whose sign gives the class (noise in the response does not bias it).
 
-    Parameters
-    ----------
-    features : array of shape (n, p)
-        Features rescaled into [-1, 1].
-    labels : array of shape (n,)
-        Labels in {0, 1}.
-    epsilon, delta : float
-    client_ids : array of shape (n,)
-    seed : int
-    clipping_norm, sensitivity : float, optional
-    label_mode : {'threshold', 'regress'}
-    ledger : PrivacyLedger, optional
-
     References
     ----------
     ``flwr.client.mod.LocalDpMod`` (Flower 1.x); C. Dwork, A. Roth (2014), Thm. A.1.
     """
-    x = check_finite_array(features, "features", ndim=2)
-    y = check_binary_labels(labels)
+    x, y, ids = _clients(features, labels, client_ids)
     n, p = x.shape
-    if y.size != n:
-        raise ValueError(f"labels has {y.size} entries for {n} feature rows")
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if ids.size != n:
-        raise ValueError(f"client_ids has {ids.size} entries for {n} clients")
     if label_mode not in ("threshold", "regress"):
         raise ValueError(
             f"label_mode must be 'threshold' or 'regress', got {label_mode!r}"

@@ -1,18 +1,9 @@
-r"""Learners for privatized releases, usable alone or as MRMA weak learners.
+"""Learners for privatized releases, usable alone or as MRMA weak learners.
 
-* :class:`MomentLinearClassifier` -- least-squares linear discriminant from estimated
-  moments: :math:`E[\tilde y (1, x)]` from the releases and :math:`E[(1,x)(1,x)^\top]`
-  from public features or from the releases with the noise removed; a ridge system.
-* :class:`FlipCorrectedLogisticRegression` -- logistic regression with Natarajan et
-  al.'s unbiased loss for labels flipped with a known rate (randomized response),
-  with an L2 penalty that keeps the problem well posed.
-* :func:`fit_weak_models_with` / :func:`as_weak_learner` -- the ``learner=`` hook: any
-  estimator here (or any callable returning
-  :class:`~ldpfda.server.mrma.LinearModels`) trains MRMA's weak models.
-
-``fit`` validates, fitted attributes end in ``_``, ``predict`` checks the fit; every
-estimator returns its fit as :class:`~ldpfda.server.mrma.LinearModels` through
-``to_linear_models``.
+:class:`MomentLinearClassifier` and :class:`FlipCorrectedLogisticRegression` are
+scikit-learn estimators that return their fit as
+:class:`~ldpfda.server.mrma.LinearModels` (``to_linear_models``);
+:func:`as_weak_learner` turns one into MRMA's ``learner=`` hook.
 """
 
 from __future__ import annotations
@@ -56,11 +47,10 @@ WeakLearner = Callable[[NDArray[np.float64], NDArray[np.int8] | None], LinearMod
 
 
 def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float64]:
-    r"""Symmetrise ``matrix``, raise its eigenvalues to ``floor`` x the largest or more.
+    """The nearest (Frobenius) PSD matrix, eigenvalues at least ``floor`` x the largest.
 
-    An unbiased estimate of a second-moment matrix from noisy releases need not be
-    positive semi-definite; this is the nearest (Frobenius) PSD matrix, with a relative
-    floor so that the ridge system stays solvable.
+    An unbiased second-moment estimate from noisy releases need not be PSD; the relative
+    floor keeps the ridge system solvable.
     """
     m = check_finite_array(matrix, "matrix", ndim=2)
     m = (m + m.T) / 2.0
@@ -91,6 +81,18 @@ class _LinearClassifier(ClassifierMixin, BaseEstimator):
 
     coef_: NDArray[np.float64]
     intercept_: float
+    fit_intercept: bool
+
+    def _augment(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        if not self.fit_intercept:
+            return x
+        return np.hstack([np.ones((x.shape[0], 1)), x])
+
+    def _set_fit(self, theta: NDArray[np.float64], p: int) -> None:
+        self.coef_ = theta[int(self.fit_intercept) :]
+        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self.n_features_in_ = p
+        self.classes_ = np.array([0, 1])
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Scores :math:`b + \\beta^\\top x`; positive means class 1."""
@@ -128,8 +130,8 @@ class MomentLinearClassifier(_LinearClassifier):
       :math:`E[\tilde y_{\mathrm{rel}}\,(1, \tilde x)] = (1 - 2\rho)\,c`, so
       :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
 
-    G is ``gram`` when given (from public, unlabeled features, fixed before the private
-    data is seen); otherwise it is estimated from the releases with the noise removed
+    G is ``gram`` when given (:math:`E[ww^\top]` of public, unlabeled features);
+    otherwise it is estimated from the releases with the noise removed
     (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`: for additive noise,
     :math:`\overline{\tilde x \tilde x^\top}` minus the noise variance on the diagonal).
     Entries the releases do not identify are taken as 0 (uncorrelated, centred
@@ -157,37 +159,13 @@ class MomentLinearClassifier(_LinearClassifier):
       :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, with D the identity on
       the feature coefficients (the intercept is not penalised).
 
-    Parameters
-    ----------
-    regularization : {"empirical-bayes", "ridge"}, default "empirical-bayes"
-    alpha : float, default 0.1
-        Ridge strength relative to the average feature second moment (``"ridge"``).
-    fit_intercept : bool, default True
-        Fit b; with ``joint=True`` the releases must then carry the constant (p+1 cols).
-    joint : bool, default False
-        X are joint releases of :math:`\tilde y (1, x)`; ``fit`` takes no y.
-    mechanism : Mechanism or ProductMoments, optional
-        What released X (for removing the noise from the second moment); None means
-        X is noiseless. Not needed when ``gram`` is given.
-    gram : array-like, optional
-        :math:`E[ww^\top]` ((p+1) x (p+1) with intercept, else p x p) from public data.
-    label_flip_rate : float, default 0
-        :math:`\rho \in [0, 1/2)` of the released labels (``joint=False``).
-    random_state : int, optional
-        Unused (the fit is deterministic); kept for the MRMA learner interface.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (p,)
-    intercept_ : float
-    cross_moment_, gram_ : ndarray
-        :math:`\hat c` and the (projected) :math:`\hat G` used.
-    noise_variance_ : float
-        :math:`\hat\sigma^2`.
-    shrinkage_ : float
-        :math:`\mu` (empirical Bayes) or :math:`\lambda` (ridge).
-    identified_ : ndarray of bool
-        Entries of :math:`\hat G` estimated from the data (all True if ``gram`` given).
+    With ``fit_intercept`` and ``joint=True`` the releases carry the constant (p + 1
+    columns). ``mechanism`` (a Mechanism or ProductMoments) released X; None means X is
+    noiseless. ``random_state`` is unused (the fit is deterministic). The fit sets
+    ``cross_moment_`` (:math:`\hat c`), ``gram_`` (the projected :math:`\hat G`),
+    ``noise_variance_`` (:math:`\hat\sigma^2`), ``shrinkage_`` (:math:`\mu` or
+    :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated from
+    the data).
 
     References
     ----------
@@ -218,11 +196,6 @@ class MomentLinearClassifier(_LinearClassifier):
         self.label_flip_rate = label_flip_rate
         self.random_state = random_state
 
-    def _augment(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        if not self.fit_intercept:
-            return x
-        return np.hstack([np.ones((x.shape[0], 1)), x])
-
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
         if self.regularization not in REGULARIZATIONS:
             raise ValueError(
@@ -236,16 +209,14 @@ class MomentLinearClassifier(_LinearClassifier):
         x = check_finite_array(X, "X", ndim=2)
         if x.shape[0] < 1:
             raise ValueError("X must have at least one row")
+        start = int(self.fit_intercept)
         if self.joint:
             if y is not None:
                 raise ValueError(
                     "y must be None when joint=True (X carries the labels)"
                 )
             rows = x
-            moments = (
-                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-            )
-            p = x.shape[1] - int(self.fit_intercept)
+            p = x.shape[1] - start
             if p < 1:
                 raise ValueError("X must have at least one feature column")
         else:
@@ -256,26 +227,21 @@ class MomentLinearClassifier(_LinearClassifier):
                 raise ValueError(f"y has {labels.size} entries for {x.shape[0]} rows")
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
-            moments = (
-                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-            )
             p = x.shape[1]
-        d = p + int(self.fit_intercept)
+        moments = (
+            None if self.gram is not None else _moments(self.mechanism, x.shape[1])
+        )
         n = rows.shape[0]
         cross = rows.mean(axis=0)
         noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
-        gram, identified = self._estimate_gram(x, moments, d)
+        gram, identified = self._estimate_gram(x, moments, p + start)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
-        start = int(self.fit_intercept)
-        self.coef_ = theta[start:]
-        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self._set_fit(theta, p)
         self.cross_moment_ = cross
         self.gram_ = gram
         self.noise_variance_ = noise
         self.shrinkage_ = float(shrinkage)
         self.identified_ = identified
-        self.n_features_in_ = p
-        self.classes_ = np.array([0, 1])
         return self
 
     def _estimate_gram(
@@ -286,30 +252,23 @@ class MomentLinearClassifier(_LinearClassifier):
             gram = check_finite_array(self.gram, "gram", ndim=2)
             if gram.shape != (d, d):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
+            return nearest_psd(gram), np.ones((d, d), dtype=bool)
+        gram, identified = moments.second_moment(x)
+        if self.fit_intercept and self.joint:
+            gram[0, 0], identified[0, 0] = 1.0, True
+        elif self.fit_intercept:
+            est, mask = gram, identified
+            gram = np.empty((d, d))
             identified = np.ones((d, d), dtype=bool)
-        else:
-            assert moments is not None
-            est, mask = moments.second_moment(x)
-            if self.joint:
-                gram, identified = est, mask
-                if self.fit_intercept:
-                    gram[0, 0], identified[0, 0] = 1.0, True
-            elif self.fit_intercept:
-                gram = np.empty((d, d))
-                identified = np.ones((d, d), dtype=bool)
-                gram[0, 0] = 1.0
-                gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
-                gram[1:, 1:], identified[1:, 1:] = est, mask
-            else:
-                gram, identified = est, mask
-        if self.gram is None:
-            # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
-            # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves
-            # them towards the truth.
-            gram = np.clip(gram, -1.0, 1.0)
-            np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
-        gram = nearest_psd(gram)
-        return gram, identified
+            gram[0, 0] = 1.0
+            gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
+            gram[1:, 1:], identified[1:, 1:] = est, mask
+        # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
+        # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves them
+        # towards the truth.
+        gram = np.clip(gram, -1.0, 1.0)
+        np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
+        return nearest_psd(gram), identified
 
     def _solve(
         self,
@@ -372,23 +331,8 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
     non-linear), but the fitted direction stays consistent up to attenuation when the
     noise is independent and isotropic.
 
-    Parameters
-    ----------
-    alpha : float, default 0.01
-        L2 strength, > 0.
-    flip_rate : float, default 0
-        :math:`\rho` of every label; ``fit(..., flip_rates=...)`` overrides per sample.
-    fit_intercept : bool, default True
-    max_iter : int, default 1000
-    tol : float, default 1e-8
-    random_state : int, optional
-        Unused (the fit is deterministic); kept for the MRMA learner interface.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (p,)
-    intercept_ : float
-    n_iter_ : int
+    ``flip_rate`` is :math:`\rho` of every label (``fit(..., flip_rates=...)`` gives
+    one per sample); ``random_state`` is unused (the fit is deterministic).
 
     References
     ----------
@@ -448,7 +392,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         s = s / s.sum()
         signs = 2.0 * labels - 1.0
         kappa = rho / (1.0 - 2.0 * rho)
-        design = np.hstack([np.ones((n, 1)), x]) if self.fit_intercept else x
+        design = self._augment(x)
 
         def objective(theta: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
             margin = signs * (design @ theta)
@@ -465,12 +409,8 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
             method="L-BFGS-B",
             options={"maxiter": max_iter, "gtol": tol, "ftol": tol},
         )
-        theta = result.x
-        self.coef_ = theta[int(self.fit_intercept) :]
-        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self._set_fit(result.x, p)
         self.n_iter_ = int(result.nit)
-        self.n_features_in_ = p
-        self.classes_ = np.array([0, 1])
         return self
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
@@ -478,17 +418,8 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         return np.column_stack([1.0 - p1, p1])
 
 
-# --------------------------------------------------------------------------------------
-# The learner hook for MRMA
-# --------------------------------------------------------------------------------------
-
-
 def as_weak_learner(estimator: Any) -> WeakLearner:
-    """Turn an estimator of this module (or any with ``to_linear_models``) into a hook.
-
-    Each call fits a fresh clone on (features, labels) -- labels None for joint
-    releases -- and returns its :class:`~ldpfda.server.mrma.LinearModels`.
-    """
+    """A hook fitting a fresh clone of ``estimator`` (labels None: joint releases)."""
 
     def learner(
         features: NDArray[np.float64], labels: NDArray[np.int8] | None
@@ -512,10 +443,7 @@ def fit_weak_models_with(
     subsample_size: int = 50,
     rng: np.random.Generator | int | None = None,
 ) -> LinearModels:
-    """MRMA's weak models with any learner: one fit per random subsample of payloads.
-
-    :func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``.
-    """
+    """:func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``."""
     if not callable(learner):
         raise TypeError(f"learner must be callable, got {type(learner).__name__}")
     return fit_weak_models(
