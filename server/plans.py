@@ -40,7 +40,7 @@ from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.schema import catalog
 from ldpfda.schema.payloads import JointPayload, LabelPayload, TrainingPayload
 from ldpfda.schema.queries import Request
-from ldpfda.schema.releases import p2p_event
+from ldpfda.schema.releases import p2p_event, uniform_priors
 from ldpfda.server.fitting import (
     ProtocolResult,
     aggregate,
@@ -54,7 +54,6 @@ from ldpfda.server.labels import (
     p2p_blocks,
     p2p_summary,
     prior_rr_rounds,
-    uniform_priors,
 )
 from ldpfda.server.mrma import assign_groups
 from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
