@@ -1,38 +1,11 @@
 """Artifacts exchanged between the servers of a multi-server session.
 
-An artifact is a UTF-8 JSON file. In the ``train`` phase every server exports its weak
-models (a ``models`` artifact); in the ``evaluate`` phase every server has its own
-evaluation clients answer for the models of all servers and exports its error estimates
-(an ``estimates`` artifact); the combine step reads them all
-(:mod:`ldpfda.server.multiserver_flower`). Every import is validated: a bad artifact
-raises :class:`ArtifactError` with the file's path and what is wrong, so that the caller
-can leave it out, say why, and go on with the others.
-
-Schema (version 2)::
-
-    {
-      "format": "ldpfda-artifact",
-      "version": 2,
-      "kind": "models" | "estimates",
-      "server": s,                  # int >= 0: data.server-id of the writing server
-      "session": "<session name>",  # flower.session
-      "dimension": p,               # features per model
-      "featurizer": "<fingerprint>",  # featurizer_fingerprint(...): same feature space
-      # kind "models": M >= 1 linear models sign(intercept + coef . x)
-      "models": [{"coef": [p numbers], "intercept": number}, ...],
-      # kind "estimates": per model server r (key: str(r)), the debiased error
-      # estimates of r's models on the writing server's population
-      "estimates": {"<r>": {"models": "<digest of r's models artifact>",
-                            "errors": [M numbers], "counts": [M ints >= 0],
-                            "epsilon": number > 0 or "inf"}}
-    }
-
-Every key is required and no other key is allowed; numbers must be finite. ``counts``
-are the sizes of the evaluation subgroups, ``errors`` the unbiased estimates
-:math:`(\\bar o + q - 1)/(2q - 1)` of :func:`~ldpfda.server.mrma.estimate_errors`
-(not clipped), ``epsilon`` the budget of the bits they come from, and ``models`` the
-:attr:`ModelsArtifact.digest` of the file that was evaluated, so that estimates are
-never matched to other models than the ones evaluated.
+An artifact is a UTF-8 JSON file (schema version 2, in ``docs/flower.md``): in the
+``train`` phase every server exports its weak models (a ``models`` artifact), in the
+``evaluate`` phase its error estimates of every server's models (an ``estimates``
+artifact), and the combine step reads them all. A bad artifact raises
+:class:`ArtifactError` naming the file and what is wrong, so that the caller can leave
+it out, say why, and go on with the others.
 """
 
 from __future__ import annotations
@@ -73,6 +46,7 @@ ARTIFACT_FORMAT = "ldpfda-artifact"
 ARTIFACT_VERSION = 2
 
 _HEADER = ("format", "version", "kind", "server", "session", "dimension", "featurizer")
+_ESTIMATE_KEYS = {"models", "errors", "counts", "epsilon"}
 
 
 class ArtifactError(ValueError):
@@ -81,17 +55,7 @@ class ArtifactError(ValueError):
 
 @dataclass(frozen=True)
 class ModelsArtifact:
-    """A validated ``models`` artifact.
-
-    Attributes
-    ----------
-    server : int
-    session : str
-    models : LinearModels
-    digest : str
-        SHA-256 (first 16 hex digits) of the file's bytes.
-    path : Path
-    """
+    """A validated ``models`` artifact; ``digest``: the file's SHA-256 (16 hex)."""
 
     server: int
     session: str
@@ -125,16 +89,12 @@ def featurizer_fingerprint(description: dict[str, Any]) -> str:
     text = json.dumps(
         description, sort_keys=True, default=lambda a: np.asarray(a).tolist()
     )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text.encode())
 
 
 def session_fingerprint(settings: Settings, repeat: int) -> str:
-    """Fingerprint of the featurizer every server of a session shares.
-
-    The featurizer is a function of public settings only (design, basis, calibration
-    size, seed and repeat; see :func:`ldpfda.client.data.public_featurizer`), so their
-    hash identifies the feature space the models live in.
-    """
+    """Fingerprint of the session's feature space: the public settings that fix the
+    featurizer (design, basis, calibration size, seed and repeat)."""
     return featurizer_fingerprint(
         {
             "dataset": settings.dataset,
@@ -290,13 +250,7 @@ def _numbers(path: Path, value: Any, what: str, shape: tuple[int, ...]) -> NDArr
 def read_models(
     path: str | Path, *, dimension: int, fingerprint: str, session: str
 ) -> ModelsArtifact:
-    """Import and validate a ``models`` artifact.
-
-    Raises
-    ------
-    ArtifactError
-        Naming ``path`` and the problem.
-    """
+    """Import and validate a ``models`` artifact (:class:`ArtifactError` if bad)."""
     path = Path(path)
     data, raw = _load(
         path, "models", dimension=dimension, fingerprint=fingerprint, session=session
@@ -323,13 +277,8 @@ def read_models(
 def read_estimates(
     path: str | Path, *, dimension: int, fingerprint: str, session: str
 ) -> EstimatesArtifact:
-    """Import and validate an ``estimates`` artifact.
-
-    Raises
-    ------
-    ArtifactError
-        Naming ``path``, the model server whose entry is bad, and the problem.
-    """
+    """Import and validate an ``estimates`` artifact (:class:`ArtifactError` naming
+    the model server whose entry is bad)."""
     path = Path(path)
     data, _ = _load(
         path,
@@ -346,12 +295,7 @@ def read_estimates(
         where = f"estimates of server {key!r}"
         if not (key.isascii() and key.isdigit()):
             raise ArtifactError(f"{path}: {where}: the key must be a server id")
-        if not isinstance(item, dict) or set(item) != {
-            "models",
-            "errors",
-            "counts",
-            "epsilon",
-        }:
+        if not isinstance(item, dict) or set(item) != _ESTIMATE_KEYS:
             raise ArtifactError(
                 f"{path}: {where} must have exactly 'models', 'errors', 'counts' and "
                 "'epsilon'"
@@ -397,14 +341,19 @@ def estimates_path(directory: str | Path, server: int) -> Path:
 
 @dataclass
 class ArtifactSet:
-    """The usable artifacts of a directory, by server, and the rejected files.
-
-    ``rejected`` maps a file's path to the reason it was left out.
-    """
+    """The usable artifacts of a directory by server; ``rejected``: path -> reason."""
 
     models: dict[int, ModelsArtifact]
     estimates: dict[int, EstimatesArtifact]
     rejected: dict[str, str]
+
+    def stacked(self) -> tuple[list[int], LinearModels]:
+        """The servers with models, by id, and all their models in that order."""
+        owners = sorted(self.models)
+        return owners, LinearModels(
+            np.vstack([self.models[r].models.coef for r in owners]),
+            np.concatenate([self.models[r].models.intercept for r in owners]),
+        )
 
 
 def load_directory(

@@ -1,12 +1,9 @@
-"""A multi-server session on Flower, end to end: run configs, combine step, simulation.
+"""A multi-server session on Flower: its run configs and the combine step.
 
 A session of S servers is ``train`` on every server, then ``evaluate`` on every server
-(one Flower run per server and phase, :mod:`ldpfda.server.multiserver_app`), then
-:func:`combine_session`, which needs no clients: it reads the session's artifacts and
-gives every server its own final model and the global model
-(:func:`~ldpfda.server.multiserver.final_models`), with test errors, as one report.
-:func:`ldpfda.engine.multiserver.run_simulation` drives a whole session on Flower's
-simulation runtime; ``deploy/multiserver_loopback.py`` with real processes.
+(:mod:`ldpfda.server.multiserver_app`), then :func:`combine_session`, which needs no
+clients: from the session's artifacts it gives every server its own final model and
+the global model, with test errors, as one report.
 """
 
 from __future__ import annotations
@@ -55,11 +52,8 @@ _POPULATION_KEYS = (
 def server_settings(specs: Sequence[ServerSpec], base: Settings) -> list[Settings]:
     """The settings of each server of a session (server ids ``0 .. S-1``).
 
-    Raises
-    ------
-    ValueError
-        For settings other than the reference MRMA, or a server with fewer evaluation
-        clients than the session has models.
+    Refuses settings other than the reference MRMA, and a server with fewer evaluation
+    clients than the session has models.
     """
     check_reference(base)
     if not specs:
@@ -109,12 +103,8 @@ def _estimate_matrix(
     bounds: Mapping[int, int],
     rejected: dict[str, str],
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
-    """Row r: server r's estimates of every model (NaN, variance inf, where none).
-
-    An estimate is used only if it is of the very models artifact read (same digest
-    and size); otherwise it is added to ``rejected`` with the reason. Returns the
-    estimates, their variances, and per evaluating server whose models it estimated.
-    """
+    """Row r: server r's estimates of every model (NaN, variance inf, where none),
+    their variances, and per evaluating server whose models it estimated."""
     n_models = sum(len(a.models) for a in found.models.values())
     estimates = np.full((len(configs), n_models), np.nan)
     variances = np.full_like(estimates, np.inf)
@@ -181,20 +171,12 @@ def combine_session(
 ) -> dict[str, Any]:
     """The combine step: final models of every server and the global model.
 
-    Reads the ``models-*`` and ``estimates-*`` artifacts of ``artifact_dir``
-    (:func:`~ldpfda.server.artifacts.load_directory`). Row r of the estimate matrix is
-    server r's estimates (``configs[r]``), column j the j-th model in server-id order;
-    an estimate is used only if it is of the very models artifact the combine step
-    reads (same digest and size), otherwise it is rejected with the reason. A model
-    nobody estimated gets the error 1/2. With ``test``, every server's models are
-    scored on its own population's test set
-    (:func:`~ldpfda.client.data.design_test_set`).
-
-    Returns the report: ``models`` (``"global"`` and ``"server<s>"``),
-    ``test_errors`` (``multi_server``, ``global``, ``voting_all`` per server),
-    ``estimates`` (the matrix, ``null`` where missing), ``estimates_used`` (per
-    evaluating server, the servers whose models its estimates were used for) and
-    ``rejected_artifacts`` (path, or ``path#server<r>`` for one entry, -> reason).
+    Row r of the estimate matrix is server r's estimates (``configs[r]``), column j the
+    j-th model in server-id order; an estimate is used only if it is of the very models
+    artifact read here (same digest and size), otherwise it is rejected with the
+    reason, and a model nobody estimated gets the error 1/2. With ``test``, every
+    server's models are scored on its own population's test set. Returns the session
+    report (its fields are in ``docs/flower.md``).
     """
     if not configs:
         raise ValueError("combine_session needs the settings of at least one server")
@@ -207,17 +189,13 @@ def combine_session(
         session=session,
     )
     rejected = dict(found.rejected)
-    owners = sorted(found.models)
-    if not owners:
+    if not found.models:
         raise RuntimeError(
             f"no usable models artifact in {artifact_dir}; rejected: {rejected}"
         )
+    owners, weak = found.stacked()
     sizes = [len(found.models[r].models) for r in owners]
     bounds = dict(zip(owners, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-    weak = LinearModels(
-        np.vstack([found.models[r].models.coef for r in owners]),
-        np.concatenate([found.models[r].models.intercept for r in owners]),
-    )
     estimates, variances, used = _estimate_matrix(found, configs, bounds, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
     models = final_models(
@@ -262,8 +240,8 @@ def write_session_report(
     started: float,
     **extra: Any,
 ) -> dict[str, Any]:
-    """:func:`combine_session`, plus ``extra`` and the wall time since ``started``
-    (a :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
+    """:func:`combine_session`, ``extra`` and the wall time since ``started`` (a
+    :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
     report = combine_session(
         artifacts,
         configs,
