@@ -169,8 +169,6 @@ def label_result(
     rng: np.random.Generator,
     *,
     privacy: dict[str, Any],
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    keep_payload: bool = True,
 ) -> ProtocolResult:
     """The analyst of a label-only run: the corrected logistic regression of
     ``settings.correction``, ``C`` chosen from ``DEFAULT_CS`` on a held-out split seeded
@@ -191,8 +189,7 @@ def label_result(
     return single_model_result(
         LinearModels(coef[1:] - coef[:1], intercept[1:] - intercept[:1]),
         method="label",
-        payload=payload if keep_payload else payload.head(),
-        clean_train=clean_train,
+        payload=payload,
         privacy=privacy,
     )
 

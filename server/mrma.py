@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
 
 from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
 from ldpfda.privacy.random import as_generator
@@ -33,7 +32,6 @@ __all__ = [
     "fit_weak_models",
     "majority_vote",
     "mrma_weights",
-    "predict_proba_linear",
     "reverse_models",
 ]
 
@@ -135,9 +133,8 @@ def fit_weak_models(
 def single_threaded_blas() -> Any:
     """A context that limits BLAS to one thread around many tiny fits.
 
-    Fifty L-BFGS fits on 50 x p problems spend most of their time waking BLAS threads:
-    with two threads they took 5.4 s of a 9.3 s million-client run, 0.3 s with one.
-    scipy.optimize is imported first because its OpenBLAS is a library of its own.
+    Fifty tiny L-BFGS fits spend most of their time waking BLAS threads (5.4 s of a
+    9.3 s million-client run with two threads, 0.3 s with one).
     """
     import scipy.optimize  # noqa: F401  (load its BLAS so the limit reaches it)
     from threadpoolctl import threadpool_limits
@@ -148,10 +145,8 @@ def single_threaded_blas() -> Any:
 def assign_groups(
     n_evaluators: int, n_models: int, rng: np.random.Generator | int | None = None
 ) -> NDArray[np.int64]:
-    """Split evaluators into ``n_models`` disjoint subgroups of (almost) equal size.
-
-    Returns the model index of each evaluator (by position).
-    """
+    """The model of each evaluator: ``n_models`` disjoint subgroups of (almost) equal
+    size."""
     n_evaluators = check_int(n_evaluators, "n_evaluators", minimum=1)
     n_models = check_int(n_models, "n_models", minimum=1)
     if n_evaluators < n_models:
@@ -284,8 +279,3 @@ def average_models(
 def majority_vote(models: LinearModels, X: ArrayLike) -> NDArray[np.int8]:
     """Majority vote of the models' labels (ties go to class 1)."""
     return (models.predict(X).mean(axis=1) >= 0.5).astype(np.int8)
-
-
-def predict_proba_linear(models: LinearModels, X: ArrayLike) -> NDArray[np.float64]:
-    """Logistic link of the (single) model's score: P(y = 1 | x)."""
-    return expit(models.decision_function(X)[:, 0])
