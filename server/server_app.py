@@ -1,26 +1,12 @@
 """The Flower ServerApp: a protocol plan over the grid, and its report.
 
 One run is one repeat of the protocol the settings name, or one phase of a
-multi-server session (``flower.phase``, :mod:`ldpfda.server.multiserver_app`):
-
-1. wait until the expected nodes are connected (``data.n-train + data.n-eval``) and
-   ask every node who it is (:meth:`~ldpfda.server.grid.GridClients.connect`);
-2. run the plan of :mod:`ldpfda.server.plans` through the grid, the very plan the
-   in-process engine runs: clients ``0 .. n_train-1`` train and the next ``n_eval``
-   evaluate, as in :func:`~ldpfda.engine.run_repeat`;
-3. score on a test set if one is configured, and write ``report.json``, ``model.npz``
-   and ``payload.npz`` (:mod:`ldpfda.server.report`).
-
-Every reply is checked before use against the query's schema and the output range of
-the mechanism the run's settings name; a reply that fails is logged and recorded, never
-used. Nodes that do not answer within ``flower.reply-timeout`` are recorded as missing
-and the run goes on if at least ``flower.min-reply-fraction`` of each round answered.
-A client is asked each query at most once, and never for more than its budget: the
-server keeps its own :class:`~ldpfda.privacy.ledger.PrivacyLedger` of what it asked.
-
-Flower-only run-config keys (``flower.*``) are
-:class:`~ldpfda.server.options.FlowerOptions`; every other key is a
-:class:`~ldpfda.config.Settings` key.
+multi-server session (``flower.phase``, :mod:`ldpfda.server.multiserver_app`): wait for
+the nodes and identify them, run the very plan of :mod:`ldpfda.server.plans` the
+in-process engine runs (clients ``0 .. n_train-1`` train, the next ``n_eval``
+evaluate), score on the configured test set, and write the report, model and payload.
+Every reply is checked before use; a client is asked each query at most once and never
+beyond its budget in the server's own ledger.
 """
 
 from __future__ import annotations
@@ -98,15 +84,10 @@ def participation(
 def run_server(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> tuple[ProtocolResult, dict[str, Any]]:
-    """Run one repeat of the protocol over ``grid`` and write its report.
+    """Run one repeat of the protocol over ``grid``; its result and the report written
+    to ``<report_dir>/run-<run_id>/report.json``.
 
-    Returns the :class:`~ldpfda.server.fitting.ProtocolResult` (with the collected
-    payload) and the report written to ``<report_dir>/run-<run_id>/report.json``.
-
-    Raises
-    ------
-    RuntimeError
-        When too few nodes connect or too few valid replies arrive.
+    Raises ``RuntimeError`` when too few nodes connect or too few valid replies arrive.
     """
     out = Path(options.report_dir) / f"run-{run_id}"
     status = Status(out)
