@@ -13,7 +13,6 @@ clients (:func:`ldpfda.server.multiserver_flower.combine_session`).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from ldpfda.server.artifacts import (
 from ldpfda.server.grid import GridClients
 from ldpfda.server.multiserver import check_reference, evaluate_phase, train_phase
 from ldpfda.server.options import FlowerOptions
-from ldpfda.server.report import Status, jsonable
+from ldpfda.server.report import Status, privacy_section, write_report
 from ldpfda.server.session import Session, logger
 
 __all__ = ["run_phase"]
@@ -77,7 +76,6 @@ def _finish(
     timings: dict[str, float],
 ) -> dict[str, Any]:
     """Write the phase's ``report.json`` and mark it done."""
-    charged = session.ledger.spent_all()
     rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
     report = {
         "ldpfda_version": __version__,
@@ -93,26 +91,16 @@ def _finish(
             "connected_nodes": len(clients.nodes),
             **{name: r.summary() for name, r in rounds.items()},
         },
-        "privacy": {
-            "budget_per_client": settings.epsilon,
-            "server_accounting": session.ledger.summary(),
-            "clients": {
-                str(c): {
-                    "charged_by_server": float(charged[c]),
-                    "reported_spent": session.reported.get(c, {}).get("spent"),
-                }
-                for c in sorted(clients.node_of)
-            },
-        },
+        "privacy": privacy_section(
+            settings.epsilon,
+            session.ledger,
+            session.reported,
+            sorted(clients.node_of),
+            budgets=False,
+        ),
         "timings": timings,
     }
-    status.directory.mkdir(parents=True, exist_ok=True)
-    path = status.directory / "report.json"
-    path.write_text(
-        json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
-    )
-    status("done", report=str(path.resolve()))
-    logger.info("ldpfda: report written to %s", path.resolve())
+    write_report(status.directory, report, status)
     return report
 
 

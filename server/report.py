@@ -31,6 +31,7 @@ __all__ = [
     "privacy_section",
     "rejections",
     "test_set",
+    "write_report",
     "write_run",
 ]
 
@@ -109,17 +110,20 @@ def privacy_section(
     ledger: PrivacyLedger,
     reported: Mapping[int, Mapping[str, float]],
     clients: list[int],
+    *,
+    budgets: bool = True,
 ) -> dict[str, Any]:
-    """The report's ``privacy`` block: the server's charges and each client's word."""
+    """The report's ``privacy`` block: the server's charges and each client's word
+    (its spent budget, and with ``budgets`` its whole budget)."""
     charged = ledger.spent_all()
+    keys = ("spent", "budget") if budgets else ("spent",)
     return {
         "budget_per_client": budget,
         "server_accounting": ledger.summary(),
         "clients": {
             str(c): {
                 "charged_by_server": float(charged[c]),
-                "reported_spent": reported[c]["spent"] if c in reported else None,
-                "reported_budget": reported[c]["budget"] if c in reported else None,
+                **{f"reported_{k}": reported.get(c, {}).get(k) for k in keys},
             }
             for c in clients
         },
@@ -133,15 +137,20 @@ def write_run(
     payload: Mapping[str, NDArray],
     status: Status,
 ) -> None:
-    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``, then
-    mark the run done in its status file and the log."""
+    """Write ``model.npz``, ``payload.npz`` and the report (:func:`write_report`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
+    # savez would take a key "allow_pickle" as its flag; payload keys are array names.
+    np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
+    write_report(out, report, status)
+
+
+def write_report(out: Path, report: Mapping[str, Any], status: Status) -> None:
+    """Write ``report.json`` (strict JSON), then mark the run done."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
     path.write_text(
         json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )
-    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
-    # savez would take a key "allow_pickle" as its flag; payload keys are array names.
-    np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
     status("done", report=str(path.resolve()))
     logger.info("ldpfda: report written to %s", path.resolve())
