@@ -281,11 +281,7 @@ def read_estimates(
     the model server whose entry is bad)."""
     path = Path(path)
     data, _ = _load(
-        path,
-        "estimates",
-        dimension=dimension,
-        fingerprint=fingerprint,
-        session=session,
+        path, "estimates", dimension=dimension, fingerprint=fingerprint, session=session
     )
     raw = data["estimates"]
     if not isinstance(raw, dict):

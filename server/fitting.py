@@ -15,12 +15,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda.config import Settings
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import rr_keep_probability
-from ldpfda.schema.payloads import (
-    JointPayload,
-    LinearModels,
-    Payload,
-    TrainingPayload,
-)
+from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, TrainingPayload
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,

@@ -92,11 +92,7 @@ def merge_small_clusters(
 
 
 def cluster_features(
-    features: ArrayLike,
-    *,
-    n_clusters: int,
-    min_size: int = 1,
-    rng: np.random.Generator,
+    features: ArrayLike, *, n_clusters: int, min_size: int = 1, rng: np.random.Generator
 ) -> NDArray[np.int64]:
     """k-means clusters of the public features, merged to ``min_size`` clients each."""
     c = assign_clusters(features, n_clusters=n_clusters, rng=rng)

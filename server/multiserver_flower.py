@@ -243,11 +243,7 @@ def write_session_report(
     """:func:`combine_session`, ``extra`` and the wall time since ``started`` (a
     :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
     report = combine_session(
-        artifacts,
-        configs,
-        session=session,
-        repeat=repeat,
-        heterogeneity=heterogeneity,
+        artifacts, configs, session=session, repeat=repeat, heterogeneity=heterogeneity
     )
     report.update(extra)
     report["wall_time_s"] = time.perf_counter() - started

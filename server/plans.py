@@ -33,12 +33,7 @@ from ldpfda.schema.payloads import (
 )
 from ldpfda.schema.queries import Request
 from ldpfda.schema.releases import p2p_event, uniform_priors
-from ldpfda.server.fitting import (
-    ProtocolResult,
-    aggregate,
-    moment_result,
-    train_weak,
-)
+from ldpfda.server.fitting import ProtocolResult, aggregate, moment_result, train_weak
 from ldpfda.server.labels import (
     N_CLASSES,
     cluster_features,

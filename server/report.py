@@ -64,9 +64,7 @@ def jsonable(value: Any) -> Any:
 
 
 def rejections(
-    rounds: Mapping[str, Round],
-    node_of: Mapping[int, int],
-    claimed: Mapping[int, int],
+    rounds: Mapping[str, Round], node_of: Mapping[int, int], claimed: Mapping[int, int]
 ) -> list[dict[str, Any]]:
     """Every reply the run did not use, and every one that never came, with the reason.
 
