@@ -5,14 +5,6 @@ keyed stream, and returns one classifier scored on clean features in [-1, 1]^p: 
 private histogram rule of Berrett and Butucea (:func:`histogram_classifier`), and
 Flower's ``LocalDpMod`` Gaussian noise on (features, label) followed by logistic
 regression (:func:`gaussian_classifier`).
-
-References
-----------
-T. B. Berrett, C. Butucea, "Classification under local differential privacy",
-arXiv:1912.04629 (2019). C. Dwork, A. Roth, "The algorithmic foundations of
-differential privacy", Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
-D. J. Beutel et al., "Flower: a friendly federated learning research framework",
-arXiv:2007.14390 (``flwr.client.mod.LocalDpMod``).
 """
 
 from __future__ import annotations
@@ -63,14 +55,11 @@ HISTOGRAM_SENSITIVITY = 2.0
 
 
 def histogram_laplace_scale(*, epsilon: float) -> float:
-    r"""Laplace scale of the label-weighted histogram release, for any number of cells.
+    r"""Laplace scale :math:`b = 2 / \varepsilon` of the histogram release (0 at inf).
 
-    A client releases :math:`v_j = (2y - 1)\,1\{x \in B_j\}` per cell; one non-zero
-    entry of absolute value 1 gives :math:`\|v - v'\|_1 \le 2`, hence
-
-    .. math:: b = 2 / \varepsilon
-
-    (0 for ``epsilon = inf``). Inverse of :func:`histogram_epsilon`.
+    The released :math:`v_j = (2y - 1)\,1\{x \in B_j\}` has one non-zero entry of
+    absolute value 1, so :math:`\|v - v'\|_1 \le 2` whatever the number of cells.
+    Inverse of :func:`histogram_epsilon`.
 
     References
     ----------
@@ -161,8 +150,7 @@ class HistogramPartition:
 class LabelledHistogramRelease(Mechanism):
     r"""Laplace release of a client's label-weighted cell indicator vector.
 
-    A client with features in cell :math:`j(x)` and label :math:`y \in \{0, 1\}`
-    releases
+    A client with features in cell :math:`j(x)` and label :math:`y` releases
 
     .. math:: Z_k = (2y - 1)\,1\{k = j(x)\} + b\,\xi_k,\quad k = 1..K,\qquad
               b = 2/\varepsilon,
@@ -329,10 +317,9 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float
 
     .. math:: \sigma = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\varepsilon}
 
-    This is the formula of ``flwr``'s ``LocalDpMod``. It guarantees
-    :math:`(\varepsilon, \delta)`-DP only for :math:`\varepsilon < 1` (Dwork and Roth
-    2014, Thm. A.1); for larger epsilon it is what a Flower user gets, not a proven
-    guarantee. ``epsilon = inf`` gives 0. Inverse of :func:`gaussian_epsilon`.
+    The formula of ``flwr``'s ``LocalDpMod``: :math:`(\varepsilon, \delta)`-DP only for
+    :math:`\varepsilon < 1`; above, what a Flower user gets, not a proven guarantee.
+    ``epsilon = inf`` gives 0. Inverse of :func:`gaussian_epsilon`.
 
     References
     ----------
@@ -463,7 +450,9 @@ def gaussian_classifier(
 
     References
     ----------
-    ``flwr.client.mod.LocalDpMod`` (Flower 1.x); C. Dwork, A. Roth (2014), Thm. A.1.
+    D. J. Beutel et al., "Flower: a friendly federated learning research framework",
+    arXiv:2007.14390 (``flwr.client.mod.LocalDpMod``); C. Dwork, A. Roth, "The
+    algorithmic foundations of differential privacy" (2014), Thm. A.1.
     """
     x, y, ids = _clients(features, labels, client_ids)
     n, p = x.shape

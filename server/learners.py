@@ -115,57 +115,37 @@ class MomentLinearClassifier(_LinearClassifier):
     r"""Least-squares linear classifier from privately estimated moments.
 
     With :math:`\tilde y = 2y - 1` and :math:`w = (1, x)`, the population least-squares
-    fit of :math:`\tilde y` on w solves :math:`G\theta = c`,
-    :math:`G = E[w w^\top]`, :math:`c = E[\tilde y\, w]`; its sign is a linear
-    classifier (Fisher's discriminant direction for :math:`\tilde y`), and
-    :math:`(1 + \theta^\top w)/2` estimates :math:`P(y = 1 \mid x)` by least squares.
-    Both moments are estimated without bias from releases:
+    fit of :math:`\tilde y` on w solves :math:`G\theta = c`, :math:`G = E[w w^\top]`,
+    :math:`c = E[\tilde y\, w]`: its sign is Fisher's discriminant direction and
+    :math:`(1 + \theta^\top w)/2` estimates :math:`P(y = 1 \mid x)`. The moments are
+    estimated without bias. With ``joint=True``, X holds one release of
+    :math:`\tilde y\, w` per client and :math:`\hat c` is their mean; otherwise X holds
+    released features :math:`\tilde x` and y labels flipped with the known probability
+    ``label_flip_rate`` :math:`= \rho`, so that
+    :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
+    G is ``gram`` (of public, unlabeled features) when given, else the releases' second
+    moment with the noise of ``mechanism`` removed
+    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), entries it does not
+    identify taken as 0, clipped to the bounds of :math:`x \in [-1, 1]^p` and projected
+    to the nearest PSD matrix.
 
-    * ``joint=True``: X holds one release per client of :math:`\tilde y\, w` (see
-      :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`); :math:`\hat c` is their
-      mean.
-    * ``joint=False``: X holds released features :math:`\tilde x` (unbiased, noise
-      independent of everything else) and y released labels, flipped with the known
-      probability ``label_flip_rate`` = :math:`\rho`; then
-      :math:`E[\tilde y_{\mathrm{rel}}\,(1, \tilde x)] = (1 - 2\rho)\,c`, so
-      :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
+    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise level
+    :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j \widehat{\mathrm{Var}}(r_{ij})` is known
+    from the data. ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
+    :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`,
+    :math:`\theta \sim (0, \tau^2 I)`:
 
-    G is ``gram`` when given (:math:`E[ww^\top]` of public, unlabeled features);
-    otherwise it is estimated from the releases with the noise removed
-    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`: for additive noise,
-    :math:`\overline{\tilde x \tilde x^\top}` minus the noise variance on the diagonal).
-    Entries the releases do not identify are taken as 0 (uncorrelated, centred
-    features), estimates are clipped to the bounds implied by :math:`x \in [-1, 1]^p`,
-    and the result is projected to the nearest PSD matrix (:func:`nearest_psd`).
+    .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
+              \mu = \hat\sigma^2 / \hat\tau^2, \qquad
+              \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
 
-    The estimate :math:`\hat c` is a mean of n independent rows :math:`r_i` (the
-    releases, or :math:`\tilde y_{\mathrm{rel},i}(1, \tilde x_i)/(1-2\rho)`), so its
-    noise level, :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j
-    \widehat{\mathrm{Var}}(r_{ij})`, is known from the data. Two regularisations:
-
-    * ``"empirical-bayes"`` (default, no tuning): in the model
-      :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`, with the prior
-      :math:`\theta \sim (0, \tau^2 I)`, the posterior mean is
-
-      .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
-                \mu = \hat\sigma^2 / \hat\tau^2, \qquad
-                \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
-
-      where :math:`\hat\tau^2` is the method-of-moments estimate
-      (:math:`E\|\hat c\|^2 = \tau^2\mathrm{tr}(G^2) + d\sigma^2`). Noisy releases
-      and ill-conditioned G (correlated B-spline coefficients) are shrunk
-      automatically; with little noise it is least squares.
-    * ``"ridge"``: :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
-      :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, with D the identity on
-      the feature coefficients (the intercept is not penalised).
-
-    With ``fit_intercept`` and ``joint=True`` the releases carry the constant (p + 1
-    columns). ``mechanism`` (a Mechanism or ProductMoments) released X; None means X is
-    noiseless. ``random_state`` is unused (the fit is deterministic). The fit sets
-    ``cross_moment_`` (:math:`\hat c`), ``gram_`` (the projected :math:`\hat G`),
-    ``noise_variance_`` (:math:`\hat\sigma^2`), ``shrinkage_`` (:math:`\mu` or
-    :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated from
-    the data).
+    with the method-of-moments :math:`\hat\tau^2`, which shrinks noisy releases and an
+    ill-conditioned G automatically. ``"ridge"`` is
+    :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
+    :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
+    coefficients. ``random_state`` is unused (the fit is deterministic). The fit also
+    sets ``cross_moment_``, ``gram_``, ``noise_variance_``, ``shrinkage_`` (:math:`\mu`
+    or :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated).
 
     References
     ----------
@@ -310,7 +290,7 @@ class MomentLinearClassifier(_LinearClassifier):
 class FlipCorrectedLogisticRegression(_LinearClassifier):
     r"""L2-penalised logistic regression with labels flipped at a known rate.
 
-    When each label is flipped independently with probability :math:`\rho_i < 1/2`
+    For labels flipped independently with probability :math:`\rho_i < 1/2`
     (randomized response: :math:`\rho = 1 - q`), Natarajan et al.'s loss
 
     .. math:: \tilde\ell(t, \tilde y) = \frac{(1-\rho)\,\ell(t, \tilde y)
@@ -318,21 +298,15 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
               = \ell(t, \tilde y) - \frac{\rho}{1 - 2\rho}\,\tilde y\, t,
               \qquad \ell(t, \tilde y) = \log(1 + e^{-\tilde y t}),
 
-    satisfies :math:`E[\tilde\ell(t, \tilde y_{\mathrm{rel}})] = \ell(t, \tilde y)`.
-    For the logistic loss it is convex but unbounded below (the linear term), so the
-    objective
+    is unbiased for the clean loss but unbounded below, so the objective
 
     .. math:: \frac{1}{\sum_i s_i} \sum_i s_i\, \tilde\ell(b + \beta^\top x_i,
               \tilde y_i) + \frac{\alpha}{2}\big(\|\beta\|^2 + b^2\big)
 
-    carries an L2 penalty on all parameters (intercept included), which makes it
-    strongly convex with a unique minimiser (L-BFGS). If the features are themselves
-    released with noise the loss is no longer unbiased for the clean loss (the link is
-    non-linear), but the fitted direction stays consistent up to attenuation when the
-    noise is independent and isotropic.
-
-    ``flip_rate`` is :math:`\rho` of every label (``fit(..., flip_rates=...)`` gives
-    one per sample); ``random_state`` is unused (the fit is deterministic).
+    penalises all parameters, which makes it strongly convex (L-BFGS). With noisy
+    features the fitted direction stays consistent up to attenuation when the noise is
+    independent and isotropic. ``fit(..., flip_rates=...)`` gives one :math:`\rho_i`
+    per sample; ``random_state`` is unused.
 
     References
     ----------
