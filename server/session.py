@@ -155,13 +155,13 @@ class Round:
 
     def record(self, replies: Replies) -> None:
         """Add what one ask brought back, logging every missing and rejected reply."""
+        self.missing.update(replies.missing)
+        self.rejected.update(replies.rejected)
         for key, reason in replies.missing.items():
-            self.missing[key] = reason
             logger.warning(
                 "ldpfda: %s: no reply from %s %d (%s)", self.name, self.who, key, reason
             )
         for key, reason in replies.rejected.items():
-            self.rejected[key] = reason
             logger.warning(
                 "ldpfda: %s reply of %s %d rejected: %s",
                 self.name,
@@ -179,10 +179,6 @@ class Round:
             "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
             "not_asked_budget": sorted(self.refused_by_server),
         }
-
-
-def _unavailable(replies: Replies, client: int) -> bool:
-    return replies.missing.get(client, "").startswith("unavailable")
 
 
 def _merged(first: Replies, retry: Replies) -> Replies:
@@ -271,7 +267,11 @@ class Session:
         replies = self.clients.ask(query, asked, request)
         # A node that was unavailable (it crashed, or restarted) is asked once more: it
         # answers from its own ledger, with the very release it made if it made one.
-        again = [i for i, c in enumerate(asked) if _unavailable(replies, int(c))]
+        again = [
+            i
+            for i, c in enumerate(asked)
+            if replies.missing.get(int(c), "").startswith("unavailable")
+        ]
         if again:
             index = np.array(again, dtype=np.int64)
             retry = self.clients.ask(query, asked[index], request.take(index))
