@@ -20,7 +20,6 @@ from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     as_weak_learner,
-    fit_weak_models_with,
 )
 from ldpfda.server.mrma import (
     average_models,
@@ -227,26 +226,17 @@ def train_weak(
     answered.
     """
     estimator = make_learner(payload, settings, public)
-    if estimator is None:
-        assert isinstance(payload, TrainingPayload)
-        return fit_weak_models(
-            payload.features,
-            payload.labels,
-            n_models=settings.num_weak_models,
-            subsample_size=settings.subsample_size,
-            learner=settings.learner,
-            rng=server_rng,
-        )
     if isinstance(payload, JointPayload):
         features, labels = payload.releases, None
     else:
+        assert isinstance(payload, TrainingPayload)
         features, labels = payload.features, payload.labels
-    return fit_weak_models_with(
+    return fit_weak_models(
         features,
         labels,
-        learner=as_weak_learner(estimator),
         n_models=settings.num_weak_models,
         subsample_size=settings.subsample_size,
+        learner=settings.learner if estimator is None else as_weak_learner(estimator),
         rng=server_rng,
     )
 

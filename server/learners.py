@@ -63,17 +63,14 @@ def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float6
 def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMoments:
     if mechanism is None:
         return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
-    moments = (
-        mechanism
-        if isinstance(mechanism, ProductMoments)
-        else product_moments(mechanism)
-    )
-    if moments.dimension != p:
+    if not isinstance(mechanism, ProductMoments):
+        mechanism = product_moments(mechanism)
+    if mechanism.dimension != p:
         raise ValueError(
-            f"the mechanism releases vectors of length {moments.dimension}, but X has "
-            f"{p} columns"
+            f"the mechanism releases vectors of length {mechanism.dimension}, but X "
+            f"has {p} columns"
         )
-    return moments
+    return mechanism
 
 
 class _LinearClassifier(ClassifierMixin, BaseEstimator):

@@ -167,16 +167,15 @@ def combine_session(
     session: str,
     repeat: int = 0,
     heterogeneity: float = 0.05,
-    test: bool = True,
 ) -> dict[str, Any]:
     """The combine step: final models of every server and the global model.
 
     Row r of the estimate matrix is server r's estimates (``configs[r]``), column j the
     j-th model in server-id order; an estimate is used only if it is of the very models
     artifact read here (same digest and size), otherwise it is rejected with the
-    reason, and a model nobody estimated gets the error 1/2. With ``test``, every
-    server's models are scored on its own population's test set. Returns the session
-    report (its fields are in ``docs/flower.md``).
+    reason, and a model nobody estimated gets the error 1/2. Every server's models are
+    scored on its own population's test set. Returns the session report (its fields
+    are in ``docs/flower.md``).
     """
     if not configs:
         raise ValueError("combine_session needs the settings of at least one server")
@@ -206,7 +205,6 @@ def combine_session(
         heterogeneity=heterogeneity,
         names=names,
     )
-    test_errors = _test_errors(configs, names, models, weak, repeat) if test else {}
     return {
         "session": session,
         "repeat": int(repeat),
@@ -217,7 +215,7 @@ def combine_session(
         },
         "model_servers": owners,
         "models": {name: _models_report(m) for name, m in models.items()},
-        "test_errors": test_errors,
+        "test_errors": _test_errors(configs, names, models, weak, repeat),
         "estimates": [
             [None if np.isnan(v) else float(v) for v in row] for row in estimates
         ],
