@@ -1,11 +1,7 @@
-"""Artifacts exchanged between the servers of a multi-server session.
-
-An artifact is a UTF-8 JSON file (schema version 2, in ``docs/flower.md``): in the
-``train`` phase every server exports its weak models (a ``models`` artifact), in the
-``evaluate`` phase its error estimates of every server's models (an ``estimates``
-artifact), and the combine step reads them all. A bad artifact raises
-:class:`ArtifactError` naming the file and what is wrong, so that the caller can leave
-it out, say why, and go on with the others.
+"""The ``models`` and ``estimates`` artifacts (UTF-8 JSON, schema version 2 in
+``docs/flower.md``) the servers of a multi-server session exchange. A bad artifact
+raises :class:`ArtifactError` naming the file and the problem, so that the caller can
+leave it out, say why, and go on with the others.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-r"""LDP baselines for MRMA at the same per-client epsilon.
-
-Each releases every client's data once, with its whole budget, through the client's own
-keyed stream, and returns one classifier scored on clean features in [-1, 1]^p: the
-private histogram rule of Berrett and Butucea (:func:`histogram_classifier`), and
-Flower's ``LocalDpMod`` Gaussian noise on (features, label) followed by logistic
-regression (:func:`gaussian_classifier`).
-"""
+"""LDP baselines for MRMA at the same per-client epsilon: each client releases once,
+with its whole budget, through its own keyed stream."""
 
 from __future__ import annotations
 
@@ -436,17 +430,14 @@ def gaussian_classifier(
 ) -> GaussianClassifier:
     r"""The "Flower user" baseline: Gaussian LDP on (features, label), then logistic.
 
-    Each client forms :math:`v = (x, 2y - 1) \in [-1, 1]^{p+1}`, clips it to L2 norm C
-    (default :math:`C = \sqrt{p+1}`, the largest possible norm, so clipping changes
-    nothing) and releases :math:`\tilde v = v + \sigma\zeta` with
-    :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`),
-    i.e. ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` applied to the
-    client's data instead of a model update. The server then fits unregularized
-    logistic regression of the label on :math:`\tilde x`, with the label
-
-    * ``'threshold'``: :math:`1\{\tilde v_{p+1} > 0\}` (a noisy real label rounded), or
-    * ``'regress'``: least squares of :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`,
-      whose sign gives the class (noise in the response does not bias it).
+    Each client releases :math:`\tilde v = v + \sigma\zeta`, :math:`v = (x, 2y - 1)`
+    clipped to L2 norm C (default :math:`\sqrt{p+1}`: no clipping),
+    :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`):
+    ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` on the data instead
+    of a model update. The server fits logistic regression on :math:`\tilde x` of the
+    label :math:`1\{\tilde v_{p+1} > 0\}` (``'threshold'``), or least squares of
+    :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`, whose sign gives the class
+    (``'regress'``).
 
     References
     ----------

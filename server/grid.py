@@ -1,10 +1,7 @@
 """The Flower transport: queries as messages to SuperNodes over a ``Grid``.
 
-:class:`GridClients` first waits for the nodes and asks each who it is; then every ask
-sends each client its request row as ``query.<name>``, collects the replies until
-``reply_timeout`` and checks each: an error reply, a missing or unreadable array, a
-wrong shape, or ledger figures signed by another client are rejected with the reason,
-and the value checks are the very ones of the in-process transport.
+Every reply is checked before use, with the very value checks of the in-process
+transport; a reply that fails is rejected with the reason.
 """
 
 from __future__ import annotations
@@ -130,13 +127,9 @@ def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
 def parse_checked(
     query: Query, message: Message, client_id: int
 ) -> tuple[dict[str, NDArray], dict[str, float]]:
-    """One node's reply rows (per-client shape) and ledger figures, checked whole.
-
-    What one reply alone can show (an error reply, a missing or unreadable array, a
-    wrong shape, the ledger record), then the value checks of
-    :func:`~ldpfda.server.session.check_replies`, as in process; :class:`ReplyError`
-    with the first reason the reply cannot be used.
-    """
+    """One node's reply rows (per-client shape) and ledger figures, checked whole:
+    content, shapes and ledger record, then the values as in process (else
+    :class:`ReplyError` with the first reason)."""
     content = _content(message)
     rows = wire_rows(query, {spec.key: _array(content, spec) for spec in query.reply})
     figures = _ledger_info(content, query.ledger_record, client_id)

@@ -1,14 +1,9 @@
 """The phases of a multi-server session on Flower: ``train`` and ``evaluate``.
 
-Every server of a session is its own SuperLink with its own SuperNodes and runs one
-Flower run per phase (``flower.phase``). The runs share ``flower.session`` (nodes keep
-their ledger per session) and ``flower.artifact-dir``, through which models and
-estimates move between servers as validated artifacts (:mod:`ldpfda.server.artifacts`).
-Server ``s`` is ``data.server-id = s``; its clients ``0 .. n_train-1`` train and the
-next ``n_eval`` evaluate, so each client releases once in the session. ``train`` fits
-and exports M weak models; ``evaluate`` has every evaluation client answer for one
-model of all servers and exports the error estimates. The combine step needs no
-clients (:func:`ldpfda.server.multiserver_flower.combine_session`).
+Every server runs one Flower run per phase; models and estimates move between servers
+as artifacts in ``flower.artifact-dir``. ``train`` fits and exports M weak models,
+``evaluate`` has every evaluation client answer for one model of all servers and
+exports the error estimates, so each client releases once in the session.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""A multi-server session on Flower: its run configs and the combine step.
-
-A session of S servers is ``train`` on every server, then ``evaluate`` on every server
-(:mod:`ldpfda.server.multiserver_app`), then :func:`combine_session`, which needs no
-clients: from the session's artifacts it gives every server its own final model and
-the global model, with test errors, as one report.
-"""
+"""A multi-server session on Flower: its run configs and the combine step, which
+needs no clients."""
 
 from __future__ import annotations
 

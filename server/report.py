@@ -1,9 +1,6 @@
-"""What a Flower run writes: its status, report, model and payload.
-
-``<report-dir>/run-<run id>/status.json`` says the current stage (``failed`` with the
-error if the run stops); ``report.json`` (strict JSON), ``model.npz`` and
-``payload.npz`` are written when the run is done.
-"""
+"""What a Flower run writes to ``<report-dir>/run-<run id>/``: ``status.json`` (the
+current stage, or ``failed`` with the error), then ``report.json``, ``model.npz`` and
+``payload.npz``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The Flower ServerApp: a protocol plan over the grid, and its report.
-
-One run is one repeat of the protocol the settings name, or one phase of a
-multi-server session (``flower.phase``, :mod:`ldpfda.server.multiserver_app`): wait for
-the nodes and identify them, run the very plan of :mod:`ldpfda.server.plans` the
-in-process engine runs (clients ``0 .. n_train-1`` train, the next ``n_eval``
-evaluate), score on the configured test set, and write the report, model and payload.
-Every reply is checked before use; a client is asked each query at most once and never
-beyond its budget in the server's own ledger.
+"""The Flower ServerApp: one repeat of the protocol (or one phase of a multi-server
+session) over the grid, running the very plan the in-process engine runs: clients
+``0 .. n_train-1`` train and the next ``n_eval`` evaluate.
 """
 
 from __future__ import annotations

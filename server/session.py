@@ -1,11 +1,4 @@
-"""The server's side of a run over any transport: ask, account, check, record.
-
-:class:`Session` wraps a :class:`Clients` transport (in process, or Flower's grid) with
-what every protocol needs around each ask: the server's own privacy accounting (a
-client is never asked more than its budget allows), a :class:`Round` record of who was
-asked, answered, missing or rejected and why, and the quorum check that stops a run
-with too few valid replies.
-"""
+"""The server's side of a run over any transport: ask, account, check, record."""
 
 from __future__ import annotations
 
@@ -249,11 +242,9 @@ class Session:
     ) -> Replies:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
-        Each client is first charged the query's cost in the server's ledger; one that
-        cannot afford it is not asked (``not_asked_budget``); one that was
-        unavailable is asked once more. Stops the run with
-        :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
-        valid replies come back.
+        A client that cannot afford the query is not asked (``not_asked_budget``), one
+        that was unavailable is asked once more; :class:`QuorumError` when fewer than
+        ``max(minimum, ceil(fraction * asked))`` valid replies come back.
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
