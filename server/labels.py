@@ -202,19 +202,12 @@ def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any
     }
 
 
-#: ``release(stage, index, priors)``: the labels that clients ``index`` release with
-#: those priors (-1 for a client that released none).
-LabelRelease = Callable[
-    [str, NDArray[np.int64], NDArray[np.float64]], NDArray[np.int64]
-]
-
-
 def prior_rr_rounds(
     settings: Settings,
     ids: NDArray[np.int64],
     x: NDArray[np.float64],
     server_rng: np.random.Generator,
-    release: LabelRelease,
+    release: Callable[..., NDArray[np.int64]],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
     """``label-uniform`` and ``label-cluster``: who releases with which prior, when.
 
@@ -222,8 +215,9 @@ def prior_rr_rounds(
     ``label-cluster``: k-means clusters and pilots from ``server_rng`` (in that order),
     the pilots with the uniform prior (``"label-pilots"``), priors from the pilots that
     answered (:func:`server_priors`), then the others with their cluster's prior
-    (``"label-others"``). ``release`` does the asking. Returns every client's label (-1
-    if none), its prior and what the report says about the mode.
+    (``"label-others"``). ``release(stage, index, priors)`` asks clients ``index`` for
+    their labels (-1 if none). Returns every client's label, its prior and what the
+    report says about the mode.
     """
     labels = np.full(ids.size, -1, dtype=np.int64)
     priors = uniform_priors(ids.size, N_CLASSES)
@@ -236,6 +230,7 @@ def prior_rr_rounds(
         raise ValueError(f"not a prior-RR mechanism: {settings.mechanism!r}")
     clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
     pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
+    n_clusters = int(clusters.max()) + 1
     index = np.flatnonzero(pilots)
     labels[index] = release("label-pilots", index, priors[index])
     answered = pilots & (labels >= 0)
@@ -244,16 +239,14 @@ def prior_rr_rounds(
         clusters[answered],
         clusters[~pilots],
         settings,
-        n_clusters=int(clusters.max()) + 1,
+        n_clusters=n_clusters,
         n_features=x.shape[1],
     )
     rest = np.flatnonzero(~pilots)
     priors[rest] = q[clusters[rest]]
     labels[rest] = release("label-others", rest, priors[rest])
     info.update(
-        n_clusters=int(clusters.max()) + 1,
-        pilots=int(pilots.sum()),
-        choice=choice.as_dict(),
+        n_clusters=n_clusters, pilots=int(pilots.sum()), choice=choice.as_dict()
     )
     return labels, priors, info
 
