@@ -19,7 +19,7 @@ from ldpfda._validation import (
     check_real,
 )
 from ldpfda.privacy.base import Mechanism, ReleaseEvent
-from ldpfda.privacy.laplace import laplace_epsilon, laplace_scale
+from ldpfda.privacy.laplace import laplace_scale
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams, RandomLike, uniform
 from ldpfda.server.mrma import LinearModels, fit_linear
@@ -33,11 +33,9 @@ __all__ = [
     "HistogramPartition",
     "LabelledHistogramRelease",
     "gaussian_classifier",
-    "gaussian_epsilon",
     "gaussian_sigma",
     "histogram_bins_per_axis",
     "histogram_classifier",
-    "histogram_epsilon",
     "histogram_laplace_scale",
 ]
 
@@ -53,18 +51,12 @@ def histogram_laplace_scale(*, epsilon: float) -> float:
 
     The released :math:`v_j = (2y - 1)\,1\{x \in B_j\}` has one non-zero entry of
     absolute value 1, so :math:`\|v - v'\|_1 \le 2` whatever the number of cells.
-    Inverse of :func:`histogram_epsilon`.
 
     References
     ----------
     T. B. Berrett, C. Butucea, arXiv:1912.04629 (2019), Sec. 2.
     """
     return laplace_scale(epsilon=epsilon, sensitivity=HISTOGRAM_SENSITIVITY)
-
-
-def histogram_epsilon(*, scale: float) -> float:
-    r"""Epsilon :math:`2/b` of the histogram release of Laplace scale ``b`` (0: inf)."""
-    return laplace_epsilon(scale=scale, sensitivity=HISTOGRAM_SENSITIVITY)
 
 
 def histogram_bins_per_axis(
@@ -299,13 +291,6 @@ def _clients(
     return x, y, ids
 
 
-def _gaussian_factor(delta: float, sensitivity: float) -> float:
-    r""":math:`\Delta_2 \sqrt{2 \ln(1.25/\delta)}`, after checking both."""
-    delta = check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
-    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta))
-
-
 def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
     r"""Noise standard deviation of the classic Gaussian mechanism, as Flower uses it.
 
@@ -313,27 +298,22 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float
 
     The formula of ``flwr``'s ``LocalDpMod``: :math:`(\varepsilon, \delta)`-DP only for
     :math:`\varepsilon < 1`; above, what a Flower user gets, not a proven guarantee.
-    ``epsilon = inf`` gives 0. Inverse of :func:`gaussian_epsilon`.
+    ``epsilon = inf`` gives 0.
 
     References
     ----------
     C. Dwork, A. Roth, Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
     """
     epsilon = check_epsilon(epsilon)
-    factor = _gaussian_factor(delta, sensitivity)
-    return 0.0 if math.isinf(epsilon) else factor / epsilon
+    delta = _check_delta(delta)
+    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
+    if math.isinf(epsilon):
+        return 0.0
+    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
-def gaussian_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float:
-    r"""Epsilon of :func:`gaussian_sigma`'s formula for a given :math:`\sigma`.
-
-    .. math:: \varepsilon = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\sigma}
-
-    ``sigma = 0`` gives ``inf``.
-    """
-    sigma = check_real(sigma, "sigma", low=0.0)
-    factor = _gaussian_factor(delta, sensitivity)
-    return math.inf if sigma == 0 else factor / sigma
+def _check_delta(delta: float) -> float:
+    return check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 class GaussianRelease(Mechanism):
@@ -357,9 +337,7 @@ class GaussianRelease(Mechanism):
         sensitivity: float | None = None,
     ) -> None:
         super().__init__(epsilon=epsilon)
-        self.delta = check_real(
-            delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
-        )
+        self.delta = _check_delta(delta)
         self.clipping_norm = check_real(
             clipping_norm, "clipping_norm", low=0.0, low_open=True
         )
