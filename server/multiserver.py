@@ -40,7 +40,6 @@ __all__ = [
     "ServerSpec",
     "check_reference",
     "combine_estimates",
-    "evaluation_groups",
     "final_models",
     "evaluate_phase",
     "train_phase",
@@ -94,19 +93,6 @@ def training_rng(settings: Settings, repeat: int) -> np.random.Generator:
     return np.random.default_rng(
         derive_seed(settings.seed, "server", repeat, settings.server_id)
     )
-
-
-def evaluation_groups(
-    n_evaluators: int, n_models: int, settings: Settings, repeat: int
-) -> NDArray[np.int64]:
-    """Which of the ``n_models`` models each evaluator of server
-    ``settings.server_id`` evaluates (by position among its evaluators, ordered by
-    client id): :func:`~ldpfda.server.mrma.assign_groups` on the server's own stream.
-    """
-    rng = np.random.default_rng(
-        derive_seed(settings.seed, "groups", repeat, settings.server_id)
-    )
-    return assign_groups(n_evaluators, n_models, rng)
 
 
 def worst_case_variance(
@@ -218,13 +204,14 @@ def evaluate_phase(
     n_features: int,
     repeat: int,
 ) -> tuple[NDArray[np.int64], ErrorEstimates]:
-    """Phase ``evaluate``: each evaluation client answers for one of all the models.
-
-    Returns the clients whose bit came back, by id, and every model's error estimate
-    from them (:func:`~ldpfda.server.mrma.estimate_errors`).
-    """
+    """Phase ``evaluate``: each evaluation client (subgroups from the server's own
+    ``groups`` stream) answers for one of all the models; the clients whose bit came
+    back, by id, and every model's error estimate from them."""
     session.status("evaluate", eval_clients=int(eval_ids.size), models=len(weak))
-    groups = evaluation_groups(eval_ids.size, len(weak), settings, repeat)
+    rng = np.random.default_rng(
+        derive_seed(settings.seed, "groups", repeat, settings.server_id)
+    )
+    groups = assign_groups(eval_ids.size, len(weak), rng)
     answered, bits, groups = ask_feedback(
         session, settings, n_features, eval_ids, weak, groups
     )

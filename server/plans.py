@@ -45,7 +45,7 @@ from ldpfda.server.labels import (
 from ldpfda.server.mrma import assign_groups
 from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
 
-__all__ = ["Plan", "ask_feedback", "release_payload", "run_plan", "train_round"]
+__all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,31 @@ def _privatize(
     minimum: int,
     what: str,
 ) -> JointPayload | TrainingPayload:
-    """The ``privatize`` round of clients ``ids``: their releases as the payload."""
+    """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
+    ordered by client id."""
     t0 = time.perf_counter()
     session.status("privatize", releasing_clients=int(ids.size))
     query = catalog.privatize_query(settings, n_features)
     got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
-    payload = release_payload(settings, n_features, got)
+    released, order = _sorted(got)
+    if settings.joint_release:
+        releases = got.values["releases"][order].astype(np.float64)
+        payload: JointPayload | TrainingPayload = JointPayload(
+            released, releases, settings.epsilon, settings.vector_mechanism
+        )
+    else:
+        split = split_budget(
+            epsilon=settings.epsilon,
+            n_coefficients=n_features,
+            label_share=settings.label_share,
+        )
+        payload = TrainingPayload(
+            released,
+            got.values["features"][order].astype(np.float64),
+            got.values["labels"][order].astype(np.int8),
+            split.coefficients,
+            split.label,
+        )
     timings["clients_privatize_s"] = time.perf_counter() - t0
     return payload
 
@@ -118,32 +137,6 @@ def _moment(session: Session, plan: Plan) -> ProtocolResult:
     timings["server_train_s"] = time.perf_counter() - t0
     result.timings = timings
     return result
-
-
-def release_payload(
-    settings: Settings, n_features: int, got: Replies
-) -> JointPayload | TrainingPayload:
-    """The valid privatize replies as the server's payload, ordered by client id."""
-    released, order = _sorted(got)
-    if settings.joint_release:
-        return JointPayload(
-            released,
-            got.values["releases"][order].astype(np.float64),
-            settings.epsilon,
-            settings.vector_mechanism,
-        )
-    split = split_budget(
-        epsilon=settings.epsilon,
-        n_coefficients=n_features,
-        label_share=settings.label_share,
-    )
-    return TrainingPayload(
-        released,
-        got.values["features"][order].astype(np.float64),
-        got.values["labels"][order].astype(np.int8),
-        split.coefficients,
-        split.label,
-    )
 
 
 def train_round(
