@@ -120,15 +120,8 @@ def _write(path: str | Path, data: dict[str, Any]) -> Path:
 def _header(
     kind: str, server: int, session: str, dimension: int, fingerprint: str
 ) -> dict[str, Any]:
-    return {
-        "format": ARTIFACT_FORMAT,
-        "version": ARTIFACT_VERSION,
-        "kind": kind,
-        "server": int(server),
-        "session": str(session),
-        "dimension": int(dimension),
-        "featurizer": fingerprint,
-    }
+    values = (ARTIFACT_FORMAT, ARTIFACT_VERSION, kind, int(server), str(session))
+    return dict(zip(_HEADER, (*values, int(dimension), fingerprint), strict=True))
 
 
 def write_models(

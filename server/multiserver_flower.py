@@ -112,21 +112,21 @@ def _estimate_matrix(
             continue
         for owner, entry in sorted(artifact.estimates.items()):
             where = f"{artifact.path}#server{owner}"
-            if owner not in found.models:
+            mine = found.models.get(owner)
+            if mine is None:
                 rejected[where] = (
                     f"{artifact.path}: estimates of server {owner}, which has no "
                     "usable models artifact"
                 )
-            elif entry.models != found.models[owner].digest:
+            elif entry.models != mine.digest:
                 rejected[where] = (
                     f"{artifact.path}: estimates of server {owner} are of models "
-                    f"{entry.models}, but {found.models[owner].path} is "
-                    f"{found.models[owner].digest}"
+                    f"{entry.models}, but {mine.path} is {mine.digest}"
                 )
-            elif entry.errors.size != len(found.models[owner].models):
+            elif entry.errors.size != len(mine.models):
                 rejected[where] = (
                     f"{artifact.path}: {entry.errors.size} estimates of server "
-                    f"{owner}'s {len(found.models[owner].models)} models"
+                    f"{owner}'s {len(mine.models)} models"
                 )
             else:
                 cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
