@@ -18,7 +18,6 @@ from flwr.serverapp import Grid
 from ldpfda import __version__
 from ldpfda.config import Settings
 from ldpfda.datasets.population import public_featurizer
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema import catalog
 from ldpfda.server.artifacts import (
     ModelEstimates,
@@ -33,6 +32,7 @@ from ldpfda.server.grid import GridClients
 from ldpfda.server.multiserver import check_reference, evaluate_phase, train_phase
 from ldpfda.server.options import FlowerOptions
 from ldpfda.server.report import Status, privacy_section, write_report
+from ldpfda.server.server_app import connect
 from ldpfda.server.session import Session, logger
 
 __all__ = ["run_phase"]
@@ -48,16 +48,7 @@ def _start(
             f"phase {options.phase!r} needs data.server-id >= 0 (this server's id in "
             "the session)"
         )
-    total = settings.n_train + settings.n_eval
-    clients = GridClients(grid, options.reply_timeout)
-    status("waiting-for-nodes", expected=total)
-    t0 = time.perf_counter()
-    clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
-    status("identify", nodes=len(clients.nodes))
-    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
-    session = Session(clients, ledger, options.min_reply_fraction, status)
-    session.reported.update(clients.reported)
-    return clients, session, {"identify_s": time.perf_counter() - t0}
+    return connect(grid, settings, options, status, "identify_s")
 
 
 def _finish(

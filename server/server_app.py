@@ -36,23 +36,30 @@ __all__ = ["app", "connect", "participation", "run_server"]
 
 
 def connect(
-    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
-) -> tuple[GridClients, dict[str, float]]:
-    """Wait for the run's nodes and identify them; the transport and its timings."""
+    grid: Grid,
+    settings: Settings,
+    options: FlowerOptions,
+    status: Status,
+    timing: str = "wait_for_nodes_s",
+) -> tuple[GridClients, Session, dict[str, float]]:
+    """Wait for the run's nodes and identify them; the transport, a session over it
+    (with the server's ledger) and the time it took, as ``timing``."""
     total = settings.n_train + settings.n_eval
     clients = GridClients(grid, options.reply_timeout)
-    timings: dict[str, float] = {}
     status("waiting-for-nodes", expected=total)
     t0 = time.perf_counter()
     clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
-    timings["wait_for_nodes_s"] = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
     status("identify", nodes=len(clients.nodes))
     absent = sorted(set(range(total)) - set(clients.node_of))
     if absent:
         logger.warning(
             "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
         )
-    return clients, timings
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
+    session = Session(clients, ledger, options.min_reply_fraction, status)
+    session.reported.update(clients.reported)
+    return clients, session, {timing: elapsed}
 
 
 def participation(
@@ -91,10 +98,7 @@ def run_server(
         public = None
         if settings.public_features and not settings.label_release:
             public = public_features(settings, options.repeat, featurizer=featurizer)
-        clients, timings = connect(grid, settings, options, status)
-        ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
-        session = Session(clients, ledger, options.min_reply_fraction, status)
-        session.reported.update(clients.reported)
+        clients, session, timings = connect(grid, settings, options, status)
         ids = clients.ids()
         train_ids, eval_ids = ids[ids < settings.n_train], ids[ids >= settings.n_train]
         server_rng = np.random.default_rng(
@@ -132,7 +136,7 @@ def run_server(
             }
         )
         report["privacy"] = privacy_section(
-            settings.epsilon, ledger, session.reported, sorted(clients.node_of)
+            settings.epsilon, session.ledger, session.reported, sorted(clients.node_of)
         )
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]
