@@ -305,9 +305,8 @@ class GridClients:
             for i, c in enumerate(ids)
         }
         replies = self._send(query, contents)
-        out = Replies(np.zeros(0, dtype=np.int64), {})
-        valid: list[int] = []
-        rows: list[dict[str, NDArray]] = []
+        out = Replies(_NONE, {})
+        rows: dict[int, dict[str, NDArray]] = {}
         for c in (int(c) for c in ids):
             reply = replies.get(self.node_of[c])
             absence = _absence(reply, self.reply_timeout)
@@ -316,15 +315,13 @@ class GridClients:
                 continue
             assert reply is not None
             try:
-                arrays, out.reported[c] = parse_checked(query, reply, c)
+                rows[c], out.reported[c] = parse_checked(query, reply, c)
             except ReplyError as exc:
                 out.rejected[c] = str(exc)
-                continue
-            valid.append(c)
-            rows.append(arrays)
-        out.ids = np.array(valid, dtype=np.int64)
+        out.ids = np.array(list(rows), dtype=np.int64)
         out.values = {
-            spec.key: _stack([r[spec.key] for r in rows], spec) for spec in query.reply
+            spec.key: _stack([r[spec.key] for r in rows.values()], spec)
+            for spec in query.reply
         }
         return out
 

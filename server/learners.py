@@ -344,12 +344,10 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         if labels.size != n:
             raise ValueError(f"y has {labels.size} entries for {n} rows")
         if flip_rates is None:
-            rho = np.full(
-                n,
-                check_real(
-                    self.flip_rate, "flip_rate", low=0.0, high=0.5, high_open=True
-                ),
+            rate = check_real(
+                self.flip_rate, "flip_rate", low=0.0, high=0.5, high_open=True
             )
+            rho = np.full(n, rate)
         else:
             rho = check_finite_array(flip_rates, "flip_rates", ndim=1)
             if rho.size != n or np.any(rho < 0) or np.any(rho >= 0.5):
