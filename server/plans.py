@@ -234,14 +234,21 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     x = got.values["x"][order].astype(np.float64)
     timings["clients_features_s"] = time.perf_counter() - t0
 
+    def release(
+        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
+    ) -> NDArray[np.int64]:
+        asked = ids[index]
+        query = catalog.label_query(s, N_CLASSES)
+        request = Request(rows={"q": prior_rows})
+        answers = session.ask(stage, query, asked, request, what="labelling")
+        return answers.get("label", asked, -1).astype(np.int64)
+
     session.status("labels", clients=int(ids.size))
     t0 = time.perf_counter()
     if s.mechanism == "label-p2p":
         labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
     else:
-        labels, priors, info = prior_rr_rounds(
-            s, ids, x, plan.server_rng, _label_release(session, s, ids)
-        )
+        labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
         channel_epsilon = s.epsilon
     keep = np.flatnonzero(labels >= 0)
     payload = LabelPayload(
@@ -251,31 +258,11 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
 
     session.status("fit", payloads=len(payload))
     t0 = time.perf_counter()
-    result = label_result(
-        payload,
-        s,
-        plan.server_rng,
-        privacy={**session.ledger.summary(), "labeldp": info},
-    )
+    privacy = {**session.ledger.summary(), "labeldp": info}
+    result = label_result(payload, s, plan.server_rng, privacy=privacy)
     timings["server_train_s"] = time.perf_counter() - t0
     result.timings = timings
     return result
-
-
-def _label_release(session: Session, settings: Settings, ids: NDArray[np.int64]) -> Any:
-    """The ``release`` callback of :func:`prior_rr_rounds`: a ``label`` round."""
-    query = catalog.label_query(settings, N_CLASSES)
-
-    def release(
-        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
-    ) -> NDArray[np.int64]:
-        asked = ids[index]
-        got = session.ask(
-            stage, query, asked, Request(rows={"q": prior_rows}), what="labelling"
-        )
-        return got.get("label", asked, -1).astype(np.int64)
-
-    return release
 
 
 def _p2p_rounds(
