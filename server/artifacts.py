@@ -254,13 +254,8 @@ def read_models(
     m = len(items)
     coef = _numbers(path, [i["coef"] for i in items], "coef", (m, dimension))
     intercept = _numbers(path, [i["intercept"] for i in items], "intercept", (m,))
-    return ModelsArtifact(
-        data["server"],
-        data["session"],
-        LinearModels(coef, intercept),
-        _digest(raw),
-        path,
-    )
+    models = LinearModels(coef, intercept)
+    return ModelsArtifact(data["server"], data["session"], models, _digest(raw), path)
 
 
 def read_estimates(
@@ -296,14 +291,9 @@ def read_estimates(
                 f"{path}: {where}: counts must be a list of integers >= 0"
             )
         errors = _numbers(path, item["errors"], f"{where}: errors", (len(counts),))
-        epsilon = item["epsilon"]
-        if epsilon == "inf":
-            epsilon = math.inf
-        if (
-            isinstance(epsilon, bool)
-            or not isinstance(epsilon, (int, float))
-            or not epsilon > 0
-        ):
+        epsilon = math.inf if item["epsilon"] == "inf" else item["epsilon"]
+        number = isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool)
+        if not number or not epsilon > 0:
             raise ArtifactError(
                 f"{path}: {where}: epsilon must be a number > 0 or 'inf', got "
                 f"{item['epsilon']!r}"
