@@ -100,21 +100,19 @@ def _train(
     """Collect the training releases, fit and export M weak models."""
     clients, session, timings = _start(grid, settings, options, status)
     ids = clients.ids()
+    train_ids = ids[ids < settings.n_train]
     payload, weak = train_phase(
-        session,
-        settings,
-        ids[ids < settings.n_train],
-        n_features,
-        options.repeat,
-        timings,
+        session, settings, train_ids, n_features, options.repeat, timings
     )
     t0 = time.perf_counter()
+    fingerprint = session_fingerprint(settings, options.repeat)
+    path = models_path(options.artifact_dir, settings.server_id)
     artifact = write_models(
-        models_path(options.artifact_dir, settings.server_id),
+        path,
         weak,
         server=settings.server_id,
         session=options.session,
-        fingerprint=session_fingerprint(settings, options.repeat),
+        fingerprint=fingerprint,
     )
     timings["server_train_s"] += time.perf_counter() - t0
     extra = {
@@ -133,13 +131,12 @@ def _evaluate(
 ) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
     """Every evaluation client answers for one model of the session's valid models
     artifacts (by server id); export the estimates."""
-    found = load_directory(
-        options.artifact_dir,
-        dimension=n_features,
-        fingerprint=session_fingerprint(settings, options.repeat),
-        session=options.session,
-        estimates=False,
-    )
+    where = {
+        "dimension": n_features,
+        "fingerprint": session_fingerprint(settings, options.repeat),
+        "session": options.session,
+    }
+    found = load_directory(options.artifact_dir, **where, estimates=False)
     for path, reason in found.rejected.items():
         logger.warning("ldpfda: artifact %s rejected: %s", path, reason)
     if not found.models:
@@ -150,14 +147,10 @@ def _evaluate(
     owners, weak = found.stacked()
     clients, session, timings = _start(grid, settings, options, status)
     ids = clients.ids()
+    eval_ids = ids[ids >= settings.n_train]
     t0 = time.perf_counter()
     answered, estimates = evaluate_phase(
-        session,
-        settings,
-        ids[ids >= settings.n_train],
-        weak,
-        n_features,
-        options.repeat,
+        session, settings, eval_ids, weak, n_features, options.repeat
     )
     timings["clients_evaluate_s"] = time.perf_counter() - t0
     bounds = np.cumsum([0] + [len(found.models[r].models) for r in owners])
@@ -170,14 +163,8 @@ def _evaluate(
         )
         for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
     }
-    artifact = write_estimates(
-        estimates_path(options.artifact_dir, settings.server_id),
-        by_server,
-        server=settings.server_id,
-        session=options.session,
-        dimension=n_features,
-        fingerprint=session_fingerprint(settings, options.repeat),
-    )
+    path = estimates_path(options.artifact_dir, settings.server_id)
+    artifact = write_estimates(path, by_server, server=settings.server_id, **where)
     extra = {
         "artifact": str(artifact.resolve()),
         "models_evaluated": {
