@@ -183,14 +183,9 @@ def _mrma(session: Session, plan: Plan) -> ProtocolResult:
 
     session.status("aggregate", feedback_bits=int(bits.size))
     t0 = time.perf_counter()
+    privacy = session.ledger.summary()
     result = aggregate(
-        weak,
-        bits,
-        groups,
-        payload,
-        s,
-        privacy=session.ledger.summary(),
-        public=plan.public,
+        weak, bits, groups, payload, s, privacy=privacy, public=plan.public
     )
     timings["server_aggregate_s"] = time.perf_counter() - t0
     result.timings = timings
