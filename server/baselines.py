@@ -195,9 +195,8 @@ class LabelledHistogramRelease(Mechanism):
         return np.zeros_like(check_finite_array(values, "values", ndim=2))
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(
-            check_finite_array(values, "values", ndim=2).shape, 2.0 * self.scale**2
-        )
+        shape = check_finite_array(values, "values", ndim=2).shape
+        return np.full(shape, 2.0 * self.scale**2)
 
 
 @dataclass(frozen=True)
@@ -377,9 +376,8 @@ class GaussianRelease(Mechanism):
         return self.clip(v) - v
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(
-            check_finite_array(values, "values", ndim=2).shape, self.sigma**2
-        )
+        shape = check_finite_array(values, "values", ndim=2).shape
+        return np.full(shape, self.sigma**2)
 
 
 @dataclass(frozen=True)

@@ -261,12 +261,8 @@ class GridClients:
     def _send(
         self, query: Query, contents: Mapping[int, RecordDict]
     ) -> dict[int, Message]:
-        """Send ``query`` to each node of ``contents``; replies by node id.
-
-        A reply after the timeout is never used (nobody pulls it); anything else that
-        answers no message of this call is logged and dropped. The SuperLink's error
-        replies that a node is unavailable are kept under the node the message went to.
-        """
+        """Send ``query`` to each node of ``contents``; replies by node id (a stray
+        reply is logged and dropped, a node-unavailable error kept under its node)."""
         kind = query.message_type
         messages = [
             Message(content, node, kind, group_id=query.name)

@@ -122,9 +122,8 @@ def combine_estimates(
 ) -> NDArray[np.float64]:
     """Inverse-variance combination of per-server estimates (rows) of each model (cols).
 
-    With ``own = s``, rows other than s get the extra variance ``heterogeneity**2``;
-    with ``own = None`` all rows are pooled as they are. Models no server evaluated get
-    1/2.
+    With ``own = s`` rows other than s get the extra variance ``heterogeneity**2``
+    (``None``: all pooled as they are); a model nobody evaluated gets 1/2.
     """
     extra = np.full(estimates.shape[0], heterogeneity**2)
     if own is not None:
@@ -150,11 +149,9 @@ def final_models(
 ) -> dict[str, LinearModels]:
     """Reversal, selection and averaging of all weak models, per server and globally.
 
-    Row s of ``estimates`` (shape ``(S, K)``) holds server s's estimates of the K
-    models, ``variances`` their variances (``inf`` where s gave none). Returns the
-    ``"global"`` model (all rows pooled) and one model per row, named ``names[s]``
-    (default ``"server<s>"``), whose estimates lean towards row s
-    (:func:`combine_estimates`).
+    Row s of ``estimates`` (S, K) and ``variances`` (``inf`` where none) is server s's;
+    returns the ``"global"`` model (all rows pooled) and per row the model named
+    ``names[s]`` (default ``"server<s>"``), its estimates leaning towards row s.
     """
     names = (
         [f"server{s}" for s in range(estimates.shape[0])] if names is None else names

@@ -209,12 +209,8 @@ def _head(items: list[Any], n: int = 5) -> str:
 
 
 class Session:
-    """One run's asks through ``clients``, with the server's accounting and records.
-
-    Each ask is charged to ``ledger`` first (a client that cannot afford a query is
-    not asked); at least ``min_reply_fraction`` of the asked clients of a round must
-    give a valid reply; ``status(stage, **extra)`` is told each stage as it starts.
-    """
+    """One run's asks through ``clients``, charged first to the server's ``ledger``;
+    ``status(stage, **extra)`` is told each stage as it starts."""
 
     def __init__(
         self,
