@@ -131,14 +131,16 @@ def _evaluate(
 ) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
     """Every evaluation client answers for one model of the session's valid models
     artifacts (by server id); export the estimates."""
-    where = {
-        "dimension": n_features,
-        "fingerprint": session_fingerprint(settings, options.repeat),
-        "session": options.session,
-    }
-    found = load_directory(options.artifact_dir, **where, estimates=False)
-    for path, reason in found.rejected.items():
-        logger.warning("ldpfda: artifact %s rejected: %s", path, reason)
+    fingerprint = session_fingerprint(settings, options.repeat)
+    found = load_directory(
+        options.artifact_dir,
+        dimension=n_features,
+        fingerprint=fingerprint,
+        session=options.session,
+        estimates=False,
+    )
+    for rejected, reason in found.rejected.items():
+        logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
     if not found.models:
         raise RuntimeError(
             f"no usable models artifact in {options.artifact_dir} for session "
@@ -163,8 +165,14 @@ def _evaluate(
         )
         for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
     }
-    path = estimates_path(options.artifact_dir, settings.server_id)
-    artifact = write_estimates(path, by_server, server=settings.server_id, **where)
+    artifact = write_estimates(
+        estimates_path(options.artifact_dir, settings.server_id),
+        by_server,
+        server=settings.server_id,
+        session=options.session,
+        dimension=n_features,
+        fingerprint=fingerprint,
+    )
     extra = {
         "artifact": str(artifact.resolve()),
         "models_evaluated": {
