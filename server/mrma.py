@@ -105,21 +105,19 @@ def fit_weak_models(
     elif not callable(learner):
         raise TypeError(f"learner must be callable, got {type(learner).__name__}")
     gen = as_generator(rng)
+
+    def named(xs: NDArray, ys: NDArray | None) -> LinearModels:
+        assert ys is not None and isinstance(learner, str)  # refused above otherwise
+        return fit_linear(
+            xs, ys, learner=learner, random_state=int(gen.integers(2**31 - 1))
+        )
+
+    fit = named if isinstance(learner, str) else learner
     coefs, intercepts = [], []
     with single_threaded_blas():
         for _ in range(n_models):
             idx = gen.choice(n, size=subsample_size, replace=False)
-            y_sub = None if y is None else y[idx]
-            if isinstance(learner, str):
-                assert y_sub is not None  # a named learner without labels was refused
-                model = fit_linear(
-                    x[idx],
-                    y_sub,
-                    learner=learner,
-                    random_state=int(gen.integers(2**31 - 1)),
-                )
-            else:
-                model = learner(x[idx], y_sub)
+            model = fit(x[idx], None if y is None else y[idx])
             coefs.append(model.coef[0])
             intercepts.append(model.intercept[0])
     return LinearModels(np.array(coefs), np.array(intercepts))
