@@ -219,12 +219,8 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     session.status("features", clients=int(plan.every_client.size))
-    got = session.ask(
-        catalog.FEATURES,
-        catalog.features_query(plan.n_features),
-        plan.every_client,
-        what="releasing",
-    )
+    query = catalog.features_query(plan.n_features)
+    got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
     ids, order = _sorted(got)
     x = got.values["x"][order].astype(np.float64)
     timings["clients_features_s"] = time.perf_counter() - t0
@@ -288,13 +284,9 @@ def _p2p_rounds(
         "local-epsilon": np.array([eps0], dtype=np.float64),
         "cluster-sizes": sizes.astype(np.int64),
     }
-    got = session.ask(
-        catalog.P2P_RANDOMIZE,
-        catalog.p2p_randomize_query(),
-        ids,
-        Request(shared=shared),
-        what="randomizing",
-    )
+    query = catalog.p2p_randomize_query()
+    request = Request(shared=shared)
+    got = session.ask(catalog.P2P_RANDOMIZE, query, ids, request, what="randomizing")
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
     kept = np.bincount(clusters[has_bit], minlength=sizes.size)
@@ -317,12 +309,10 @@ def _p2p_rounds(
         )
     index = np.flatnonzero(forward)
     peers, offsets, counts = p2p_blocks(noisy[index], clusters[index])
+    query = catalog.p2p_forward_query()
+    request = Request(ragged={"labels": (peers, offsets, counts)})
     reports = session.ask(
-        catalog.P2P_FORWARD,
-        catalog.p2p_forward_query(),
-        ids[index],
-        Request(ragged={"labels": (peers, offsets, counts)}),
-        what="forwarding",
+        catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
     )
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {

@@ -112,11 +112,8 @@ def run_server(
         test = test_set(settings, options)
         if test is not None:
             score(result, *test)
-        result.timings = {
-            **timings,
-            **result.timings,
-            "server_score_s": time.perf_counter() - t0,
-        }
+        scored = time.perf_counter() - t0
+        result.timings = {**timings, **result.timings, "server_score_s": scored}
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
             "eval_clients": eval_ids.tolist(),
@@ -127,13 +124,11 @@ def run_server(
             )
         report = result.report()
         report.update(
-            {
-                "ldpfda_version": __version__,
-                "run_id": int(run_id),
-                "settings": settings.to_mapping(),
-                "flower": options.to_mapping(),
-                "participation": participation(clients, session, total, **extra),
-            }
+            ldpfda_version=__version__,
+            run_id=int(run_id),
+            settings=settings.to_mapping(),
+            flower=options.to_mapping(),
+            participation=participation(clients, session, total, **extra),
         )
         report["privacy"] = privacy_section(
             settings.epsilon, session.ledger, session.reported, sorted(clients.node_of)
