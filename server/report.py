@@ -69,23 +69,17 @@ def rejections(
     said who it is), ``node_id``, ``kind`` and ``reason``. ``claimed`` is the client id
     each node gave in the identify round.
     """
-    out = []
-    for stage, round_ in rounds.items():
-        for key, reason in sorted({**round_.missing, **round_.rejected}.items()):
-            if stage == catalog.IDENTIFY:
-                node, client = key, claimed.get(key)
-            else:
-                node, client = node_of[key], key
-            out.append(
-                {
-                    "stage": stage,
-                    "client_id": client,
-                    "node_id": node,
-                    "kind": reason_kind(reason),
-                    "reason": reason,
-                }
-            )
-    return out
+    return [
+        {
+            "stage": stage,
+            "client_id": claimed.get(key) if stage == catalog.IDENTIFY else key,
+            "node_id": key if stage == catalog.IDENTIFY else node_of[key],
+            "kind": reason_kind(reason),
+            "reason": reason,
+        }
+        for stage, round_ in rounds.items()
+        for key, reason in sorted({**round_.missing, **round_.rejected}.items())
+    ]
 
 
 def test_set(
