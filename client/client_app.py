@@ -9,10 +9,9 @@ arrays with ``ConfigRecord "ledger"`` (``client-id``, ``budget``, ``spent``; the
 identify query replies ``"identity"``). A charged release is on disk (or in the run
 state) before the reply leaves.
 
-A query the node cannot or will not answer gets an error reply: code
-:data:`~ldpfda.schema.queries.ERROR_BUDGET` when the release would overspend the node's
-budget, :data:`~ldpfda.schema.queries.ERROR_REQUEST` for a malformed request or
-unusable data.
+A query the node cannot or will not answer gets an error reply with a code of
+:mod:`ldpfda.schema.queries` (``ERROR_BUDGET``, ``ERROR_POLICY``, ``ERROR_LEDGER``,
+``ERROR_DATA``, ``ERROR_REQUEST``) and a generic reason; the node's log says why.
 
 Node config (``flower-supernode --node-config``)
 ------------------------------------------------
@@ -20,19 +19,14 @@ Node config (``flower-supernode --node-config``)
     The node's identity in the protocol (deployment). In simulation the
     ``partition-id`` is the identity.
 ``data-path`` (str)
-    The node's data file (one row; see :mod:`ldpfda.client.data`). Without it the node
+    The node's data file (see :mod:`ldpfda.datasets.files`). Without it the node
     serves simulated partition ``partition-id`` of the embedded design.
-``privacy-budget`` (float)
-    The node's own epsilon cap for the run; defaults to ``privacy.epsilon``.
 ``noise-seed`` (int)
-    Secret seed of the node's noise. Simulated partitions use the run seed (so a run
-    matches the in-process engine); a node with a data file and no ``noise-seed`` draws
-    fresh OS entropy, because noise keyed by a seed the server knows protects nothing.
-``ledger-dir`` (str)
-    Keep the ledger in ``<ledger-dir>/run-<run id>/client-<id>.json`` so it survives a
-    SuperNode restart; with the run-config key ``flower.session`` (a multi-server
-    session, several runs) in ``<ledger-dir>/session-<session>/client-<id>.json``, so
-    it also holds across the session's runs.
+    Optional secret of the node's noise, combined with its record's persistent release
+    counter (:func:`ldpfda.client.release.noise_seed`); without it a deployed node
+    draws fresh OS entropy for every release.
+The node's privacy (``privacy-budget``, ``max-release-epsilon``, ``features-public``,
+``p2p``, ``state-dir``) is its policy: :mod:`ldpfda.client.policy`.
 
 The test-only fault injection (``test-misbehave``) is a mod of the separate test app
 :data:`ldpfda.client.faults.app`; this app, the one a host runs, has none.
@@ -40,8 +34,6 @@ The test-only fault injection (``test-misbehave``) is a mod of the separate test
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from typing import Any
 
@@ -49,7 +41,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from ldpfda.client.answers import ClientBatch, Refusal, answer
+from ldpfda.client.answers import Refusal
 from ldpfda.client.ledger import LedgerError
 from ldpfda.client.node import (
     DataError,
@@ -57,9 +49,9 @@ from ldpfda.client.node import (
     client_setup,
     ledger_record,
     node_state,
-    noise_seed,
 )
 from ldpfda.client.policy import PolicyRefusal
+from ldpfda.client.release import RELEASES, release
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import (
@@ -127,41 +119,6 @@ def _reply_content(
     return RecordDict(content)
 
 
-#: The queries that release something private (charged, and memoized on a host).
-RELEASES = (catalog.PRIVATIZE, catalog.EVALUATE, catalog.LABEL, catalog.P2P_RANDOMIZE)
-
-
-def memo_key(
-    name: str,
-    settings: Any,
-    features: np.ndarray,
-    labels: np.ndarray,
-    request: Request,
-) -> str:
-    """A hash of everything that determines a release: an equal key, an equal release.
-
-    The query, the release's mechanism and budget, the scaled features and label (so
-    the featurizer and the data), and every request array.
-    """
-    digest = hashlib.sha256()
-    parts: list[Any] = [
-        name,
-        settings.mechanism,
-        settings.epsilon,
-        settings.label_share,
-    ]
-    digest.update(json.dumps(parts, default=str).encode())
-    for array in (features, labels):
-        digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
-    arrays = {**request.rows, **request.shared}
-    for key, (values, _, _) in request.ragged.items():
-        arrays[key] = values
-    for key in sorted(arrays):
-        digest.update(key.encode())
-        digest.update(np.ascontiguousarray(arrays[key], dtype=np.float64).tobytes())
-    return digest.hexdigest()
-
-
 def handle(name: str, message: Message, context: Context) -> RecordDict:
     """Answer query ``name`` for the node of ``context`` (the content of the reply).
 
@@ -188,43 +145,6 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
         return _reply_content(query, arrays, state.ledger)
 
 
-def release(
-    name: str,
-    setup: Any,
-    state: Any,
-    features: np.ndarray,
-    labels: np.ndarray,
-    request: Request,
-    *,
-    memoize: bool,
-) -> dict[str, np.ndarray]:
-    """The reply arrays of query ``name``: the stored release of an identical query
-    (``memoize``), or a new one, charged to ``state``'s ledger and then stored."""
-    key = memo_key(name, setup.settings, features, labels, request) if memoize else ""
-    if key in state.memo:
-        stored = state.memo[key]
-        return {
-            k: np.asarray(v, dtype=stored["dtypes"][k])
-            for k, v in stored["arrays"].items()
-        }
-    batch = ClientBatch(
-        np.array([setup.client_id], dtype=np.int64),
-        features,
-        labels,
-        noise_seed(setup, state.counter),
-        state.ledger,
-    )
-    arrays = answer(name, batch, request, setup.settings)
-    if name in RELEASES:
-        state.counter += 1
-    if memoize:
-        state.memo[key] = {
-            "arrays": {k: np.asarray(v).tolist() for k, v in arrays.items()},
-            "dtypes": {k: np.asarray(v).dtype.str for k, v in arrays.items()},
-        }
-    return arrays
-
-
 def respond(name: str, message: Message, context: Context) -> Message:
     """:func:`handle`, with a refusal or a bad request as an error reply.
 
@@ -234,6 +154,7 @@ def respond(name: str, message: Message, context: Context) -> Message:
     try:
         return Message(handle(name, message, context), reply_to=message)
     except BudgetExceededError as exc:
+        logger.warning("ldpfda node: %s refused: %s", name, exc)
         return Message(Error(ERROR_BUDGET, f"refused: {exc}"), reply_to=message)
     except (PolicyRefusal, LedgerError, DataError) as exc:
         logger.warning("ldpfda node: %s refused: %s", name, exc.reason)

@@ -13,7 +13,8 @@ Node config
     rejected by the server. ``extreme`` is valid, so accepted: every released
     coordinate at the end of the mechanism's declared output range opposite to the
     node's true value, the most damaging reply the server cannot tell from an honest
-    one. ``hang`` answers a release query only after ``test-hang-seconds``.
+    one. ``hang`` makes (and charges) its release, then sends it only after
+    ``test-hang-seconds``: a node that crashes with a release on its ledger.
 ``test-hang-seconds`` (float)
     How long a ``hang`` node sleeps before it answers; default 3600, longer than any
     reply timeout a test uses.
@@ -30,7 +31,7 @@ from flwr.app import Array, Context, Error, Message
 from flwr.clientapp import ClientApp
 from numpy.typing import NDArray
 
-from ldpfda.client.client_app import register
+from ldpfda.client.client_app import RELEASES, register
 from ldpfda.client.node import ClientSetup, client_data, client_setup
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import ERROR_REQUEST, message_type
@@ -91,12 +92,12 @@ def misbehave_mod(
     except ValueError as exc:
         return Message(Error(ERROR_REQUEST, str(exc)), reply_to=message)
     privatize = kind == message_type(catalog.PRIVATIZE)
-    if not how or not (privatize or kind == message_type(catalog.EVALUATE)):
+    if not how or kind not in {message_type(name) for name in RELEASES}:
         return call_next(message, context)
     reply = call_next(message, context)
     if how == "hang":
         time.sleep(hang)
-    if reply.has_error():
+    if reply.has_error() or not (privatize or kind == message_type(catalog.EVALUATE)):
         return reply
     if privatize:
         _corrupt_release(reply, context, client_setup(context), how)

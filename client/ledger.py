@@ -66,11 +66,14 @@ class RecordState:
         them.
     counter : int
         Releases made so far (never decreases).
+    times : list of float
+        When each entry of the ledger was charged (Unix seconds), for a period budget.
     """
 
     ledger: PrivacyLedger
     memo: dict[str, dict[str, Any]] = field(default_factory=dict)
     counter: int = 0
+    times: list[float] = field(default_factory=list)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -96,6 +99,9 @@ def _load(path: Path, record: str, client_id: int, budget: float) -> RecordState
             )
         events = [_event(item) for item in body["events"]]
         memo, counter = dict(body["memo"]), int(body["counter"])
+        times = [float(t) for t in body["times"]]
+        if len(times) != len(events):
+            raise LedgerError(f"{path} holds {len(events)} events, {len(times)} times")
     except LedgerError:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -104,7 +110,7 @@ def _load(path: Path, record: str, client_id: int, budget: float) -> RecordState
         ) from exc
     ledger = PrivacyLedger(budget=budget, client_ids=[client_id])
     ledger.restore(events, [client_id])
-    return RecordState(ledger, memo, counter)
+    return RecordState(ledger, memo, counter, times)
 
 
 def _save(path: Path, record: str, state: RecordState) -> None:
@@ -121,6 +127,7 @@ def _save(path: Path, record: str, state: RecordState) -> None:
             for e in state.ledger.entries
         ],
         "memo": state.memo,
+        "times": state.times,
     }
     _write_atomically(path, json.dumps(body, allow_nan=False))
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,16 +25,15 @@ from numpy.typing import NDArray
 from ldpfda.client.answers import Refusal
 from ldpfda.client.ledger import RecordState, open_record, record_key
 from ldpfda.client.policy import NodePolicy
-from ldpfda.config import Settings, run_settings
+from ldpfda.client.release import ClientSetup
+from ldpfda.config import run_settings
 from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import (
     public_featurizer,
-    simulated_noise_seed,
     simulated_partition,
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
-from ldpfda.privacy.random import derive_seed
 from ldpfda.schema.queries import ERROR_DATA, ERROR_REQUEST
 
 __all__ = [
@@ -47,44 +44,12 @@ __all__ = [
     "ledger_record",
     "load_ledger",
     "node_state",
-    "noise_seed",
     "save_ledger",
 ]
 
 _STATE_PREFIX = "ldpfda-ledger-"
 #: Allowed ``flower.session`` names (the session names a ledger directory).
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-@dataclass(frozen=True)
-class ClientSetup:
-    """Everything a node derives from its context before answering.
-
-    Attributes
-    ----------
-    client_id : int
-    settings : Settings
-        The run's settings, parsed like the in-process CLI's.
-    repeat : int
-        The repeat whose derived seeds the run uses (``flower.repeat``).
-    policy : NodePolicy
-        The node's own privacy rules (its budget among them).
-    record : str or None
-        A deployed node's record (client id and data hash); None when simulated.
-    secret : int or None
-        The node's ``noise-seed``, if its operator set one.
-    """
-
-    client_id: int
-    settings: Settings
-    repeat: int
-    policy: NodePolicy
-    record: str | None = None
-    secret: int | None = None
-
-    @property
-    def budget(self) -> float:
-        return self.policy.budget
 
 
 class DataError(Exception):
@@ -127,22 +92,6 @@ def client_setup(context: Context) -> ClientSetup:
     return ClientSetup(
         client_id, settings, repeat, policy, record, _node_int(node, "noise-seed")
     )
-
-
-def noise_seed(setup: ClientSetup, counter: int) -> int:
-    """The seed that, with the client id, keys the noise of a node's next release.
-
-    A simulated partition uses the engine's client seed, so a simulation releases what
-    the in-process engine does. A deployed node draws fresh OS entropy for every
-    release; with a ``noise-seed`` (its operator's secret) the seed is derived from the
-    secret, the record and the record's persistent release counter, never from
-    anything the server chooses.
-    """
-    if setup.record is None:
-        return simulated_noise_seed(setup.settings, setup.repeat)
-    if setup.secret is None:
-        return secrets.randbits(62)
-    return derive_seed(setup.secret, "noise", setup.record, counter)
 
 
 def client_data(

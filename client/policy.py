@@ -17,6 +17,10 @@ Node config keys
     and finite on a deployed node).
 ``max-release-epsilon`` (float)
     The largest epsilon one release may spend (default: only the budget limits it).
+``period-budget`` (float) and ``budget-period`` (``hour``, ``day``, ``week`` or seconds)
+    An epsilon cap per period as well, as deployed device-side LDP systems keep (e.g.
+    1 per day): the releases of the record within the last ``budget-period`` (default
+    ``day``) may spend at most ``period-budget``, on top of the lifetime budget.
 ``features-public`` (bool)
     Whether the node's scaled features may be sent in the clear: only then does it
     take part in the label-only modes. Default false on a deployed node
@@ -47,7 +51,10 @@ from typing import Any
 from ldpfda.config import LABEL_MECHANISMS, Settings
 from ldpfda.schema.queries import ERROR_POLICY
 
-__all__ = ["MAX_NODE_EPSILON", "NodePolicy", "PolicyRefusal"]
+__all__ = ["MAX_NODE_EPSILON", "PERIODS", "NodePolicy", "PolicyRefusal"]
+
+#: Names ``budget-period`` accepts, in seconds.
+PERIODS = {"hour": 3600.0, "day": 86400.0, "week": 604800.0}
 
 logger = logging.getLogger("flwr.ldpfda.node")
 
@@ -92,6 +99,22 @@ def _epsilon(node: dict[str, Any], key: str) -> float | None:
     return epsilon
 
 
+def _period(node: dict[str, Any]) -> float:
+    value = node.get("budget-period", "day")
+    if isinstance(value, str) and value in PERIODS:
+        return PERIODS[value]
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not 0 < seconds < math.inf:
+        raise PolicyRefusal(
+            f"node config budget-period must be one of {sorted(PERIODS)} or a number "
+            f"of seconds > 0, got {value!r}"
+        )
+    return seconds
+
+
 @dataclass(frozen=True)
 class NodePolicy:
     """The node's own privacy rules (see the module docstring).
@@ -106,6 +129,9 @@ class NodePolicy:
     features_public : bool
     state_dir : Path
     p2p : bool
+    period_budget : float
+        Epsilon the record may spend within any ``period`` seconds (inf: no cap).
+    period : float
     """
 
     deployed: bool
@@ -114,6 +140,8 @@ class NodePolicy:
     features_public: bool
     state_dir: Path
     p2p: bool = False
+    period_budget: float = math.inf
+    period: float = PERIODS["day"]
 
     @classmethod
     def from_node_config(
@@ -147,6 +175,8 @@ class NodePolicy:
             _flag(node, "features-public", default=not deployed),
             state,
             _flag(node, "p2p", default=not deployed),
+            _epsilon(node, "period-budget") or math.inf,
+            _period(node),
         )
 
     def check_run(self, settings: Settings) -> None:

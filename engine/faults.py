@@ -128,6 +128,9 @@ class FaultyClients:
         checked.missing = out.missing
         return checked
 
+    def rejoin(self, ids: NDArray[np.int64]) -> None:
+        """A faulty client does not come back."""
+
     def _attack(
         self,
         query: Query,

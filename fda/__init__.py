@@ -1,8 +1,6 @@
 """Curves and bases: B-spline projection and rescaling into [-1, 1]^p.
 
-Knows nothing about privacy; :mod:`ldpfda.client` composes it with the mechanisms.
-What a client runs (:mod:`~ldpfda.fda.bspline`, :mod:`~ldpfda.fda.features`,
-:mod:`~ldpfda.fda.scaling`) needs numpy and scipy only; the scikit-learn transformer
+What a client runs needs numpy and scipy only; the scikit-learn transformer
 :class:`BSplineProjector` is imported from :mod:`~ldpfda.fda.basis` on first use.
 """
 

@@ -1,7 +1,6 @@
 """Projection of curves onto a B-spline basis, as a scikit-learn transformer.
 
-The arithmetic lives in :mod:`ldpfda.fda.bspline` (numpy and scipy only); this module
-adds the scikit-learn estimator interface, so importing it imports scikit-learn.
+A wrapper of :mod:`ldpfda.fda.bspline`; importing it imports scikit-learn.
 """
 
 from __future__ import annotations
@@ -13,42 +12,22 @@ from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ldpfda.fda.bspline import BSplineProjection, as_curves
+from ldpfda.fda.bspline import BSplineProjection
 
-__all__ = ["BSplineProjector", "as_curves"]
+__all__ = ["BSplineProjector"]
 
 
 class BSplineProjector(TransformerMixin, BaseEstimator):
     r"""Least-squares coefficients of curves in a B-spline basis.
 
-    For a fixed grid :math:`t_1<\dots<t_T` and the basis matrix
-    :math:`\Phi_{ik} = B_k(t_i)`, the coefficients of a curve sampled as :math:`x` are
-    :math:`c = (\Phi^\top\Phi)^{-1}\Phi^\top x`. The :math:`p\times T` map is computed
-    once in :meth:`fit` and applied to all curves at once, so projecting a million
-    curves is one matrix product. It equals scikit-fda's ``FDataGrid.to_basis`` with
-    the same basis, bit for bit.
-
-    A scikit-learn wrapper of :class:`~ldpfda.fda.bspline.BSplineProjection`, which
-    computes the same numbers with numpy and scipy only.
-
-    Parameters
-    ----------
-    n_basis : int, default 10
-        Number of basis functions p.
-    order : int, default 4
-        Spline order (4 = cubic). Must not exceed ``n_basis``.
-    domain_range : tuple of float, optional
-        The basis domain; the grid's range if None.
-
-    Attributes
-    ----------
-    grid_points_ : ndarray of shape (T,)
-    design_ : ndarray of shape (T, p)
-        The basis matrix.
-    projection_ : ndarray of shape (p, T)
-        The linear map from sampled values to coefficients.
-    basis_ : skfda BSplineBasis
-        Built on first access, which imports scikit-fda.
+    A scikit-learn wrapper of :class:`~ldpfda.fda.bspline.BSplineProjection`: for the
+    basis matrix :math:`\Phi_{ik} = B_k(t_i)` on the grid, the coefficients of a curve
+    sampled as :math:`x` are :math:`c = (\Phi^\top\Phi)^{-1}\Phi^\top x`, equal to
+    scikit-fda's ``FDataGrid.to_basis`` with the same basis, bit for bit. ``order`` 4
+    is cubic and must not exceed ``n_basis``; ``domain_range`` defaults to the grid's.
+    :meth:`fit` sets ``grid_points_``, ``design_`` (T, p) and ``projection_`` (p, T);
+    ``basis_``, the scikit-fda ``BSplineBasis``, is built (and scikit-fda imported) on
+    first access.
 
     References
     ----------
@@ -87,8 +66,7 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
 
     @property
     def basis_(self) -> Any:
-        """The fitted scikit-fda ``BSplineBasis``, built (and scikit-fda imported) on
-        first access."""
+        """The fitted scikit-fda ``BSplineBasis`` (built on first access)."""
         spline = self.__dict__.get("_spline")
         if spline is None:
             raise AttributeError("basis_ is set by fit")
@@ -114,11 +92,6 @@ class BSplineProjector(TransformerMixin, BaseEstimator):
         return self._spline.transform(X, grid_points)
 
     def coefficient_bound(self, curve_bound: float) -> NDArray[np.float64]:
-        r"""Largest :math:`|c_k|` over all curves with :math:`|x(t_i)| \le`
-        ``curve_bound``.
-
-        Row ``k`` of the projection bounds it by :math:`\|P_k\|_1 \cdot`
-        ``curve_bound``: a data-independent bound.
-        """
+        """See :meth:`BSplineProjection.coefficient_bound`."""
         check_is_fitted(self, "projection_")
         return self._spline.coefficient_bound(curve_bound)

@@ -1,15 +1,11 @@
 r"""B-spline basis and least-squares projection with numpy and scipy only.
 
-This is the core that a client runs: :class:`BSplineProjection` maps sampled curves to
-their B-spline coefficients by one precomputed :math:`p\times T` matrix. It needs
-neither scikit-learn nor scikit-fda, so a small device can compute its features with
-numpy and scipy alone; :class:`~ldpfda.fda.BSplineProjector` wraps it as a
-scikit-learn transformer for the library edge.
-
-The basis is scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``, reproduced
-bit for bit: ``n_basis - order + 2`` equispaced knots on the domain, the two boundary
-knots repeated ``order`` times in all (:func:`bspline_knots`), evaluated by scipy's
-de Boor recursion (:func:`bspline_design`), which is what scikit-fda itself calls.
+What a client runs: :class:`BSplineProjection` maps sampled curves to B-spline
+coefficients by one precomputed :math:`p\times T` matrix, without scikit-learn or
+scikit-fda (:class:`~ldpfda.fda.BSplineProjector` wraps it for scikit-learn). The
+basis is scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``, bit for bit: the
+same knots (:func:`bspline_knots`) and scipy's de Boor recursion
+(:func:`bspline_design`), which scikit-fda itself calls.
 
 References
 ----------
@@ -37,7 +33,7 @@ __all__ = [
 
 
 def _check_grid(grid_points: ArrayLike) -> NDArray[np.float64]:
-    """Return ``grid_points`` as a finite, strictly increasing float array of >= 2."""
+    """``grid_points`` as a finite, strictly increasing float array of >= 2 points."""
     grid = check_finite_array(grid_points, "grid_points", ndim=1)
     if grid.size < 2:
         raise ValueError(f"grid_points must have at least 2 points, got {grid.size}")
@@ -46,24 +42,12 @@ def _check_grid(grid_points: ArrayLike) -> NDArray[np.float64]:
     return grid
 
 
-def _check_basis_size(n_basis: Any, order: Any) -> tuple[int, int]:
-    """Return ``(n_basis, order)`` as ints with ``1 <= order <= n_basis``."""
-    order = check_int(order, "order", minimum=1)
-    n_basis = check_int(n_basis, "n_basis", minimum=1)
-    if n_basis < order:
-        raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
-    return n_basis, order
-
-
 def as_curves(
     X: Any, grid_points: ArrayLike | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Return ``(values, grid)`` from an ``FDataGrid`` or a 2-D array plus grid points.
-
-    Values are ``(n_curves, n_points)``; NaN/inf samples, a grid of the wrong length
-    and a non-increasing grid are refused with a ``ValueError`` naming the problem.
-    An ``FDataGrid`` is recognised by its attributes, so scikit-fda is never imported.
-    """
+    """``(values, grid)``, values ``(n_curves, n_points)``, from an ``FDataGrid``
+    (recognised by its attributes, without importing scikit-fda) or a 2-D array plus
+    grid points; non-finite samples and bad grids raise a ``ValueError``."""
     if hasattr(X, "data_matrix") and hasattr(X, "grid_points"):  # skfda.FDataGrid
         if X.dim_domain != 1 or X.dim_codomain != 1:
             raise ValueError(
@@ -89,11 +73,9 @@ def as_curves(
 def bspline_knots(
     domain_range: tuple[float, float], n_basis: int, order: int
 ) -> NDArray[np.float64]:
-    """Knot vector of scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``.
-
-    ``n_basis - order + 2`` equispaced knots from ``np.linspace`` on the domain, with
-    the first and last repeated ``order - 1`` more times: ``n_basis + order`` knots.
-    """
+    """Knot vector of scikit-fda's ``BSplineBasis(domain_range, n_basis, order)``:
+    ``n_basis - order + 2`` equispaced knots, the ends repeated ``order - 1`` more
+    times."""
     inner = np.linspace(
         float(domain_range[0]), float(domain_range[1]), n_basis - order + 2
     )
@@ -105,13 +87,10 @@ def bspline_knots(
 def bspline_design(
     grid_points: ArrayLike, knots: ArrayLike, order: int
 ) -> NDArray[np.float64]:
-    r"""Dense basis matrix :math:`\Phi_{ik} = B_k(t_i)`, shape ``(T, n_basis)``.
-
-    Every grid point must lie within the boundary knots.
-    """
+    r"""Dense basis matrix :math:`\Phi_{ik} = B_k(t_i)` (T, n_basis) on a grid within
+    the boundary knots."""
     grid = np.asarray(grid_points, dtype=float)
-    # scipy.interpolate takes ~0.3 s to import: a host pays it when it builds its
-    # featurizer, not when its ClientApp starts.
+    # scipy.interpolate takes ~0.3 s to import: only when a featurizer is built.
     from scipy.interpolate import BSpline
 
     return BSpline.design_matrix(
@@ -123,12 +102,9 @@ def bspline_design(
 class BSplineProjection:
     r"""Least-squares coefficients of curves sampled on one grid, as a linear map.
 
-    For the grid :math:`t_1<\dots<t_T` and the basis matrix :math:`\Phi_{ik} =
-    B_k(t_i)`, the coefficients of a curve sampled as :math:`x` are :math:`c =
-    (\Phi^\top\Phi)^{-1}\Phi^\top x = P x`. :meth:`fit` computes the :math:`p\times T`
-    map :math:`P` once; :meth:`transform` applies it to all curves at once.
-
-    Build it with :meth:`fit`; the fields are read-only results.
+    For the basis matrix :math:`\Phi_{ik} = B_k(t_i)` on the grid, a curve sampled as
+    :math:`x` has coefficients :math:`c = (\Phi^\top\Phi)^{-1}\Phi^\top x = P x`.
+    :meth:`fit` builds it, computing :math:`P` once.
     """
 
     n_basis: int
@@ -150,12 +126,12 @@ class BSplineProjection:
         order: int = 4,
         domain_range: tuple[float, float] | None = None,
     ) -> BSplineProjection:
-        """The projection for the grid of curves ``X`` (or for ``grid_points``).
-
-        ``domain_range`` is the basis domain (the grid's range if None); it must
-        contain the grid.
-        """
-        n_basis, order = _check_basis_size(n_basis, order)
+        """The projection for the grid of curves ``X`` (or for ``grid_points``), on
+        ``domain_range`` (the grid's range if None), which must contain the grid."""
+        order = check_int(order, "order", minimum=1)
+        n_basis = check_int(n_basis, "n_basis", minimum=1)
+        if n_basis < order:
+            raise ValueError(f"n_basis must be >= order ({order}), got {n_basis}")
         if X is not None:
             _, grid = as_curves(X, grid_points)
         elif grid_points is not None:
@@ -212,10 +188,6 @@ class BSplineProjection:
         return values @ self.projection.T
 
     def coefficient_bound(self, curve_bound: float) -> NDArray[np.float64]:
-        r"""Largest :math:`|c_k|` over all curves with :math:`|x(t_i)| \le`
-        ``curve_bound``.
-
-        Row ``k`` of the projection bounds it by :math:`\|P_k\|_1 \cdot`
-        ``curve_bound``: a data-independent bound.
-        """
+        r"""Largest :math:`|c_k|` over curves with :math:`|x(t_i)| \le` ``curve_bound``:
+        :math:`\|P_k\|_1` ``curve_bound``, a data-independent bound."""
         return np.abs(self.projection).sum(axis=1) * float(curve_bound)

@@ -1,4 +1,4 @@
-"""What a client computes from its raw curve before any noise: scaled coefficients."""
+"""What a client computes from its raw data before any noise: scaled features."""
 
 from __future__ import annotations
 
@@ -10,22 +10,12 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda.fda.bspline import BSplineProjection
 from ldpfda.fda.scaling import CoefficientScaler
 
-__all__ = ["CurveFeaturizer", "Featurizer", "Projector", "VectorFeaturizer"]
+__all__ = ["CurveFeaturizer", "Featurizer", "VectorFeaturizer"]
 
 
 class Featurizer(Protocol):
-    """Maps raw client data (curves or vectors) to features in [-1, 1]^p."""
-
-    @property
-    def n_features_out(self) -> int: ...
-
-    def transform(self, X: Any) -> NDArray[np.float64]: ...
-
-
-class Projector(Protocol):
-    """Maps sampled curves to basis coefficients: a fitted
-    :class:`~ldpfda.fda.bspline.BSplineProjection` or
-    :class:`~ldpfda.fda.BSplineProjector`."""
+    """Maps raw client data (curves or vectors) to features in [-1, 1]^p; also the
+    interface of a fitted projection, which maps curves to coefficients."""
 
     @property
     def n_features_out(self) -> int: ...
@@ -34,17 +24,10 @@ class Projector(Protocol):
 
 
 class CurveFeaturizer:
-    """B-spline projection followed by rescaling with bounds fixed in advance.
+    """A projection fitted to the public grid, then rescaling with bounds fixed before
+    the private data is seen."""
 
-    Parameters
-    ----------
-    projector : BSplineProjection or BSplineProjector
-        Already fitted to the (public) sampling grid.
-    scaler : CoefficientScaler
-        Bounds fixed before the private data is seen.
-    """
-
-    def __init__(self, projector: Projector, scaler: CoefficientScaler) -> None:
+    def __init__(self, projector: Featurizer, scaler: CoefficientScaler) -> None:
         self.projector = projector
         self.scaler = scaler
 
@@ -66,12 +49,8 @@ class CurveFeaturizer:
         quantile: float = 0.0,
         margin: float = 0.0,
     ) -> CurveFeaturizer:
-        """Fit the projection to the grid and the bounds to public calibration
-        curves.
-
-        The projection is a :class:`~ldpfda.fda.bspline.BSplineProjection` (numpy and
-        scipy only).
-        """
+        """A :class:`~ldpfda.fda.bspline.BSplineProjection` of the grid, with bounds
+        from public calibration curves."""
         projector = BSplineProjection.fit(
             public_curves, grid_points, n_basis=n_basis, order=order
         )

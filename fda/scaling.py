@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array
-from ldpfda.exceptions import PrivacyLeakWarning
 
 __all__ = ["CoefficientScaler"]
 
@@ -20,16 +17,9 @@ class CoefficientScaler:
 
         z_k = \mathrm{clip}\Big(\frac{2 (c_k - \ell_k)}{h_k - \ell_k} - 1, -1, 1\Big)
 
-    The bounds must be fixed before the private data is seen: give them directly
-    (``low``/``high``, scalars or per-coordinate arrays), or derive them from public
-    calibration data with :meth:`fit_public`. :meth:`fit_private` infers them from the
-    data to be privatized and therefore warns with :class:`~ldpfda.PrivacyLeakWarning`:
-    such bounds are not covered by any epsilon.
-
-    Parameters
-    ----------
-    low, high : float or array-like
-        Bounds per coordinate (broadcast to p).
+    The bounds must be fixed before the private data is seen: given directly
+    (``low``/``high``, scalars or per-coordinate arrays broadcast to p), or from public
+    calibration data (:meth:`from_public`).
     """
 
     def __init__(
@@ -57,31 +47,14 @@ class CoefficientScaler:
     def from_public(
         cls, coefficients: ArrayLike, *, margin: float = 0.0, quantile: float = 0.0
     ) -> CoefficientScaler:
-        """Bounds from public calibration coefficients (not the data to be privatized).
-
-        Each coordinate spans the ``quantile`` .. ``1 - quantile`` range of the
-        calibration data, widened by ``margin`` times its width on both sides.
-        """
+        """Bounds from public calibration coefficients: each coordinate's ``quantile``
+        .. ``1 - quantile`` range, widened by ``margin`` times its width each side."""
         c = check_finite_array(coefficients, "coefficients", ndim=2)
         lo = np.quantile(c, quantile, axis=0)
         hi = np.quantile(c, 1.0 - quantile, axis=0)
         width = np.maximum(hi - lo, 1e-12)
         scaler = cls(lo - margin * width, hi + margin * width)
         return scaler.fit(c.shape[1])
-
-    @classmethod
-    def from_private(
-        cls, coefficients: ArrayLike, **kwargs: float
-    ) -> CoefficientScaler:
-        """Bounds inferred from the private data itself: warns, the bounds leak."""
-        warnings.warn(
-            "rescaling bounds inferred from the private coefficients depend on the "
-            "private data and are not covered by epsilon; use data-independent "
-            "bounds or public calibration data",
-            PrivacyLeakWarning,
-            stacklevel=2,
-        )
-        return cls.from_public(coefficients, **kwargs)
 
     def transform(self, coefficients: ArrayLike) -> NDArray[np.float64]:
         """Scaled and clipped coefficients in [-1, 1]^p."""

@@ -1,12 +1,8 @@
 """Local differential privacy: mechanisms, per-client randomness and budget ledgers.
 
-Nothing here knows about curves or Flower. Every mechanism is a vectorised
-:class:`Mechanism` applied to a batch of clients; every release is described by an
-immutable :class:`ReleaseEvent` that a :class:`PrivacyLedger` adds up per client.
-The label mechanisms a client runs live here too: the epsilon maps of label
-resampling (:mod:`~ldpfda.privacy.label_accounting`), the peer-to-peer mechanism and
-its exact guarantee (:mod:`~ldpfda.privacy.peer_to_peer`) and label checks
-(:mod:`~ldpfda.privacy.labels`). Every module needs numpy and scipy only.
+Every :class:`Mechanism` is vectorised over a batch of clients and every release is an
+immutable :class:`ReleaseEvent` that a :class:`PrivacyLedger` adds up per client. The
+label mechanisms a client runs live here too. Needs numpy and scipy only.
 """
 
 from ldpfda.exceptions import BudgetExceededError, PrivacyLeakWarning

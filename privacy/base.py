@@ -13,17 +13,25 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda._validation import check_epsilon
 from ldpfda.privacy.random import RandomLike
 
-__all__ = ["Mechanism", "ReleaseEvent"]
+__all__ = ["Mechanism", "ReleaseEvent", "check_vectors"]
+
+
+def check_vectors(values: ArrayLike, dimension: int) -> NDArray[np.float64]:
+    """``values`` as a finite float array of shape ``(n_clients, dimension)``."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2 or x.shape[1] != dimension:
+        raise ValueError(
+            f"values must have shape (n_clients, {dimension}), got {x.shape}"
+        )
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values contain NaN or infinite entries")
+    return x
 
 
 @dataclass(frozen=True)
 class ReleaseEvent:
-    """What one release spends: the mechanism, its epsilon and its parameters.
-
-    Like dp_accounting's events, an event describes a release without holding the data.
-    ``parameters`` is stored as a sorted tuple of (name, value) pairs so events stay
-    hashable and immutable.
-    """
+    """What one release spends: the mechanism, its epsilon and its parameters (a
+    sorted tuple of (name, value) pairs, so events are hashable); never the data."""
 
     mechanism: str
     epsilon: float
@@ -45,12 +53,8 @@ class ReleaseEvent:
 
 
 class Mechanism(ABC):
-    """Base class of every local randomizer.
-
-    A mechanism is built with keyword-only, validated privacy parameters and applied to
-    a batch of clients at once with :meth:`randomise`: row ``i`` of ``values`` belongs
-    to client ``i``. Applying it to one client is the same call with a batch of one.
-    """
+    """Base class of every local randomizer: keyword-only, validated parameters, and
+    :meth:`randomise` on a batch of clients (row ``i`` of ``values`` is client i)."""
 
     #: Short identifier recorded in :class:`ReleaseEvent`.
     name: str = "mechanism"

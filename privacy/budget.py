@@ -12,19 +12,8 @@ __all__ = ["BudgetSplit", "split_budget"]
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """Epsilon of each release of one training client.
-
-    Attributes
-    ----------
-    total : float
-        The client's whole budget.
-    per_coordinate : float
-        Epsilon of each of the p coefficient releases.
-    label : float
-        Epsilon of the label release.
-    n_coefficients : int
-        p.
-    """
+    """Epsilon of each release of one training client: ``total``, each of the
+    ``n_coefficients`` (p) coefficient releases, and the label release."""
 
     total: float
     per_coordinate: float
@@ -33,7 +22,7 @@ class BudgetSplit:
 
     @property
     def coefficients(self) -> float:
-        """Epsilon of the whole coefficient vector (p times ``per_coordinate``)."""
+        """Epsilon of the whole coefficient vector."""
         return self.per_coordinate * self.n_coefficients
 
     @property
@@ -48,10 +37,8 @@ def split_budget(
     r"""Split a training client's ``epsilon`` over p coefficients and one label.
 
     The reference split (``label_share=None``) spends :math:`\varepsilon/(p+1)` on each
-    coordinate and on the label, so the Laplace scale on [-1, 1] is
-    :math:`2(p+1)/\varepsilon`. Otherwise the label gets ``label_share`` of the budget
-    and the coordinates share the rest evenly. By sequential composition the client's
-    total is exactly ``epsilon``.
+    coordinate and on the label; otherwise the label gets ``label_share`` of the budget
+    and the coordinates share the rest evenly. The total is exactly ``epsilon``.
     """
     epsilon = check_epsilon(epsilon)
     p = check_int(n_coefficients, "n_coefficients", minimum=1)

@@ -2,14 +2,10 @@ r"""Exact discrete Laplace noise for integer statistics (counts, sums of counts)
 
 A count released as ``count + k`` with :math:`P(k) \propto e^{-|k|/s}` is
 :math:`\Delta_1/s`-DP for L1 sensitivity :math:`\Delta_1` (in counts), with no
-floating-point caveat: the output is an integer, every integer is reachable from every
-input, and the sampler below draws :math:`k` with exactly that law using only uniform
-integers (no logarithm, no float). This is the safe form of the Laplace release of
-histograms (Mironov 2012's attack needs real-valued outputs).
-
-The scale is a rational :math:`s = S/T`; :func:`rational_scale` rounds a float scale
-*up* to one with :math:`T = 2^{20}`, so the epsilon of the noise actually added is at
-most the epsilon computed from the float scale.
+floating-point caveat (Mironov 2012): the output is an integer and :math:`k` is drawn
+exactly from uniform integers only. The rational scale :math:`s = S/T` is the float
+scale rounded *up* to :math:`T = 2^{20}` (:func:`rational_scale`), so the epsilon is at
+most the float scale's.
 
 References
 ----------
@@ -86,15 +82,11 @@ def _bernoulli_exp(
 def discrete_laplace(scale: float, size: int, rng: Rng = None) -> NDArray[np.int64]:
     r"""``size`` integers with :math:`P(k) \propto e^{-|k|/s}`, exactly.
 
-    ``s`` is :func:`rational_scale` of ``scale`` (``>= scale``). CKS Algorithm 2 with
-    :math:`s = S/T`: draw :math:`U` uniform on :math:`\{0..S-1\}` and keep it with
-    probability :math:`e^{-U/S}`; draw :math:`V \ge 0` with
-    :math:`P(V = v) \propto e^{-v}`; then :math:`(U + SV)/S` is an exponential
-    variable rounded down to the grid :math:`1/S`, and
-    :math:`Y = \lfloor (U + SV)/T \rfloor` is geometric with
-    :math:`P(Y \ge y) = e^{-yT/S} = e^{-y/s}`; a fair sign makes it two-sided, and
-    the draw ``(-, 0)`` is rejected so that 0 is not counted twice. Vectorised: every
-    round redraws only the rejected entries.
+    :math:`s = S/T` is :func:`rational_scale` of ``scale``. CKS Algorithm 2: draw
+    :math:`U` uniform on :math:`\{0..S-1\}`, kept with probability :math:`e^{-U/S}`,
+    and :math:`V \ge 0` with :math:`P(V = v) \propto e^{-v}`; then
+    :math:`Y = \lfloor (U + SV)/T \rfloor` has :math:`P(Y \ge y) = e^{-y/s}`; a fair
+    sign makes it two-sided, rejecting ``(-, 0)``. Rejected entries are redrawn.
     """
     s = rational_scale(scale)
     n = check_int(size, "size", minimum=0)

@@ -1,41 +1,20 @@
-r"""Epsilon of the label-DP mechanisms, as explicit maps with their inverses.
+r"""Label-DP epsilon of :class:`~ldpfda.labeldp.ClusterRR`, as maps with inverses.
 
-A release of :class:`~ldpfda.labeldp.ClusterRR` has two parts, and its label-DP epsilon
-is their sum by sequential composition (Dwork and Roth 2014, Thm 3.16):
+A release has two parts, and its epsilon is their sum (sequential composition, Dwork
+and Roth 2014, Thm 3.16):
 
-1. **Histogram release.** Cluster :math:`c` publishes its empirical label distribution
-   :math:`\hat p_c = (n_c(y)/n_c)_y` plus i.i.d. Laplace noise of scale
-   :math:`\sigma/n_c` on every entry. Changing one label moves one count from one label
-   to another, so :math:`\hat p_c` changes by :math:`1/n_c` in two entries: the L1
-   sensitivity is :math:`2/n_c`. Cluster sizes are public (clusters are built from the
-   features, which label DP does not protect), so the Laplace mechanism gives
-   :math:`\varepsilon_1 = (2/n_c)/(\sigma/n_c) = 2/\sigma` (:func:`histogram_epsilon`).
-2. **Resampling.** Every label is kept with probability :math:`1-\lambda` and otherwise
-   replaced by a draw from its cluster's released distribution :math:`q_c`, a function
-   of the noisy histograms only. Given :math:`q`, example :math:`i` reports
-   :math:`\tilde y` with probability :math:`(1-\lambda)\mathbb 1[\tilde y = y_i] +
-   \lambda q_c(\tilde y)`, independently of every other label. The ratio of these
-   probabilities under two values of :math:`y_i` is largest for
-   :math:`\tilde y = y_i`:
+1. **Histogram.** Cluster :math:`c` publishes its label distribution plus Laplace noise
+   of scale :math:`\sigma/n_c` per entry; one label change moves :math:`1/n_c` between
+   two entries (cluster sizes are public), so :math:`\varepsilon_1 = 2/\sigma`.
+2. **Resampling.** Each label is kept with probability :math:`1-\lambda`, else redrawn
+   from its cluster's released :math:`q_c` (post-processing of the histograms, so
+   :math:`\lambda` may depend on it). The output ratio is largest at
+   :math:`\tilde y = y_i`: at most :math:`1 + (1-\lambda)/(\lambda q_{\min})
+   = e^{\varepsilon_2}`, :math:`q_{\min} = \min_{c, y} q_c(y)`.
 
-   .. math:: \frac{1 - \lambda + \lambda q_c(\tilde y)}{\lambda q_c(\tilde y)}
-             \le 1 + \frac{1-\lambda}{\lambda q_{\min}}
-             = e^{\varepsilon_2}, \qquad
-             q_{\min} = \min_{c, y} q_c(y),
-
-   (:func:`resampling_epsilon`). :math:`q_{\min}` is post-processing of the histogram
-   release, so :math:`\lambda` may be chosen from it (adaptive composition of pure DP:
-   the joint density ratio factorises into the two ratios).
-
-With :math:`q_c` uniform the histogram is not needed (:math:`\varepsilon_1 = 0`) and
-resampling is K-ary randomized response: :math:`\lambda = K/(e^\varepsilon + K - 1)`
-(:func:`uniform_rr_probability`).
-
-Every function here validates its arguments like :mod:`ldpfda._validation` and has an
-inverse, checked by a round-trip test. A client of the label-only modes sizes its own
-resampling probability with :func:`resampling_probability`, so the module lives with
-the mechanisms and needs nothing beyond the standard library; the names stay importable
-from :mod:`ldpfda.labeldp.accounting`.
+With :math:`q_c` uniform no histogram is released and resampling is K-ary randomized
+response. Standard library only, so a client of the label-only modes sizes its own
+:math:`\lambda`; re-exported by :mod:`ldpfda.labeldp.accounting`.
 
 References
 ----------
@@ -63,9 +42,7 @@ __all__ = [
 def histogram_epsilon(*, sigma: float) -> float:
     r"""Epsilon of the noisy cluster histograms: :math:`\varepsilon_1 = 2/\sigma`.
 
-    Laplace noise of scale :math:`\sigma/n_c` on a vector of L1 sensitivity
-    :math:`2/n_c`. ``sigma = inf`` (no release) gives 0. Inverse of
-    :func:`histogram_sigma`.
+    ``sigma = inf`` (no release) gives 0. Inverse of :func:`histogram_sigma`.
 
     References
     ----------
@@ -90,16 +67,9 @@ def resampling_epsilon(*, resample_probability: float, q_min: float) -> float:
 
     .. math:: \varepsilon_2 = \ln\Bigl(1 + \frac{1-\lambda}{\lambda\, q_{\min}}\Bigr)
 
-    :math:`\lambda = 1` gives 0 (labels carry no information about themselves);
-    :math:`q_{\min} = 0` with :math:`\lambda < 1` gives ``inf``. Inverse of
-    :func:`resampling_probability`.
-
-    Parameters
-    ----------
-    resample_probability : float
-        :math:`\lambda \in (0, 1]`.
-    q_min : float
-        Smallest released probability :math:`q_c(y)` over non-empty clusters, in [0, 1].
+    :math:`\lambda` is ``resample_probability`` in (0, 1] (1 gives 0), ``q_min`` the
+    smallest released :math:`q_c(y)` over non-empty clusters (0 gives ``inf`` for
+    :math:`\lambda < 1`). Inverse of :func:`resampling_probability`.
 
     References
     ----------
@@ -125,9 +95,8 @@ def resampling_probability(*, epsilon: float, q_min: float) -> float:
 
     .. math:: \lambda = \frac{1}{1 + q_{\min}(e^{\varepsilon_2} - 1)}
 
-    ``epsilon = 0`` gives :math:`\lambda = 1` (every label redrawn). Inverse of
-    :func:`resampling_epsilon` on :math:`\varepsilon_2 \in [0, \infty)`,
-    :math:`q_{\min} \in (0, 1]`.
+    ``epsilon = 0`` gives 1 (every label redrawn). Inverse of
+    :func:`resampling_epsilon` for :math:`q_{\min} \in (0, 1]`.
     """
     epsilon = check_real(epsilon, "epsilon", low=0.0, high=math.inf, high_open=True)
     q_min = check_real(q_min, "q_min", low=0.0, high=1.0, low_open=True)
@@ -137,11 +106,9 @@ def resampling_probability(*, epsilon: float, q_min: float) -> float:
 def uniform_rr_probability(*, epsilon: float, n_classes: int) -> float:
     r"""Resampling probability of UniformRR, :math:`\lambda = K/(e^\varepsilon+K-1)`.
 
-    Redrawing a label uniformly with probability :math:`\lambda` keeps it with
-    probability :math:`1 - \lambda + \lambda/K = e^\varepsilon/(e^\varepsilon + K - 1)`,
-    the keep-probability of K-ary randomized response
-    (:func:`ldpfda.privacy.rr_keep_probability`). It is :func:`resampling_probability`
-    with :math:`q_{\min} = 1/K`. ``epsilon = inf`` gives 0. Inverse of
+    The label is kept with probability :math:`e^\varepsilon/(e^\varepsilon + K - 1)`,
+    as in K-ary randomized response; :func:`resampling_probability` at
+    :math:`q_{\min} = 1/K`. ``epsilon = inf`` gives 0. Inverse of
     :func:`uniform_rr_epsilon`.
 
     References

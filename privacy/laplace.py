@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.privacy.base import Mechanism
+from ldpfda.privacy.base import Mechanism, check_vectors
 from ldpfda.privacy.random import RandomLike, as_source, uniform
 
 __all__ = ["LaplaceMechanism", "laplace_epsilon", "laplace_scale"]
@@ -33,8 +33,7 @@ def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
 
 
 def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
-    r"""Epsilon of a Laplace release with scale ``b``:
-    :math:`\varepsilon = \Delta_1 / b`.
+    r"""Epsilon :math:`\varepsilon = \Delta_1 / b` of a Laplace release of scale b.
 
     ``scale = 0`` gives ``inf``. Inverse of :func:`laplace_scale`.
     """
@@ -46,53 +45,25 @@ def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
 class LaplaceMechanism(Mechanism):
     r"""Laplace noise on vectors in :math:`[\mathrm{lower}, \mathrm{upper}]^p`.
 
-    Each client releases :math:`z = x + (b\,\xi_1, \dots, b\,\xi_p)` with i.i.d.
-    standard Laplace :math:`\xi_k`. Two inputs in the box differ by at most
-    :math:`\Delta_1 = p(\mathrm{upper} - \mathrm{lower})` in L1 norm, so
-    :math:`b = p(\mathrm{upper}-\mathrm{lower})/\varepsilon` makes the whole vector
-    epsilon-LDP; equivalently, every coordinate spends :math:`\varepsilon/p`. Inputs are
-    clipped to the box first, so values outside it cannot break the guarantee.
+    A client releases :math:`z = x + b\,\xi` with i.i.d. standard Laplace
+    :math:`\xi_k` and :math:`b = \Delta_1/\varepsilon`,
+    :math:`\Delta_1 = p(\mathrm{upper}-\mathrm{lower})` (each coordinate spends
+    :math:`\varepsilon/p`); the box is fixed before any data is seen and inputs are
+    clipped to it. Unbiased in the box, variance :math:`2b^2` per entry.
 
-    The release is unbiased for inputs in the box, with variance :math:`2b^2` per entry.
-
-    **Floating-point safety.** Sampling :math:`x + b\xi` in floating point leaks
-    :math:`x` through the low-order bits of the output (Mironov 2012): the set of
-    reachable doubles depends on :math:`x`. The default ``sampler="discrete"`` releases
-    instead grid points :math:`\ell + \gamma\,\mathrm{clip}(\mathrm{round}((x-\ell)/
-    \gamma) + k, -K, G + K)` on the grid :math:`\gamma = (\mathrm{upper}-\ell)/G`,
-    :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with :math:`k` from the discrete
-    Laplace law :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`. The output set
-    is the same fixed range of grid points for every input, so no bit of the output
-    carries information beyond the law itself. Inputs on the grid differ by at most
-    :math:`\Delta_1/\gamma` steps, so the exact law has the ratio :math:`e^{\Delta_1/b}`
-    as in the continuous case (the clamp is post-processing).
-
-    The sampler is a finite-precision inversion, so it is checked, not assumed, to
-    reproduce the law: :math:`k` is drawn from three 53-bit uniforms (zero or sign;
-    :math:`|k| - 1 = qQ + R` with :math:`Q` geometric of ratio :math:`a^q` and :math:`R`
-    truncated geometric on :math:`\{0..q-1\}`, :math:`q \approx b/(8\gamma)`). ``K`` is
-    set so that, from every input, the tail beyond the clamp keeps mass
-    :math:`\ge 2^{-30}`, so each released atom of :math:`Q` has probability at least
-    :math:`(1 - a^q)2^{-30} \ge 2^{-34}` (and those of the other stages far more): every
-    atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform cells, so it is
-    reached and its probability is exact to a relative error below :math:`2^{-17}`,
-    which adds at most :math:`2^{-16}` to the epsilon of each coordinate. That slack
-    (:math:`p\,2^{-16}`) is taken out of the
-    budget, so the release is epsilon-LDP as stated. This needs a per-coordinate epsilon
-    below about 19; beyond that use ``sampler="continuous"``. The clamp moves a tail of
-    mass below :math:`2^{-30}e^{\varepsilon/p}` onto the range ends. The naive
-    ``sampler="continuous"`` is kept for comparison.
-
-    Parameters
-    ----------
-    epsilon : float
-        Total epsilon of one vector release, in (0, inf].
-    dimension : int
-        Length p of each client's vector.
-    lower, upper : float
-        The box, fixed before any private data is seen.
-    sampler : {"discrete", "continuous"}
-        Floating-point-safe discrete sampler (default) or the naive continuous one.
+    ``sampler="discrete"`` (default) avoids the floating-point leak of :math:`x + b\xi`
+    (Mironov 2012): it releases the grid points :math:`\ell + \gamma\,\mathrm{clip}(
+    \mathrm{round}((x-\ell)/\gamma) + k, -K, G + K)`, :math:`\gamma =
+    (\mathrm{upper}-\ell)/G`, :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with
+    :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`: the same output set for
+    every input and the density ratio :math:`e^{\Delta_1/b}` (the clamp is
+    post-processing). :math:`k` is drawn by inversion of three uniforms (see
+    ``_discrete``); K keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every
+    input, so every atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform
+    cells and its probability is exact to a relative error below :math:`2^{-17}`; the
+    slack :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP.
+    This needs a per-coordinate epsilon below about 19 (else ``sampler="continuous"``,
+    the naive sampler, kept for comparison).
 
     References
     ----------
@@ -107,8 +78,6 @@ class LaplaceMechanism(Mechanism):
 
     #: Grid steps per box width of the discrete sampler (a power of two).
     GRID_STEPS = 2**21
-    #: Smallest tail mass, from the worst input, left at the clamp (see the notes).
-    TAIL = 2.0**-30
     #: Epsilon slack of the discrete sampler per coordinate (see the class notes).
     SLACK_PER_COORDINATE = 2.0**-16
 
@@ -169,20 +138,10 @@ class LaplaceMechanism(Mechanism):
             "sampler": self.sampler,
         }
 
-    def _check_values(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = np.asarray(values, dtype=float)
-        if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise ValueError(
-                f"values must have shape (n_clients, {self.dimension}), got {x.shape}"
-            )
-        if not np.all(np.isfinite(x)):
-            raise ValueError("values contain NaN or infinite entries")
-        return x
-
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
     ) -> NDArray[np.float64]:
-        x = np.clip(self._check_values(values), self.lower, self.upper)
+        x = np.clip(check_vectors(values, self.dimension), self.lower, self.upper)
         if not self.is_private:
             return x
         rng = as_source(rng)
@@ -205,16 +164,13 @@ class LaplaceMechanism(Mechanism):
 
     @property
     def clamp_steps(self) -> int:
-        """K: released grid indices lie in [-K, G + K].
-
-        The largest distance from an input to the clamp is ``G + K`` steps; the tail of
-        the noise beyond it must keep mass >= 2^-30, i.e. ``(G + K)/t <= 30 ln 2``.
-        """
+        """K: released grid indices lie in [-K, G + K], with (G + K)/t <= 30 ln 2."""
         return math.floor(30 * math.log(2) * self.steps_per_scale) - self.GRID_STEPS
 
     def _discrete(
         self, x: NDArray[np.float64], u0: NDArray[np.float64], rng: RandomLike
     ) -> NDArray[np.float64]:
+        """k from three uniforms; |k| - 1 = qQ + R in two geometric stages."""
         t = self.steps_per_scale
         q = self.block
         a = math.exp(-1.0 / t)
@@ -239,7 +195,7 @@ class LaplaceMechanism(Mechanism):
         return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = self._check_values(values)
+        x = check_vectors(values, self.dimension)
         inside = np.clip(x, self.lower, self.upper)
         if self.sampler == "discrete" and self.is_private:
             steps = np.round((inside - self.lower) / self.grid_step)
@@ -248,19 +204,15 @@ class LaplaceMechanism(Mechanism):
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         """Per-entry variance (the discrete law's, ignoring the 2^-30 clamped tail)."""
-        shape = self._check_values(values).shape
+        shape = check_vectors(values, self.dimension).shape
         if self.sampler == "continuous" or not self.is_private:
             return np.full(shape, 2.0 * self.scale**2)
         a = math.exp(-1.0 / self.steps_per_scale)
         return np.full(shape, self.grid_step**2 * 2.0 * a / (1.0 - a) ** 2)
 
     def output_range(self) -> tuple[float, float]:
-        """Every release lies in this range (per coordinate).
-
-        Discrete sampler: the clamp, ``[lower - K gamma, upper + K gamma]``. Continuous
-        sampler: the largest noise an inverse-CDF draw from a 53-bit uniform can give,
-        ``b ln 2^53``, around the box. No noise: the box.
-        """
+        """Range of every released coordinate: the clamp (discrete), the box widened
+        by ``b ln 2^53`` (continuous: the largest inverse-CDF draw), or the box."""
         if not self.is_private:
             return self.lower, self.upper
         if self.sampler == "discrete":
@@ -268,8 +220,3 @@ class LaplaceMechanism(Mechanism):
         else:
             reach = self.scale * 53 * math.log(2.0)
         return self.lower - reach, self.upper + reach
-
-    def log_density_ratio_bound(self) -> float:
-        """Largest log ratio of output densities over neighbouring inputs
-        (= epsilon)."""
-        return self.sensitivity / self.scale if self.scale > 0 else math.inf

@@ -33,19 +33,10 @@ class LedgerEntry:
 class PrivacyLedger:
     """Records every release of a set of clients and refuses any that would overspend.
 
-    Under basic sequential composition a client's total epsilon is the sum of the
-    epsilons of everything it released. The ledger keeps one running total per client;
-    a charge that would push any of the named clients over ``budget`` raises
-    :class:`~ldpfda.BudgetExceededError` and charges nobody, so nothing recorded before
-    is lost. A Flower client holds a ledger over its own single id; the in-process
-    engine holds one over all its clients. There is no global accountant.
-
-    Parameters
-    ----------
-    budget : float
-        Each client's total epsilon, in (0, inf].
-    client_ids : array-like of int
-        The clients this ledger accounts for.
+    Under sequential composition a client's epsilon is the sum of its releases'. A
+    charge that would push any named client over ``budget`` (each client's total)
+    raises :class:`~ldpfda.BudgetExceededError` and charges nobody. A Flower client
+    holds a ledger over its own id, the in-process engine one over all its clients.
     """
 
     def __init__(self, *, budget: float, client_ids: ArrayLike) -> None:
@@ -91,12 +82,8 @@ class PrivacyLedger:
         self.charge_all([event], client_ids)
 
     def charge_all(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
-        """Record several releases of the same clients atomically.
-
-        Either every event is charged to every client, or (if any client could not
-        afford their sum) nothing is charged and :class:`~ldpfda.BudgetExceededError`
-        is raised.
-        """
+        """Record several releases of the same clients atomically: all, or (raising
+        :class:`~ldpfda.BudgetExceededError`) none."""
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         if _has_duplicates(np.sort(ids)):
             raise ValueError(
@@ -122,12 +109,8 @@ class PrivacyLedger:
             self.entries.append(LedgerEntry(event, ids.copy()))
 
     def restore(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
-        """Record releases that already happened (a stored ledger read back).
-
-        No budget check: they were charged when they were made. A ledger that holds
-        more than its budget (say, its budget was lowered since) refuses every
-        further charge.
-        """
+        """Record releases that already happened (a stored ledger read back), with no
+        budget check; a ledger then over its budget refuses every further charge."""
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         index = self._index(ids)
         for event in events:
@@ -142,12 +125,8 @@ class PrivacyLedger:
         """Total epsilon spent by every client, in ``client_ids`` order."""
         return self._spent.copy()
 
-    def remaining(self, client_id: int) -> float:
-        return self.budget - self.spent(client_id)
-
     def summary(self) -> dict[str, object]:
-        """Totals for a run report: budget, spent (max/min/mean), and releases by
-        kind."""
+        """Totals for a run report: budget, spent (max/min/mean), releases by kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
             item = releases.setdefault(

@@ -1,47 +1,34 @@
 r"""Peer-to-peer cluster randomized response for binary labels (Algorithm 2).
 
-Every user :math:`i` first randomises her own bit with binary randomized response at
-``local_epsilon`` :math:`\varepsilon_0` (keep probability
-:math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`), giving :math:`\tilde y_i`. She
-then asks one user :math:`J_i` drawn uniformly, with replacement, from her own cluster
-(possibly herself) for his noisy bit and forwards :math:`z_i = \tilde y_{J_i}` to the
-learner. No server sees a true label; :func:`peer_to_peer_rr` runs all users at once.
+User :math:`i` randomises her bit with binary randomized response at
+:math:`\varepsilon_0` (keep probability
+:math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`), asks a user :math:`J_i` drawn
+uniformly with replacement from her cluster for his noisy bit and forwards
+:math:`z_i = \tilde y_{J_i}`; :func:`peer_to_peer_rr` runs all users at once. Toward
+another user the guarantee is :math:`\varepsilon_0`.
 
-**Guarantee toward the learner** (who sees :math:`(x_i, z_i)` for every user, not the
-:math:`J_i`). Fix a cluster of size :math:`s` and let :math:`m = \sum_{i \in c}\tilde
-y_i`. Given the noisy bits, the :math:`z_i` of the cluster are i.i.d. Bernoulli
-:math:`(m/s)`, so the cluster's output is a post-processing of :math:`m` alone: the
-mechanism is no less private than releasing :math:`m`, the count of the shuffled
-randomized bits. Changing user :math:`k`'s label changes only her cluster's output; with
+**Toward the learner** (who sees every :math:`(x_i, z_i)`, not the :math:`J_i`): given
+the noisy bits, a cluster's :math:`z_i` are i.i.d. Bernoulli :math:`(m/s)`, a
+post-processing of the count :math:`m` of noisy ones in the cluster of size s. With
 :math:`a` of the other :math:`s-1` users holding label 1,
 
 .. math:: R_a = \mathrm{Bin}(a, p) * \mathrm{Bin}(s-1-a, 1-p), \quad
           P_1(m) = p R_a(m-1) + (1-p) R_a(m), \quad
           P_0(m) = (1-p) R_a(m-1) + p R_a(m)
 
-are the laws of :math:`m` when :math:`y_k = 1` and :math:`y_k = 0`. The mechanism is
-:math:`(\varepsilon, \delta)`-label-DP for the smallest :math:`\varepsilon` with
-:math:`\sup_S P(S) - e^\varepsilon Q(S) \le \delta` for both orders of
-:math:`(P_1, P_0)` and every :math:`a`. The supremum over sets is attained by the sets
-of largest privacy loss :math:`\log P(m)/Q(m)`, so with the outcomes sorted by that
-loss and prefix sums :math:`P_{(j)}, Q_{(j)}`,
+are the laws of :math:`m` for :math:`y_k = 1, 0`. With outcomes sorted by privacy loss
+:math:`\log P(m)/Q(m)` and prefix sums :math:`P_{(j)}, Q_{(j)}`, the smallest epsilon
+with :math:`\sup_S P(S) - e^\varepsilon Q(S) \le \delta` is
 
 .. math:: \varepsilon_a(\delta) = \max\Bigl(0, \max_{j: P_{(j)} > \delta}
           \log\frac{P_{(j)} - \delta}{Q_{(j)}}\Bigr),
 
-computed exactly (FFT convolution of the binomial laws, every :math:`a`; swapping the
-order equals replacing :math:`a` by :math:`s-1-a` after complementing all bits, so one
-order over all :math:`a` covers both). :func:`p2p_guarantee` reports
-:math:`\delta = 1/s^2` for the minimum cluster size :math:`s` and
-:math:`\varepsilon = \max_c \varepsilon(n_c, \delta)` over the cluster sizes (a user's
-label only affects her own cluster, so the worst cluster bounds everyone). It never
-exceeds :math:`\varepsilon_0` (post-processing of randomized response).
-
-This is an exact privacy profile of the count, hence a sound and tight-for-the-count
-bound for Algorithm 2; it replaces the asymptotic statement of the paper's Theorem 3
-(whose formula is not in the project's copy of the paper) by the exact number.
-Toward another user, who sees the noisy bit she requested, a user has the local
-guarantee :math:`\varepsilon_0`.
+computed exactly over every :math:`a` (FFT convolution; one order of
+:math:`(P_1, P_0)` suffices by complementing all bits). :func:`p2p_guarantee` reports
+:math:`\delta = 1/s^2` for the smallest cluster and the worst :math:`\varepsilon` over
+cluster sizes, never above :math:`\varepsilon_0`. This exact profile of the count
+replaces the asymptotic statement of the paper's Theorem 3. Needs numpy and scipy only;
+re-exported by :mod:`ldpfda.labeldp.peer_to_peer`.
 
 References
 ----------
@@ -50,9 +37,6 @@ clustering", AISTATS 2022, Section 5. V. Feldman, A. McMillan, K. Talwar, "Hidin
 the clones: a simple and nearly optimal analysis of privacy amplification by shuffling",
 FOCS 2021. B. Balle, J. Bell, A. Gascon, K. Nissim, "The privacy blanket of the shuffle
 model", CRYPTO 2019.
-
-The module needs numpy and scipy only, so a client can check the guarantee it is told;
-the names stay importable from :mod:`ldpfda.labeldp.peer_to_peer`.
 """
 
 from __future__ import annotations
@@ -115,10 +99,7 @@ def hockey_stick_epsilon(
 ) -> NDArray[np.float64]:
     r"""Smallest epsilon with :math:`P(S) \le e^\varepsilon Q(S) + \delta` for all S.
 
-    The inequality must hold for every set :math:`S` of outcomes.
-
-    Row-wise over discrete laws ``p``, ``q`` of shape (rows, outcomes), by the sorted
-    prefix formula of the module docstring.
+    Row-wise over discrete laws of shape (rows, outcomes), by the module's formula.
     """
     pa = np.atleast_2d(np.asarray(p, dtype=float))
     qa = np.atleast_2d(np.asarray(q, dtype=float))
@@ -224,19 +205,11 @@ def peer_to_peer_rr(
     rng: np.random.Generator | int | None = None,
     account: bool = True,
 ) -> PeerToPeerRelease:
-    r"""Run Algorithm 2 for every user at once.
+    r"""Run Algorithm 2 for every user at once; ``clusters`` are public.
 
-    Parameters
-    ----------
-    labels : array-like of {0, 1}, shape (n,)
-    clusters : array-like of int, shape (n,)
-        Every user's cluster (public).
-    local_epsilon : float
-        :math:`\varepsilon_0` of each user's randomized response, in (0, inf).
-    rng : Generator, int or None
-    account : bool
-        Compute the exact :math:`(\varepsilon, \delta)` (:func:`p2p_guarantee`); with
-        False the event carries ``local_epsilon``, which always holds.
+    ``account=True`` computes the exact :math:`(\varepsilon, \delta)`
+    (:func:`p2p_guarantee`); with False the event carries ``local_epsilon``, which
+    always holds.
     """
     y = check_binary_labels(labels)
     c = np.asarray(clusters)

@@ -1,16 +1,10 @@
-"""Randomness for ldpfda: one helper for generators and keyed per-client streams.
+"""Randomness: numpy Generators for the server and data, keyed streams for clients.
 
-Two kinds of randomness are used:
-
-* Server-side and data-generation randomness is an ordinary
-  :class:`numpy.random.Generator`, normalised by :func:`as_generator`.
-* Every client's privatization noise comes from its own stream, keyed by
-  ``(run seed, client id)``. The stream is the counter-based Philox4x32-10 generator
-  (Salmon et al. 2011, the family numpy's ``Philox`` belongs to), evaluated with numpy
-  over many keys at once. A client's numbers therefore depend only on the run seed, its
-  id and how many numbers it has already drawn for a given purpose, not on the batch it
-  is processed in or on the order of clients; and a million clients cost a few vector
-  operations instead of a million generator constructions (about 10 us each).
+Server-side and data-generation randomness is a :class:`numpy.random.Generator`
+(:func:`as_generator`). A client's privatization noise comes from its own
+counter-based Philox4x32-10 stream keyed by ``(run seed, client id)`` and evaluated with
+numpy over many keys at once, so its numbers depend only on the seed, its id and how
+many it has drawn for a purpose, not on the batch or the order of clients.
 
 References
 ----------
@@ -72,13 +66,9 @@ def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
 
 
 def run_seed(random_state: np.random.Generator | int | None) -> int:
-    """The seed of a run from a scikit-learn style ``random_state``.
-
-    ``None`` draws 62 bits of fresh OS entropy: noise keyed by a seed that the server
-    (or anyone) knows protects nothing, so only a caller who asks for reproducible
-    noise, in simulation, gets it. An int is that seed (>= 0); a Generator gives one
-    draw.
-    """
+    """The seed of a run from a scikit-learn style ``random_state`` (int >= 0 or one
+    Generator draw). ``None`` draws 62 bits of OS entropy: noise keyed by a seed anyone
+    knows protects nothing, so only a caller who asks for reproducibility gets it."""
     if random_state is None:
         return secrets.randbits(62)
     if isinstance(random_state, np.random.Generator):
@@ -96,8 +86,7 @@ def run_seed(random_state: np.random.Generator | int | None) -> int:
 
 
 def derive_seed(seed: int, *tags: int | str) -> int:
-    """Derive a 63-bit seed from ``seed`` and tags (ints or strings),
-    deterministically."""
+    """A 63-bit seed derived deterministically from ``seed`` and int or str tags."""
     words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
     for tag in tags:
         words.append(zlib.crc32(tag.encode()) if isinstance(tag, str) else int(tag))
@@ -106,19 +95,15 @@ def derive_seed(seed: int, *tags: int | str) -> int:
 
 
 def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
-    """Normalise ``rng`` once before several draws: an int seed becomes one Generator.
-
-    Call it at the top of anything that draws more than once, so that an int seed does
-    not restart the same stream at every draw.
-    """
+    """Normalise ``rng`` once before several draws, so an int seed becomes one
+    Generator instead of restarting the same stream at every draw."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng
     return as_generator(rng)
 
 
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
-    """Uniform draws in the open interval (0, 1) from any accepted source of
-    randomness."""
+    """Uniform draws in the open interval (0, 1) from any accepted source."""
     if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
         return rng.uniform(shape)
     generator = as_generator(rng)
@@ -137,11 +122,8 @@ def _splitmix64(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 
 def client_keys(seed: int, client_ids: ArrayLike) -> NDArray[np.uint64]:
-    """64-bit Philox keys for ``client_ids`` under run ``seed``.
-
-    The map is a bijection of the client id for a fixed seed, so two clients of one run
-    never share a key.
-    """
+    """64-bit Philox keys for ``client_ids`` under run ``seed`` (a bijection of the id,
+    so two clients of one run never share a key)."""
     ids = np.asarray(client_ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"client_ids must be integers, got dtype {ids.dtype}")
@@ -155,11 +137,8 @@ def philox4x32(
     counter: tuple[ArrayLike, ...],
     key: tuple[ArrayLike, ArrayLike],
 ) -> tuple[NDArray[np.uint64], ...]:
-    """Philox4x32-10 on arrays of 32-bit words held in uint64 (broadcasting).
-
-    ``counter`` is four arrays of words, ``key`` two; the four output words are
-    returned. Checked against the Random123 known-answer vectors in the tests.
-    """
+    """Philox4x32-10 on four counter and two key arrays of 32-bit words in uint64
+    (broadcasting); returns the four output words."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _MASK32 for c in counter)
     k0, k1 = (np.asarray(k, dtype=np.uint64) & _MASK32 for k in key)
     for round_index in range(10):
@@ -177,9 +156,8 @@ def philox4x32(
 class KeyedUniform:
     """Per-client uniform stream for one purpose; row ``i`` belongs to client ``i``.
 
-    Draw ``j`` of client ``i`` is a pure function of (run seed, client id, purpose, j).
-    Successive calls continue the stream (the draw counter advances), so a client that
-    is asked the same thing twice does not get the same noise twice.
+    Draw ``j`` of client ``i`` is a pure function of (run seed, client id, purpose, j);
+    successive calls continue the stream, so no noise is ever reused.
     """
 
     def __init__(self, keys: NDArray[np.uint64], purpose: str) -> None:
@@ -187,7 +165,6 @@ class KeyedUniform:
         self._k1 = (keys >> np.uint64(32))[:, None]
         self._purpose = np.uint64(zlib.crc32(purpose.encode()))
         self._offset = 0
-        self.purpose = purpose
 
     @property
     def n_clients(self) -> int:
@@ -226,15 +203,8 @@ class KeyedUniform:
 
 
 class ClientStreams:
-    """The keyed streams of a set of clients under one run seed.
-
-    Parameters
-    ----------
-    seed : int
-        The run seed.
-    client_ids : array-like of int
-        Stable client identities (partition ids in simulation, configured ids on hosts).
-    """
+    """The keyed streams of a set of clients (stable ids: partition ids in simulation,
+    configured ids on hosts) under one run seed."""
 
     def __init__(self, seed: int, client_ids: ArrayLike) -> None:
         self.seed = int(seed)

@@ -26,8 +26,7 @@ def rr_keep_probability(*, epsilon: float, n_categories: int = 2) -> float:
 
     .. math:: q = \frac{e^\varepsilon}{e^\varepsilon + K - 1}
 
-    (:math:`q = e^\varepsilon / (1 + e^\varepsilon)` for a bit). ``epsilon = inf``
-    gives 1. Inverse of :func:`rr_epsilon`.
+    ``epsilon = inf`` gives 1. Inverse of :func:`rr_epsilon`.
 
     References
     ----------
@@ -60,12 +59,10 @@ class KaryRandomizedResponse(Mechanism):
     r"""K-ary randomized response on categories :math:`\{0, \dots, K-1\}`.
 
     A client keeps its category with probability
-    :math:`q = e^\varepsilon/(e^\varepsilon+K-1)` and otherwise reports one of the
-    other :math:`K-1` categories uniformly. The ratio of the probabilities of any
-    output under two inputs is at most :math:`q / ((1-q)/(K-1)) = e^\varepsilon`.
-
-    :meth:`bias` and :meth:`variance` describe the reported one-hot indicator;
-    :meth:`debias_frequencies` inverts the transition matrix to estimate frequencies.
+    :math:`q = e^\varepsilon/(e^\varepsilon+K-1)`, else reports one of the other
+    :math:`K-1` uniformly: output ratios are at most
+    :math:`q / ((1-q)/(K-1)) = e^\varepsilon`. :meth:`bias` and :meth:`variance` refer
+    to the reported one-hot indicator.
 
     References
     ----------
@@ -138,19 +135,17 @@ class KaryRandomizedResponse(Mechanism):
         return p * (1.0 - p)
 
     def debias_frequencies(self, reported: ArrayLike) -> NDArray[np.float64]:
-        """Unbiased estimate of the true category frequencies from reported
-        frequencies."""
+        """Unbiased estimate of the true category frequencies from reported ones."""
         f = np.asarray(reported, dtype=float)
         return np.linalg.solve(self.transition_matrix().T, f)
 
 
 class BinaryRandomizedResponse(KaryRandomizedResponse):
-    r"""Randomized response on a bit: report the truth with
+    r"""Randomized response on a bit, kept with probability
     :math:`q = e^\varepsilon/(1+e^\varepsilon)`.
 
-    Output bias :math:`(1-q)(1-2y)`, variance :math:`q(1-q)`. The mean of reported bits
-    :math:`\bar o` estimates the true mean :math:`\mu` without bias as
-    :math:`(\bar o + q - 1)/(2q - 1)` (:meth:`debias_mean`).
+    Output bias :math:`(1-q)(1-2y)`, variance :math:`q(1-q)`; :meth:`debias_mean`
+    estimates the true mean as :math:`(\bar o + q - 1)/(2q - 1)`.
 
     References
     ----------
@@ -179,22 +174,9 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
         q = self.keep_probability
         return (np.asarray(reported_mean, dtype=float) + q - 1.0) / (2.0 * q - 1.0)
 
-    def mean_estimator_variance(self, true_mean: ArrayLike, n: ArrayLike) -> NDArray:
-        """Variance of :meth:`debias_mean` over ``n`` independent reports."""
-        q = self.keep_probability
-        mu = np.asarray(true_mean, dtype=float)
-        p_one = (2.0 * q - 1.0) * mu + 1.0 - q
-        return (
-            p_one * (1.0 - p_one) / (np.asarray(n, dtype=float) * (2.0 * q - 1.0) ** 2)
-        )
-
 
 class FeedbackBit(BinaryRandomizedResponse):
-    """Randomized-response release of an evaluation client's feedback bit.
-
-    The bit is ``1{model wrong on my true label}``; an evaluation client spends its
-    whole epsilon on it. Statistically identical to :class:`BinaryRandomizedResponse`;
-    the separate name keeps the release visible in a client's ledger.
-    """
+    """Randomized response on an evaluation client's bit ``1{model wrong on my label}``,
+    at its whole epsilon; named apart so the release shows in the client's ledger."""
 
     name = "feedback_bit"

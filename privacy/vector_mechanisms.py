@@ -1,45 +1,22 @@
-r"""Mechanisms for whole vectors in :math:`[-1, 1]^p` released at once.
+r"""Mechanisms that release a whole vector in :math:`[-1, 1]^p` at the whole budget.
 
-The reference protocol releases every coordinate with its own Laplace noise and an even
-share of the budget, so the noise variance of each coordinate grows like
-:math:`p^2/\varepsilon^2`. The mechanisms here spend the whole budget on the vector and
-do better:
-
-* :class:`DuchiMechanism` -- the multidimensional mechanism of Duchi, Jordan and
-  Wainwright: the output is a corner of the cube :math:`\{-B, B\}^p`, variance
-  :math:`O(p/\varepsilon^2)` per coordinate;
-* :class:`PiecewiseMechanism` and :class:`HybridMechanism` -- the mechanisms of Wang et
-  al. (ICDE 2019) with dimension sampling: each client reports :math:`k` randomly chosen
-  coordinates, each with :math:`\varepsilon/k`, scaled by :math:`p/k`.
-
-All three are unbiased on :math:`[-1, 1]^p` (inputs outside the box are clipped first,
-which :meth:`~ldpfda.privacy.Mechanism.bias` reports), draw all their randomness through
-:func:`ldpfda.privacy.random.uniform` (so keyed per-client streams apply), and a fixed
-number of uniforms per client whatever its data. :func:`product_moments` describes the
-second moments of a release, which a learner needs to estimate :math:`E[xx^\top]` from
-released vectors.
-
-**Floating point.** A continuous law sampled in floating point leaks its input through
-the set of reachable doubles (Mironov 2012). Duchi et al.'s outputs, and those of the
-Duchi part of the hybrid mechanism, take data-independent values (:math:`\pm B`).
-Piecewise outputs are snapped to a fixed grid of :math:`2^{20}` cells on :math:`[-C, C]`
-(post-processing), and the sampler's rounding error is charged to the budget (see
-``coordinate_epsilon`` of the sampled-coordinate mechanisms), so no low-order bit
-carries information and the stated epsilon holds.
-
-References
-----------
-J. C. Duchi, M. I. Jordan, M. J. Wainwright, "Minimax optimal procedures for locally
-private estimation", JASA 113(521), 2018.
-N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu, "Collecting and
-analyzing multidimensional data with local differential privacy", ICDE 2019.
-I. Mironov, "On significance of the least significant bits for differential privacy",
-CCS 2012.
+Per-coordinate Laplace noise with an even budget share has variance
+:math:`O(p^2/\varepsilon^2)` per coordinate; :class:`DuchiMechanism` (outputs in
+:math:`\{\pm B\}^p`) has :math:`O(p/\varepsilon^2)`, and :class:`PiecewiseMechanism` and
+:class:`HybridMechanism` report k sampled coordinates at :math:`\varepsilon/k` each. All
+are unbiased on the box (inputs outside are clipped first), draw a fixed number of
+uniforms per client through :func:`ldpfda.privacy.random.uniform`, and output no
+input-dependent low-order bits (I. Mironov, "On significance of the least significant
+bits for differential privacy", CCS 2012): Duchi outputs are :math:`\pm B`, piecewise
+outputs are snapped to a fixed grid, the sampler's rounding charged to the budget.
+:func:`product_moments` gives the second moments a learner needs to estimate
+:math:`E[xx^\top]`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_epsilon, check_int, check_real
-from ldpfda.privacy.base import Mechanism
+from ldpfda.privacy.base import Mechanism, check_vectors
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.random import RandomLike, uniform
 
@@ -88,18 +65,8 @@ EPSILON_STAR = math.log(
 )
 
 
-# --------------------------------------------------------------------------------------
-# Duchi et al.'s multidimensional mechanism
-# --------------------------------------------------------------------------------------
-
-
 def _duchi_counts(dimension: int) -> tuple[int, int, int]:
-    r"""(:math:`n_+`, :math:`n_0`, :math:`A_p`) of the sign patterns of dimension p.
-
-    :math:`n_+` patterns :math:`r \in \{\pm1\}^p` have :math:`\sum r > 0` (as many have
-    :math:`\sum r < 0`), :math:`n_0 = \binom{p}{p/2}` have :math:`\sum r = 0` (p even),
-    and :math:`A_p = \binom{p-1}{\lfloor p/2 \rfloor}`.
-    """
+    """(n_+, n_0, A_p) of the sign patterns of dimension p (see duchi_bound)."""
     p = dimension
     n_zero = math.comb(p, p // 2) if p % 2 == 0 else 0
     return (2**p - n_zero) // 2, n_zero, math.comb(p - 1, p // 2)
@@ -112,15 +79,12 @@ def duchi_bound(*, epsilon: float, dimension: int) -> float:
         B = \frac{2^p + (e^\varepsilon - 1)\, n_+}{(e^\varepsilon - 1)\, A_p},
         \qquad n_+ = \tfrac12\big(2^p - n_0\big),\;
         n_0 = \binom{p}{p/2}\,[p \text{ even}],\;
-        A_p = \binom{p-1}{\lfloor p/2 \rfloor}.
+        A_p = \binom{p-1}{\lfloor p/2 \rfloor},
 
-    For odd p this is Duchi et al.'s
-    :math:`B = \frac{e^\varepsilon+1}{e^\varepsilon-1}\,2^{p-1}/\binom{p-1}{(p-1)/2}`;
-    for p = 1 it is :math:`(e^\varepsilon+1)/(e^\varepsilon-1)`. For even p the
-    formula accounts for the ties :math:`\sum r = 0` as :class:`DuchiMechanism` treats
-    them (weight 1, so the mechanism is exactly epsilon-LDP). ``epsilon = inf`` gives
-    the limit :math:`n_+/A_p`; the mechanism itself then releases its input unchanged.
-    Inverse of :func:`duchi_epsilon`.
+    :math:`n_+` (:math:`n_0`) counting the sign patterns :math:`r \in \{\pm1\}^p` with
+    :math:`\sum r > 0` (:math:`= 0`): Duchi et al.'s B for odd p, with the ties of even
+    p at weight 1. ``epsilon = inf`` gives :math:`n_+/A_p`. Inverse of
+    :func:`duchi_epsilon`.
 
     References
     ----------
@@ -149,18 +113,12 @@ def duchi_epsilon(*, bound: float, dimension: int) -> float:
     return math.inf if excess <= 0 else math.log1p(2.0**p / excess)
 
 
-# --------------------------------------------------------------------------------------
-# Piecewise and hybrid mechanisms
-# --------------------------------------------------------------------------------------
-
-
 def piecewise_bound(*, epsilon: float) -> float:
     r"""Output bound C of the one-dimensional piecewise mechanism at ``epsilon``.
 
     .. math:: C = \frac{e^{\varepsilon/2} + 1}{e^{\varepsilon/2} - 1}
 
-    Outputs lie in :math:`[-C, C]`. ``epsilon = inf`` gives 1. Inverse of
-    :func:`piecewise_epsilon`.
+    ``epsilon = inf`` gives 1. Inverse of :func:`piecewise_epsilon`.
 
     References
     ----------
@@ -191,8 +149,7 @@ def hybrid_piecewise_probability(*, epsilon: float) -> float:
               0 & \varepsilon \le \varepsilon^* \end{cases},
               \qquad \varepsilon^* \approx 0.61,
 
-    the choice that minimises the worst-case variance (Wang et al. 2019, Lemma 4). The
-    map is not one-to-one below :math:`\varepsilon^*`, so it has no inverse.
+    which minimises the worst-case variance (Wang et al. 2019, Lemma 4); no inverse.
     """
     epsilon = check_epsilon(epsilon)
     if epsilon <= EPSILON_STAR:
@@ -201,11 +158,10 @@ def hybrid_piecewise_probability(*, epsilon: float) -> float:
 
 
 def sampled_dimensions(*, epsilon: float, dimension: int) -> int:
-    r"""Coordinates a client reports under Wang et al.'s dimension sampling.
+    r"""Coordinates k a client reports under Wang et al.'s dimension sampling.
 
     .. math:: k = \max\big(1, \min(p, \lfloor \varepsilon / 2.5 \rfloor)\big)
-
-    ``epsilon = inf`` gives p.
+              \quad (p \text{ for } \varepsilon = \infty)
 
     References
     ----------
@@ -218,32 +174,18 @@ def sampled_dimensions(*, epsilon: float, dimension: int) -> int:
     return max(1, min(p, math.floor(epsilon / 2.5)))
 
 
-# --------------------------------------------------------------------------------------
-# Second moments of a release
-# --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ProductMoments:
-    r"""How the second moments of a release depend on the input.
-
-    For a release :math:`z` of :math:`x \in [-1, 1]^p`,
+    r"""How the second moments of a release z of :math:`x \in [-1, 1]^p` depend on x.
 
     .. math::
         E[z_i z_j \mid x] = a_{ij}\, x_i x_j \;(i \ne j), \qquad
         E[z_j^2 \mid x] = c_j + s_j x_j^2 .
 
-    An entry with :math:`a_{ij} = 0` (or :math:`s_j = 0`) cannot be learned from the
-    releases; :meth:`second_moment` marks it as not identified. (For Duchi et al.'s
-    mechanism :math:`s_j = 0`, and :math:`a_{ij} = 0` when p is odd; with dimension
-    sampling of one coordinate :math:`a_{ij} = 0`.)
-
-    Attributes
-    ----------
-    offdiagonal : ndarray of shape (p, p)
-        :math:`a_{ij}` (the diagonal is ignored).
-    offset, slope : ndarray of shape (p,)
-        :math:`c_j` and :math:`s_j`.
+    ``offdiagonal`` is :math:`a_{ij}` (diagonal ignored), ``offset`` :math:`c_j`,
+    ``slope`` :math:`s_j`. Entries with :math:`a_{ij} = 0` or :math:`s_j = 0` (Duchi:
+    :math:`s_j = 0`, and :math:`a_{ij} = 0` for odd p; one sampled coordinate:
+    :math:`a_{ij} = 0`) are not identified by the releases.
     """
 
     offdiagonal: NDArray[np.float64]
@@ -266,10 +208,9 @@ class ProductMoments:
         r"""Unbiased estimate of :math:`E[xx^\top]` from releases, where identified.
 
         .. math:: \hat M_{ij} = \frac{\overline{z_i z_j}}{a_{ij}}, \qquad
-                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j}.
+                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j};
 
-        Entries that are not identified are returned as 0 together with the mask of
-        identified entries.
+        entries not identified are 0, and the mask of identified entries is returned.
         """
         z = np.asarray(released, dtype=float)
         if z.ndim != 2 or z.shape[1] != self.dimension:
@@ -289,24 +230,20 @@ class ProductMoments:
 def product_moments(mechanism: Mechanism) -> ProductMoments:
     """The :class:`ProductMoments` of a vector mechanism (including Laplace).
 
-    Laplace noise is additive and independent across coordinates, so
-    :math:`a_{ij} = 1`, :math:`s_j = 1` and :math:`c_j` is its variance (:math:`2b^2`
-    for the continuous law; the mechanism's own ``variance`` for its sampler).
+    Laplace noise is additive and independent, so :math:`a_{ij} = s_j = 1` and
+    :math:`c_j` is the sampler's variance.
     """
-    if isinstance(mechanism, _VectorMechanism):
-        return mechanism.product_moments()
+    if not isinstance(mechanism, _VectorMechanism | LaplaceMechanism):
+        raise TypeError(
+            f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
+        )
+    p = mechanism.dimension
+    if not mechanism.is_private:
+        return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
     if isinstance(mechanism, LaplaceMechanism):
-        p = mechanism.dimension
         noise = mechanism.variance(np.zeros((1, p)))[0]
         return ProductMoments(np.ones((p, p)), noise, np.ones(p))
-    raise TypeError(
-        f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
-    )
-
-
-# --------------------------------------------------------------------------------------
-# Mechanisms
-# --------------------------------------------------------------------------------------
+    return mechanism.product_moments()
 
 
 class _VectorMechanism(Mechanism):
@@ -316,27 +253,14 @@ class _VectorMechanism(Mechanism):
         super().__init__(epsilon=epsilon)
         self.dimension = check_int(dimension, "dimension", minimum=1)
 
-    def _check_values(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = np.asarray(values, dtype=float)
-        if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise ValueError(
-                f"values must have shape (n_clients, {self.dimension}), got {x.shape}"
-            )
-        if not np.all(np.isfinite(x)):
-            raise ValueError("values contain NaN or infinite entries")
-        return x
-
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         """Zero inside the box; inputs outside are clipped first."""
-        x = self._check_values(values)
+        x = check_vectors(values, self.dimension)
         return np.clip(x, -1.0, 1.0) - x
 
     def output_range(self) -> tuple[float, float]:
-        """Every release lies in this range (per coordinate), for validating replies.
-
-        The exact bound :meth:`output_bound` of the mechanism, widened by a relative
-        :data:`ROUNDING_SLACK` for floating-point rounding; ``[-1, 1]`` without noise.
-        """
+        """Range of every released coordinate: :meth:`output_bound`, widened by
+        :data:`ROUNDING_SLACK` (``[-1, 1]`` without noise)."""
         if not self.is_private:
             return -1.0, 1.0
         bound = self.output_bound() * (1.0 + ROUNDING_SLACK)
@@ -347,45 +271,30 @@ class _VectorMechanism(Mechanism):
         raise NotImplementedError
 
     def product_moments(self) -> ProductMoments:  # pragma: no cover - abstract
+        """The moments of a private release (see :func:`product_moments`)."""
         raise NotImplementedError
 
 
 class DuchiMechanism(_VectorMechanism):
     r"""Duchi et al.'s mechanism on :math:`[-1, 1]^p`; outputs in :math:`\{\pm B\}^p`.
 
-    A client with :math:`x` first draws signs :math:`v_j \in \{\pm 1\}` independently
-    with :math:`P(v_j = 1) = (1 + x_j)/2`, then a sign pattern :math:`r \in \{\pm1\}^p`
-    with
+    A client draws independent signs :math:`v_j` with :math:`P(v_j = 1) = (1 + x_j)/2`,
+    then a sign pattern :math:`r \in \{\pm1\}^p` with
 
     .. math:: P(r) = w(r)/N, \quad w(r) = \begin{cases} e^\varepsilon & \sum_j r_j > 0
               \\ 1 & \sum_j r_j \le 0 \end{cases}, \quad
               N = 2^p + (e^\varepsilon - 1)\, n_+,
 
-    and releases :math:`z = B\,(v \odot r)` with B from :func:`duchi_bound`. This is the
-    original's choice of the half-cube :math:`\{t : t^\top v > 0\}` with probability
-    proportional to :math:`e^\varepsilon` per point. For even p the ties
-    :math:`t^\top v = 0` get weight 1 per point; the variant that samples the two
-    half-cubes with probabilities :math:`e^\varepsilon/(e^\varepsilon+1)` and
-    :math:`1/(e^\varepsilon+1)` regardless of their sizes is *not* epsilon-LDP for even
-    p (its ratio is :math:`e^\varepsilon (n_+ + n_0)/n_+`).
+    and releases :math:`z = B\,(v \odot r)`, B from :func:`duchi_bound`. For even p the
+    ties :math:`\sum r = 0` get weight 1 (sampling the two half-cubes with probabilities
+    :math:`e^\varepsilon/(e^\varepsilon+1)` and :math:`1/(e^\varepsilon+1)` would give
+    the ratio :math:`e^\varepsilon (n_+ + n_0)/n_+`). :math:`P(z \mid x)` is a mixture
+    of weights in :math:`[1, e^\varepsilon]/N`: exactly epsilon-LDP.
 
-    **Privacy.** :math:`P(z \mid x) = \sum_v P(v \mid x)\, w(z/B \odot v)/N`, a mixture
-    of weights in :math:`[1, e^\varepsilon]/N`, so any two inputs give ratios at most
-    :math:`e^\varepsilon`, attained at opposite corners of the cube: exactly
-    epsilon-LDP.
-
-    **Moments.** :math:`E[z \mid x] = x` for :math:`x \in [-1, 1]^p` and
-    :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2`. For :math:`i \ne j`,
-    :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j` with
-    :math:`\rho = E[r_i r_j] = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)`, where
-    :math:`\pi_k` is the probability of k minus signs in r.
-
-    Parameters
-    ----------
-    epsilon : float
-        Epsilon of the whole vector, in (0, inf]; ``inf`` releases the input.
-    dimension : int
-        p.
+    :math:`E[z \mid x] = x`, :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2`, and for
+    :math:`i \ne j`, :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j` with
+    :math:`\rho = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)`, :math:`\pi_k` the
+    probability of k minus signs in r. ``epsilon = inf`` releases the input.
 
     References
     ----------
@@ -403,7 +312,6 @@ class DuchiMechanism(_VectorMechanism):
         return {"dimension": self.dimension, "bound": self.bound}
 
     def output_bound(self) -> float:
-        """B: every coordinate of a release is :math:`\\pm B`."""
         return self.bound
 
     def flip_count_probabilities(self) -> NDArray[np.float64]:
@@ -418,7 +326,7 @@ class DuchiMechanism(_VectorMechanism):
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
     ) -> NDArray[np.float64]:
-        x = np.clip(self._check_values(values), -1.0, 1.0)
+        x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return x
         n, p = x.shape
@@ -432,7 +340,7 @@ class DuchiMechanism(_VectorMechanism):
         return self.bound * v * r
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        x = np.clip(self._check_values(values), -1.0, 1.0)
+        x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return np.zeros_like(x)
         return self.bound**2 - x**2
@@ -452,8 +360,6 @@ class DuchiMechanism(_VectorMechanism):
 
     def product_moments(self) -> ProductMoments:
         p = self.dimension
-        if not self.is_private:
-            return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
         b2 = self.bound**2
         return ProductMoments(
             np.full((p, p), b2 * self.pair_correlation()), np.full(p, b2), np.zeros(p)
@@ -463,11 +369,12 @@ class DuchiMechanism(_VectorMechanism):
 class _SampledCoordinateMechanism(_VectorMechanism):
     r"""Dimension sampling around a one-dimensional mechanism (Wang et al., Alg. 4).
 
-    Each client draws a uniformly random set S of k coordinates, releases each
-    :math:`x_j, j \in S`, with the one-dimensional mechanism at :math:`\varepsilon/k`
-    and reports :math:`z_j = (p/k)\, y_j` for :math:`j \in S` and :math:`z_j = 0`
-    otherwise. S does not depend on the data, so by sequential composition the release
-    is epsilon-LDP, and :math:`E[z_j \mid x] = (k/p)(p/k)x_j = x_j`.
+    A client draws a uniformly random set S of ``n_sampled`` = k coordinates (default
+    :func:`sampled_dimensions`), releases each :math:`x_j, j \in S`, at
+    :math:`\epsilon' = \varepsilon/k` and reports :math:`z_j = (p/k)\, y_j` on S, 0
+    elsewhere: epsilon-LDP by composition, unbiased, with
+    :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
+    ``epsilon = inf`` releases the input.
     """
 
     #: Uniforms each client draws per coordinate for the one-dimensional mechanism.
@@ -497,10 +404,7 @@ class _SampledCoordinateMechanism(_VectorMechanism):
 
     @property
     def snap_slack(self) -> float:
-        r"""Epsilon charged per reported coordinate for the snapped sampler.
-
-        :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}`; see :attr:`coordinate_epsilon`.
-        """
+        r"""Slack :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}` per coordinate."""
         share = self.epsilon / self.n_sampled
         return (math.exp(min(share, 1400.0) / 2.0) + 1.0) * 2.0**-28
 
@@ -508,16 +412,11 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     def coordinate_epsilon(self) -> float:
         r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`.
 
-        Piecewise outputs are snapped to a grid of :attr:`SNAP_CELLS` cells on
-        :math:`[-C, C]` (post-processing of the exact mechanism), so no low-order bit of
-        a release depends on the input (Mironov 2012). Every cell has probability at
-        least :math:`2^{-20}/(e^{\varepsilon/2k}+1)`, i.e. owns at least
-        :math:`2^{32}/(e^{\varepsilon/2k}+1)` of the :math:`2^{52}` uniform cells, and a
-        few floating-point roundings move its boundaries by a few uniform cells, so the
-        sampler reproduces each cell's probability to a relative error below
-        :math:`s/2`, :math:`s = (e^{\varepsilon/2k}+1)2^{-28}` (:attr:`snap_slack`).
-        That adds at most :math:`s` to each coordinate's privacy loss, and :math:`s` is
-        taken out of its share, so the release stays epsilon-LDP.
+        Piecewise outputs are snapped to :attr:`SNAP_CELLS` cells on :math:`[-C, C]`
+        (post-processing). Each cell owns at least :math:`2^{32}/(e^{\varepsilon/2k}+1)`
+        of the :math:`2^{52}` uniform cells and roundings move its edges by a few, so
+        its probability is exact to a relative error below :math:`s/2`
+        (:attr:`snap_slack`); taking :math:`s` out of the share keeps epsilon-LDP.
         """
         return self.epsilon / self.n_sampled - self.snap_slack
 
@@ -529,11 +428,9 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     def parameters(self) -> dict[str, Any]:
         return {"dimension": self.dimension, "n_sampled": self.n_sampled}
 
-    # One-dimensional part, implemented by subclasses.
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
+        """The one-dimensional releases of t from the uniforms u."""
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
         """Variance of the one-dimensional release of t (before scaling)."""
@@ -546,7 +443,7 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
     ) -> NDArray[np.float64]:
-        x = np.clip(self._check_values(values), -1.0, 1.0)
+        x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return x
         n, p = x.shape
@@ -559,16 +456,13 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         return np.where(sampled, self.scale * y, 0.0)
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        r"""Per entry: :math:`\frac{p}{k}(\mathrm{Var}(y_j) + x_j^2) - x_j^2`."""
-        x = np.clip(self._check_values(values), -1.0, 1.0)
+        x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return np.zeros_like(x)
         return self.scale * (self.coordinate_variance(x) + x**2) - x**2
 
     def product_moments(self) -> ProductMoments:
         p, k = self.dimension, self.n_sampled
-        if not self.is_private:
-            return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
         both = k * (k - 1) / (p * (p - 1)) if p > 1 else 1.0
         c, s = self._coordinate_square_moments()
         return ProductMoments(
@@ -610,25 +504,11 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
     .. math:: \mathrm{Var}(y \mid t) = \frac{t^2}{e^{\epsilon'/2} - 1}
               + \frac{e^{\epsilon'/2} + 3}{3 (e^{\epsilon'/2} - 1)^2}.
 
-    **Vector.** :math:`k` coordinates (default :func:`sampled_dimensions`) are released
-    at :math:`\epsilon' = \varepsilon/k` and scaled by p/k, the rest are 0: exactly
-    epsilon-LDP and unbiased, with
-    :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
-
-    Parameters
-    ----------
-    epsilon : float
-        Epsilon of the whole vector, in (0, inf]; ``inf`` releases the input.
-    dimension : int
-        p.
-    n_sampled : int, optional
-        k in [1, p]; if None, Wang et al.'s
-        :math:`\max(1, \min(p, \lfloor\varepsilon/2.5\rfloor))`.
-
     References
     ----------
-    N. Wang et al., "Collecting and analyzing multidimensional data with local
-    differential privacy", ICDE 2019, Algorithms 2 and 4.
+    N. Wang, X. Xiao, Y. Yang, J. Zhao, S. C. Hui, H. Shin, J. Shin, G. Yu, "Collecting
+    and analyzing multidimensional data with local differential privacy", ICDE 2019,
+    Algorithms 2 and 4.
     """
 
     name = "piecewise"
@@ -643,9 +523,7 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
         """:math:`(p/k)\\,C`: a reported coordinate lies in :math:`[-C, C]`."""
         return self.scale * piecewise_bound(epsilon=self.coordinate_epsilon)
 
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         return _piecewise_release(t, self.coordinate_epsilon, u[..., 0], u[..., 1])
 
     def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
@@ -666,26 +544,12 @@ class HybridMechanism(_SampledCoordinateMechanism):
     otherwise Duchi's one-dimensional mechanism, which reports
     :math:`\pm B_1`, :math:`B_1 = (e^{\epsilon'}+1)/(e^{\epsilon'}-1)`, with
     :math:`P(+B_1) = \frac12 + \frac{t}{2B_1}`. Both parts are epsilon'-LDP and unbiased
-    and the choice does not depend on t, so the mixture is too (the atoms
-    :math:`\pm B_1` and the piecewise density are compared separately), with
+    and the choice does not depend on t, so the mixture is too, with
 
     .. math:: \mathrm{Var}(y \mid t) = \alpha\,\mathrm{Var}_{PM}(t)
-              + (1 - \alpha)(B_1^2 - t^2).
+              + (1 - \alpha)(B_1^2 - t^2),
 
-    **Vector.** As :class:`PiecewiseMechanism`: k coordinates at
-    :math:`\varepsilon/k`, scaled by p/k, the rest 0; exactly epsilon-LDP, unbiased,
-    :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
-    Its worst-case variance is below both parts' (Wang et al. 2019, Lemma 4).
-
-    Parameters
-    ----------
-    epsilon : float
-        Epsilon of the whole vector, in (0, inf]; ``inf`` releases the input.
-    dimension : int
-        p.
-    n_sampled : int, optional
-        k in [1, p]; if None, Wang et al.'s
-        :math:`\max(1, \min(p, \lfloor\varepsilon/2.5\rfloor))`.
+    a worst case below both parts' (Wang et al. 2019, Lemma 4).
 
     References
     ----------
@@ -712,19 +576,13 @@ class HybridMechanism(_SampledCoordinateMechanism):
         }
 
     def output_bound(self) -> float:
-        """:math:`(p/k)\\max(C, B_1)` (:math:`(p/k)B_1` when the piecewise part is off).
-
-        :math:`C > B_1` at every budget, so the piecewise part sets the bound whenever
-        it is used.
-        """
+        """:math:`(p/k)\\max(C, B_1)`; :math:`(p/k)B_1` without the piecewise part."""
         b1 = self.duchi_bound_1d
         if self.piecewise_probability == 0.0:
             return self.scale * b1
         return self.scale * max(piecewise_bound(epsilon=self.coordinate_epsilon), b1)
 
-    def _one_dimensional(
-        self, t: NDArray[np.float64], u: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         b1 = self.duchi_bound_1d
         duchi = np.where(u[..., 1] < 0.5 + t / (2.0 * b1), b1, -b1)
         alpha = self.piecewise_probability
@@ -748,17 +606,13 @@ class HybridMechanism(_SampledCoordinateMechanism):
 
 
 def make_vector_mechanism(name: str, *, epsilon: float, dimension: int) -> Mechanism:
-    """The vector mechanism called ``name`` (one of :data:`VECTOR_MECHANISMS`).
-
-    ``laplace`` is the core :class:`~ldpfda.privacy.LaplaceMechanism` on
-    :math:`[-1, 1]^p` at the whole ``epsilon``.
-    """
-    if name == "laplace":
-        return LaplaceMechanism(epsilon=epsilon, dimension=dimension)
-    if name == "duchi":
-        return DuchiMechanism(epsilon=epsilon, dimension=dimension)
-    if name == "piecewise":
-        return PiecewiseMechanism(epsilon=epsilon, dimension=dimension)
-    if name == "hybrid":
-        return HybridMechanism(epsilon=epsilon, dimension=dimension)
-    raise ValueError(f"mechanism must be one of {VECTOR_MECHANISMS}, got {name!r}")
+    """The vector mechanism ``name`` (one of :data:`VECTOR_MECHANISMS`) on [-1, 1]^p."""
+    classes: dict[str, Callable[..., Mechanism]] = {
+        "laplace": LaplaceMechanism,
+        "duchi": DuchiMechanism,
+        "piecewise": PiecewiseMechanism,
+        "hybrid": HybridMechanism,
+    }
+    if name not in classes:
+        raise ValueError(f"mechanism must be one of {VECTOR_MECHANISMS}, got {name!r}")
+    return classes[name](epsilon=epsilon, dimension=dimension)

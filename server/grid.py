@@ -295,6 +295,17 @@ class GridClients:
             replies[node] = reply
         return replies
 
+    def rejoin(self, ids: NDArray[np.int64]) -> None:
+        """Wait until the nodes of clients ``ids`` are online again, for at most the
+        reply timeout (a restarted SuperNode keeps its node id under SuperNode
+        authentication)."""
+        nodes = {self.node_of[int(c)] for c in ids}
+        deadline = time.monotonic() + self.reply_timeout
+        while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(1.0)
+
     def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
         contents = {
             self.node_of[int(c)]: _request_content(query, request.client(i))

@@ -77,6 +77,10 @@ class Clients(Protocol):
         """Ask clients ``ids`` (request row ``i`` to ``ids[i]``); checked replies."""
         ...
 
+    def rejoin(self, ids: NDArray[np.int64]) -> None:
+        """Wait, for a bounded time, until clients ``ids`` are reachable again."""
+        ...
+
 
 def wire_rows(query: Query, arrays: dict[str, NDArray]) -> dict[str, NDArray]:
     """One client's reply arrays as rows of per-client shape (:class:`ReplyError`
@@ -239,7 +243,8 @@ class Session:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
         A client that cannot afford the query is not asked (``not_asked_budget``), one
-        that was unavailable is asked once more; :class:`QuorumError` when fewer than
+        that was unavailable is asked once more once it is back (a restarted node
+        answers from its own ledger); :class:`QuorumError` when fewer than
         ``max(minimum, ceil(fraction * asked))`` valid replies come back.
         """
         request = request or Request()
@@ -261,6 +266,8 @@ class Session:
         ]
         if again:
             index = np.array(again, dtype=np.int64)
+            self.status(f"{stage} rejoin", clients=asked[index].tolist())
+            self.clients.rejoin(asked[index])
             retry = self.clients.ask(query, asked[index], request.take(index))
             replies = _merged(replies, retry)
         for c in replies.missing.keys() | replies.rejected.keys():

@@ -12,7 +12,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
         return
     write = terminalreporter.write_line
     write("")
-    write("privacy audit (10^6 releases per input): estimated vs claimed epsilon")
+    write(
+        "privacy audit (10^6 releases per input unless the row says): "
+        "estimated vs claimed epsilon"
+    )
     write(
         f"{'mechanism':52s} {'claimed':>8s} {'estimate':>9s} "
         f"{'simultaneous bounds':>19s}  verdict"

@@ -34,7 +34,6 @@ def test_bundled_series_load_offline(name, no_network):
     assert set(np.unique(data.labels)) == {0, 1}
     assert int(data.labels.sum()) == n_pos
     assert np.all(np.isfinite(data.curves))
-    assert data.n_channels == (shape[1] if len(shape) == 3 else 1)
 
 
 def test_pima_is_tabular_and_offline(no_network):

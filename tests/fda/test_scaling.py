@@ -7,7 +7,6 @@ import warnings
 import numpy as np
 import pytest
 
-from ldpfda import PrivacyLeakWarning
 from ldpfda.fda import (
     BSplineProjector,
     CoefficientScaler,
@@ -53,15 +52,6 @@ def test_from_public_uses_the_calibration_quantiles_and_margin():
     full = CoefficientScaler.from_public(calib)
     np.testing.assert_allclose(full.transform(calib).min(axis=0), -1.0)
     np.testing.assert_allclose(full.transform(calib).max(axis=0), 1.0)
-
-
-def test_from_private_warns_of_a_privacy_leak():
-    coef = np.random.default_rng(2).normal(size=(100, 4))
-    with pytest.warns(PrivacyLeakWarning, match="private"):
-        leaky = CoefficientScaler.from_private(coef, margin=0.1)
-    np.testing.assert_array_equal(
-        leaky.low_, CoefficientScaler.from_public(coef, margin=0.1).low_
-    )
 
 
 def test_from_public_and_fixed_bounds_do_not_warn():

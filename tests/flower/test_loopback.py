@@ -32,6 +32,11 @@ test asserts on what it recorded (reports, logs, processes):
   estimates move between the servers as artifacts. Its runs are submitted once the
   federation's non-hanging training nodes have replied, so that they use the time its
   server waits for the hanging node.
+
+* **the node's own privacy** (:mod:`tests.flower.node_deployment`): a label-only run
+  on 5 SuperNodes, in which one node's policy refuses the run, one refuses a release
+  beyond its lifetime budget, and one crashes with a release on its ledger, is
+  restarted, and answers the server's second ask with that very release.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ldpfda.config import Settings
 from ldpfda.server.multiserver import ServerSpec
 from ldpfda.server.server_app import parse_run_config
 
+from .node_deployment import EPSILON, POOR, PRIVATE, RESTARTED, NodeDeployment
 from .support import alive, app_config, descendants, fault_app, still_running
 
 pytestmark = pytest.mark.slow
@@ -174,6 +180,7 @@ class Deployment:
     report: dict[str, Any]
     payload: dict[str, np.ndarray]
     session: _Session
+    node: NodeDeployment
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +204,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         workdir / "fed", [*files, files[0]], node_config=NODES, tls=True
     )
     session = _Session(workdir / "session")
+    node = NodeDeployment(workdir / "node")
     tls_stderr, insecure_stderr = io.StringIO(), io.StringIO()
     try:
         with ExitStack() as stack:
@@ -209,6 +217,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             # The session's federations (no TLS: they warn) start while these do.
             stack.enter_context(redirect_stderr(insecure_stderr))
             session.start()
+            node.start()
             node_ids = federation.node_ids()  # every node takes part in the run
             # No round starts its reply timeout while the other deployment's
             # processes are still starting.
@@ -237,6 +246,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             session.gate.set()
         if session.ident is not None:
             session.join(timeout=600)
+        if node.ident is not None:
+            node.join(timeout=900)
         raise
     left_running = still_running(set(pids) | children)
     run_dir = next(reports.glob("run-*"))
@@ -256,10 +267,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         report=report,
         payload=payload,
         session=session,
+        node=node,
     )
     # The session may still run while the tests above assert; never leave its
     # processes behind, whether or not its test ran.
     session.join(timeout=600)
+    node.join(timeout=900)
 
 
 # -- the federation with TLS, SuperNode authentication and bad nodes -------------------
@@ -430,3 +443,49 @@ def test_two_server_session_over_loopback(deployment):
             ledger = json.loads(path.read_text(encoding="utf-8"))
             assert ledger["counter"] == 1
             assert sum(e["epsilon"] for e in ledger["events"]) == pytest.approx(epsilon)
+
+
+# -- the node's own privacy ------------------------------------------------------------
+
+
+def test_a_label_only_run_completes_with_the_nodes_that_answer(deployment):
+    run = deployment.node.result()
+    assert run.final_stage == "done"
+    np.testing.assert_array_equal(run.payload["client_ids"], [0, 1, RESTARTED])
+
+
+def test_every_node_refusal_is_reported_by_its_reason_code(deployment):
+    part = deployment.node.result().report["participation"]
+    rejections = {(r["stage"], r["client_id"]): r for r in part["rejections"]}
+    assert {key: r["kind"] for key, r in rejections.items()} == {
+        ("features", PRIVATE): "policy",
+        ("label", POOR): "budget",
+    }
+    assert "(code 4002)" in rejections["features", PRIVATE]["reason"]
+    assert "(code 4001)" in rejections["label", POOR]["reason"]
+
+
+def test_a_refusing_node_says_why_in_its_own_log(deployment):
+    logs = deployment.node.result().logs
+    assert "features-public is not set" in logs[PRIVATE]
+    assert "budget" in logs[POOR]
+
+
+def test_a_restarted_node_keeps_its_node_id_and_its_ledger(deployment):
+    run = deployment.node.result()
+    assert run.stages == ["label rejoin"]
+    assert run.node_ids_after == run.node_ids
+    # One release, charged once: the second ask was answered from the ledger ...
+    assert [e["epsilon"] for e in run.ledger_after["events"]] == [EPSILON]
+    assert run.ledger_after["counter"] == run.ledger_at_crash["counter"] == 1
+    assert run.ledger_after["memo"] == run.ledger_at_crash["memo"]
+    # ... with the very release the node made before it crashed.
+    (stored,) = run.ledger_after["memo"].values()
+    row = int(np.flatnonzero(run.payload["client_ids"] == RESTARTED)[0])
+    assert stored["arrays"]["label"] == [int(run.payload["labels"][row])]
+    reported = run.report["privacy"]["clients"][str(RESTARTED)]
+    assert reported["reported_spent"] == pytest.approx(EPSILON)
+
+
+def test_every_process_of_the_node_deployment_is_stopped(deployment):
+    assert not deployment.node.result().left_running

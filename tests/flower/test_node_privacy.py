@@ -145,6 +145,44 @@ def test_new_runs_and_sessions_do_not_reset_the_lifetime_budget(run_config, host
     assert spent[2] is None  # 2.03 + 2.04 + 2.05 > 5: refused
 
 
+def test_a_period_budget_caps_what_a_record_spends_per_day(
+    run_config, host, monkeypatch
+):
+    # Lifetime 5, at most 2.5 per day: two releases of eps 1.2 fit in one day, a third
+    # waits for the next day; ledger times are the node's clock, which the test sets.
+    import ldpfda.client.release as release_module
+
+    clock = {"now": 1_000_000.0}
+    monkeypatch.setattr(release_module.time, "time", lambda: clock["now"])
+    node = host(**{"period-budget": 2.5, "budget-period": "day"})
+    spent, codes = [], []
+    for hour in (0, 1, 2, 25, 26):
+        clock["now"] = 1_000_000.0 + 3600.0 * hour
+        # Distinct epsilons: each is a new release, not a repeat of a stored one.
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": 1.2 + hour / 1000})
+        reply = _ask(config, node, "privatize", run_id=10 + hour)
+        codes.append(reply.error.code if reply.has_error() else 0)
+        spent.append(None if reply.has_error() else _spent(reply))
+    # The third (3.6 in a day) is refused by the period; the lifetime would allow it.
+    assert codes == [0, 0, ERROR_BUDGET, 0, 0]
+    assert spent[1] == pytest.approx(1.2 + 1.201)
+    # A new day: 1.2 more, and 1.2 more again within the lifetime 5 (4.8 spent) ...
+    assert spent[4] == pytest.approx(1.2 + 1.201 + 1.225 + 1.226)
+    # ... while the lifetime budget still binds: 0.3 more would pass 5.
+    refused = _ask(
+        run_config(SMALL, VECTOR, {"privacy.epsilon": 0.3}), node, "privatize"
+    )
+    assert refused.has_error() and refused.error.code == ERROR_BUDGET
+
+
+def test_a_malformed_period_is_refused_by_the_policy(run_config, host):
+    config = run_config(SMALL, VECTOR)
+    for period in ("fortnight", -1.0, 0):
+        node = host(**{"period-budget": 1.0, "budget-period": period})
+        reply = _ask(config, node, "privatize")
+        assert reply.has_error() and reply.error.code == ERROR_POLICY, period
+
+
 def test_an_identical_query_returns_the_identical_release_for_free(run_config, host):
     config = run_config(SMALL, VECTOR)
     first = _ask(config, host(), "privatize", run_id=3)

@@ -1,4 +1,5 @@
-"""Privacy audit suite: every local randomizer, 10^6 releases per neighbouring input.
+"""Privacy audit suite: every local randomizer, 10^6 releases per neighbouring input
+(fewer where a row says so: a node's memoized path releases one client at a time).
 
 For each mechanism the audit runs the release on the extreme neighbouring inputs, bins a
 statistic that determines the privacy loss, and estimates epsilon with simultaneous
@@ -14,15 +15,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ldpfda.client.labeldp_protocol import p2p_randomize
+from ldpfda.client.ledger import RecordState
+from ldpfda.client.policy import NodePolicy
 from ldpfda.client.protocol import privatize
+from ldpfda.client.release import ClientSetup, release
+from ldpfda.config import Settings
 from ldpfda.labeldp import histogram_sigma, noisy_cluster_histograms
 from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
+from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import (
     BinaryRandomizedResponse,
     FeedbackBit,
@@ -34,6 +41,8 @@ from ldpfda.privacy.vector_mechanisms import (
     HybridMechanism,
     PiecewiseMechanism,
 )
+from ldpfda.schema import catalog
+from ldpfda.schema.queries import Request
 from ldpfda.schema.releases import p2p_event, p2p_relay_event
 from tests.privacy.privacy_audit import PrivacyAudit, estimate_epsilon
 
@@ -54,6 +63,8 @@ class Case:
     x_prime: object
     bins: np.ndarray
     statistic: Callable[[np.ndarray], np.ndarray] | None = None
+    #: Releases per neighbouring input (fewer for a release made one at a time).
+    n: int = 1_000_000
 
 
 def _clipped_sum(z: np.ndarray) -> np.ndarray:
@@ -164,6 +175,60 @@ def _privatize(epsilon: float, p: int) -> Case:
     )
 
 
+def _memoized(epsilon: float, memoize: bool = True) -> Case:
+    """A deployed node asked the same label query twice, as a server may.
+
+    Each sample is a fresh node (its own record state and noise secret) that answers
+    the ``label-uniform`` query twice through :func:`~ldpfda.client.release.release`,
+    the node's memoized path, on the neighbouring labels 0 and 1. The sum of the two
+    released labels is sufficient for the pair; the claim is one release's epsilon,
+    so the second answer must be the stored first one. The broken variant releases
+    afresh and spends epsilon twice.
+    """
+    settings = Settings(mechanism="label-uniform", epsilon=epsilon)
+    policy = NodePolicy(True, 2 * epsilon, 2 * epsilon, True, Path("unused"))
+    query = catalog.label_query(settings)
+    request = Request.of_client({"q": np.array([0.5, 0.5])}, query.request)
+    features = np.zeros((1, 2))
+
+    def one_node(y: int, secret: int) -> int:
+        setup = ClientSetup(0, settings, 0, policy, record="audit", secret=secret)
+        state = RecordState(PrivacyLedger(budget=2 * epsilon, client_ids=[0]))
+        labels = np.array([y], dtype=np.int8)
+        return sum(
+            int(
+                release(
+                    catalog.LABEL,
+                    setup,
+                    state,
+                    features,
+                    labels,
+                    request,
+                    memoize=memoize,
+                )["label"][0]
+            )
+            for _ in range(2)
+        )
+
+    def release_twice(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        secrets = rng.integers(2**62, size=y.size)
+        return np.array(
+            [one_node(int(v), int(k)) for v, k in zip(y, secrets, strict=True)],
+            dtype=float,
+        )
+
+    label = "" if memoize else " released afresh"
+    return Case(
+        f"memoized label release asked twice{label} (5000 per input)",
+        epsilon,
+        release_twice,
+        0,
+        1,
+        np.array([0.5, 1.5]),
+        n=5_000,
+    )
+
+
 def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
     """ClusterRR's histogram release of one cluster of 8 labels, K=2: (5, 3) vs (4, 4).
 
@@ -237,6 +302,7 @@ CORRECT = [
     _privatize(2.0, 3),
     _histogram(1.0),
     _p2p_relay(1.0),
+    _memoized(1.0),
 ]
 
 BROKEN = [
@@ -250,6 +316,7 @@ BROKEN = [
         ),
         1.0,
     ),
+    (_memoized(1.0, memoize=False), 2.0),
 ]
 
 
@@ -258,7 +325,7 @@ def _run(case: Case, seed: int) -> PrivacyAudit:
         case.release,
         case.x,
         case.x_prime,
-        n=N,
+        n=case.n,
         bins=case.bins,
         statistic=case.statistic,
         rng=seed,
