@@ -69,9 +69,7 @@ class FlowerOptions:
         names = {f.name for f in dataclasses.fields(cls)}
         changes = {k.replace("-", "_"): v for k, v in mapping.items()}
         unknown = sorted(
-            f"flower.{k}"
-            for k, n in zip(mapping, changes, strict=True)
-            if n not in names
+            f"flower.{k}" for k in mapping if k.replace("-", "_") not in names
         )
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
