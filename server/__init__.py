@@ -1,5 +1,1 @@
-"""The server side: protocol plans, learners on released data, aggregation, reports.
-
-Nothing here imports the client side: the server reaches clients only through a
-transport (:mod:`ldpfda.server.session`).
-"""
+"""The server side; it reaches clients only through a transport, never imports them."""

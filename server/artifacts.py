@@ -1,38 +1,7 @@
-"""Artifacts exchanged between the servers of a multi-server session.
-
-An artifact is a UTF-8 JSON file. In the ``train`` phase every server exports its weak
-models (a ``models`` artifact); in the ``evaluate`` phase every server has its own
-evaluation clients answer for the models of all servers and exports its error estimates
-(an ``estimates`` artifact); the combine step reads them all
-(:mod:`ldpfda.server.multiserver_flower`). Every import is validated: a bad artifact
-raises :class:`ArtifactError` with the file's path and what is wrong, so that the caller
-can leave it out, say why, and go on with the others.
-
-Schema (version 2)::
-
-    {
-      "format": "ldpfda-artifact",
-      "version": 2,
-      "kind": "models" | "estimates",
-      "server": s,                  # int >= 0: data.server-id of the writing server
-      "session": "<session name>",  # flower.session
-      "dimension": p,               # features per model
-      "featurizer": "<fingerprint>",  # featurizer_fingerprint(...): same feature space
-      # kind "models": M >= 1 linear models sign(intercept + coef . x)
-      "models": [{"coef": [p numbers], "intercept": number}, ...],
-      # kind "estimates": per model server r (key: str(r)), the debiased error
-      # estimates of r's models on the writing server's population
-      "estimates": {"<r>": {"models": "<digest of r's models artifact>",
-                            "errors": [M numbers], "counts": [M ints >= 0],
-                            "epsilon": number > 0 or "inf"}}
-    }
-
-Every key is required and no other key is allowed; numbers must be finite. ``counts``
-are the sizes of the evaluation subgroups, ``errors`` the unbiased estimates
-:math:`(\\bar o + q - 1)/(2q - 1)` of :func:`~ldpfda.server.mrma.estimate_errors`
-(not clipped), ``epsilon`` the budget of the bits they come from, and ``models`` the
-:attr:`ModelsArtifact.digest` of the file that was evaluated, so that estimates are
-never matched to other models than the ones evaluated.
+"""The ``models`` and ``estimates`` artifacts (UTF-8 JSON, schema version 2 in
+``docs/flower.md``) the servers of a multi-server session exchange. A bad artifact
+raises :class:`ArtifactError` naming the file and the problem, so that the caller can
+leave it out, say why, and go on with the others.
 """
 
 from __future__ import annotations
@@ -73,6 +42,7 @@ ARTIFACT_FORMAT = "ldpfda-artifact"
 ARTIFACT_VERSION = 2
 
 _HEADER = ("format", "version", "kind", "server", "session", "dimension", "featurizer")
+_ESTIMATE_KEYS = {"models", "errors", "counts", "epsilon"}
 
 
 class ArtifactError(ValueError):
@@ -81,17 +51,7 @@ class ArtifactError(ValueError):
 
 @dataclass(frozen=True)
 class ModelsArtifact:
-    """A validated ``models`` artifact.
-
-    Attributes
-    ----------
-    server : int
-    session : str
-    models : LinearModels
-    digest : str
-        SHA-256 (first 16 hex digits) of the file's bytes.
-    path : Path
-    """
+    """A validated ``models`` artifact; ``digest``: the file's SHA-256 (16 hex)."""
 
     server: int
     session: str
@@ -125,16 +85,12 @@ def featurizer_fingerprint(description: dict[str, Any]) -> str:
     text = json.dumps(
         description, sort_keys=True, default=lambda a: np.asarray(a).tolist()
     )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text.encode())
 
 
 def session_fingerprint(settings: Settings, repeat: int) -> str:
-    """Fingerprint of the featurizer every server of a session shares.
-
-    The featurizer is a function of public settings only (design, basis, calibration
-    size, seed and repeat; see :func:`ldpfda.client.data.public_featurizer`), so their
-    hash identifies the feature space the models live in.
-    """
+    """Fingerprint of the session's feature space: the public settings that fix the
+    featurizer (design, basis, calibration size, seed and repeat)."""
     return featurizer_fingerprint(
         {
             "dataset": settings.dataset,
@@ -164,15 +120,8 @@ def _write(path: str | Path, data: dict[str, Any]) -> Path:
 def _header(
     kind: str, server: int, session: str, dimension: int, fingerprint: str
 ) -> dict[str, Any]:
-    return {
-        "format": ARTIFACT_FORMAT,
-        "version": ARTIFACT_VERSION,
-        "kind": kind,
-        "server": int(server),
-        "session": str(session),
-        "dimension": int(dimension),
-        "featurizer": fingerprint,
-    }
+    values = (ARTIFACT_FORMAT, ARTIFACT_VERSION, kind, int(server), str(session))
+    return dict(zip(_HEADER, (*values, int(dimension), fingerprint), strict=True))
 
 
 def write_models(
@@ -290,13 +239,7 @@ def _numbers(path: Path, value: Any, what: str, shape: tuple[int, ...]) -> NDArr
 def read_models(
     path: str | Path, *, dimension: int, fingerprint: str, session: str
 ) -> ModelsArtifact:
-    """Import and validate a ``models`` artifact.
-
-    Raises
-    ------
-    ArtifactError
-        Naming ``path`` and the problem.
-    """
+    """Import and validate a ``models`` artifact (:class:`ArtifactError` if bad)."""
     path = Path(path)
     data, raw = _load(
         path, "models", dimension=dimension, fingerprint=fingerprint, session=session
@@ -311,32 +254,18 @@ def read_models(
     m = len(items)
     coef = _numbers(path, [i["coef"] for i in items], "coef", (m, dimension))
     intercept = _numbers(path, [i["intercept"] for i in items], "intercept", (m,))
-    return ModelsArtifact(
-        data["server"],
-        data["session"],
-        LinearModels(coef, intercept),
-        _digest(raw),
-        path,
-    )
+    models = LinearModels(coef, intercept)
+    return ModelsArtifact(data["server"], data["session"], models, _digest(raw), path)
 
 
 def read_estimates(
     path: str | Path, *, dimension: int, fingerprint: str, session: str
 ) -> EstimatesArtifact:
-    """Import and validate an ``estimates`` artifact.
-
-    Raises
-    ------
-    ArtifactError
-        Naming ``path``, the model server whose entry is bad, and the problem.
-    """
+    """Import and validate an ``estimates`` artifact (:class:`ArtifactError` naming
+    the model server whose entry is bad)."""
     path = Path(path)
     data, _ = _load(
-        path,
-        "estimates",
-        dimension=dimension,
-        fingerprint=fingerprint,
-        session=session,
+        path, "estimates", dimension=dimension, fingerprint=fingerprint, session=session
     )
     raw = data["estimates"]
     if not isinstance(raw, dict):
@@ -346,12 +275,7 @@ def read_estimates(
         where = f"estimates of server {key!r}"
         if not (key.isascii() and key.isdigit()):
             raise ArtifactError(f"{path}: {where}: the key must be a server id")
-        if not isinstance(item, dict) or set(item) != {
-            "models",
-            "errors",
-            "counts",
-            "epsilon",
-        }:
+        if not isinstance(item, dict) or set(item) != _ESTIMATE_KEYS:
             raise ArtifactError(
                 f"{path}: {where} must have exactly 'models', 'errors', 'counts' and "
                 "'epsilon'"
@@ -367,14 +291,9 @@ def read_estimates(
                 f"{path}: {where}: counts must be a list of integers >= 0"
             )
         errors = _numbers(path, item["errors"], f"{where}: errors", (len(counts),))
-        epsilon = item["epsilon"]
-        if epsilon == "inf":
-            epsilon = math.inf
-        if (
-            isinstance(epsilon, bool)
-            or not isinstance(epsilon, (int, float))
-            or not epsilon > 0
-        ):
+        epsilon = math.inf if item["epsilon"] == "inf" else item["epsilon"]
+        number = isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool)
+        if not number or not epsilon > 0:
             raise ArtifactError(
                 f"{path}: {where}: epsilon must be a number > 0 or 'inf', got "
                 f"{item['epsilon']!r}"
@@ -397,14 +316,19 @@ def estimates_path(directory: str | Path, server: int) -> Path:
 
 @dataclass
 class ArtifactSet:
-    """The usable artifacts of a directory, by server, and the rejected files.
-
-    ``rejected`` maps a file's path to the reason it was left out.
-    """
+    """The usable artifacts of a directory by server; ``rejected``: path -> reason."""
 
     models: dict[int, ModelsArtifact]
     estimates: dict[int, EstimatesArtifact]
     rejected: dict[str, str]
+
+    def stacked(self) -> tuple[list[int], LinearModels]:
+        """The servers with models, by id, and all their models in that order."""
+        owners = sorted(self.models)
+        return owners, LinearModels(
+            np.vstack([self.models[r].models.coef for r in owners]),
+            np.concatenate([self.models[r].models.intercept for r in owners]),
+        )
 
 
 def load_directory(

@@ -1,28 +1,5 @@
-r"""LDP baselines for MRMA, privatizing with the same per-client epsilon.
-
-Both baselines release every client's data once, with that client's whole budget
-:math:`\varepsilon`, through the client's own keyed stream (so, like the MRMA clients,
-a client's noise does not depend on how clients are batched), and return one classifier
-that is scored on clean test features in [-1, 1]^p:
-
-* :func:`histogram_classifier` -- the locally private histogram (partitioning) rule of
-  Berrett and Butucea (2019);
-* :func:`gaussian_classifier` -- what a Flower user does today: Gaussian noise on each
-  client's features and label as Flower's ``LocalDpMod`` adds it to a model update, then
-  ordinary logistic regression on the noisy data.
-
-Each noise parameter is an explicit pure function of epsilon with its inverse
-(:func:`histogram_laplace_scale` / :func:`histogram_epsilon`,
-:func:`gaussian_sigma` / :func:`gaussian_epsilon`).
-
-References
-----------
-T. B. Berrett, C. Butucea, "Classification under local differential privacy",
-arXiv:1912.04629 (2019). C. Dwork, A. Roth, "The algorithmic foundations of
-differential privacy", Found. Trends Theor. Comput. Sci. 9 (2014), Thm. A.1.
-D. J. Beutel et al., "Flower: a friendly federated learning research framework",
-arXiv:2007.14390 (``flwr.client.mod.LocalDpMod``).
-"""
+"""LDP baselines for MRMA at the same per-client epsilon: each client releases once,
+with its whole budget, through its own keyed stream."""
 
 from __future__ import annotations
 
@@ -42,7 +19,7 @@ from ldpfda._validation import (
     check_real,
 )
 from ldpfda.privacy.base import Mechanism, ReleaseEvent
-from ldpfda.privacy.laplace import laplace_epsilon, laplace_scale
+from ldpfda.privacy.laplace import laplace_scale
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams, RandomLike, uniform
 from ldpfda.server.mrma import LinearModels, fit_linear
@@ -56,11 +33,9 @@ __all__ = [
     "HistogramPartition",
     "LabelledHistogramRelease",
     "gaussian_classifier",
-    "gaussian_epsilon",
     "gaussian_sigma",
     "histogram_bins_per_axis",
     "histogram_classifier",
-    "histogram_epsilon",
     "histogram_laplace_scale",
 ]
 
@@ -71,23 +46,11 @@ GAUSSIAN_STREAM = "baseline/gaussian"
 HISTOGRAM_SENSITIVITY = 2.0
 
 
-# --------------------------------------------------------------------------------------
-# Histogram rule (Berrett & Butucea 2019)
-# --------------------------------------------------------------------------------------
-
-
 def histogram_laplace_scale(*, epsilon: float) -> float:
-    r"""Laplace scale of the label-weighted histogram release.
+    r"""Laplace scale :math:`b = 2 / \varepsilon` of the histogram release (0 at inf).
 
-    A client releases :math:`v_j = (2y - 1)\,1\{x \in B_j\}` for every cell
-    :math:`B_j` of a partition. Each vector has one non-zero entry, of absolute value 1,
-    so any two clients' vectors satisfy :math:`\|v - v'\|_1 \le 2`, and each entry
-    gets Laplace noise of scale
-
-    .. math:: b = 2 / \varepsilon,
-
-    whatever the number of cells. ``epsilon = inf`` gives 0. Inverse of
-    :func:`histogram_epsilon`.
+    The released :math:`v_j = (2y - 1)\,1\{x \in B_j\}` has one non-zero entry of
+    absolute value 1, so :math:`\|v - v'\|_1 \le 2` whatever the number of cells.
 
     References
     ----------
@@ -96,26 +59,15 @@ def histogram_laplace_scale(*, epsilon: float) -> float:
     return laplace_scale(epsilon=epsilon, sensitivity=HISTOGRAM_SENSITIVITY)
 
 
-def histogram_epsilon(*, scale: float) -> float:
-    r"""Epsilon of the histogram release with Laplace scale ``b``: :math:`2/b`.
-
-    Inverse of :func:`histogram_laplace_scale`; ``scale = 0`` gives ``inf``.
-    """
-    return laplace_epsilon(scale=scale, sensitivity=HISTOGRAM_SENSITIVITY)
-
-
 def histogram_bins_per_axis(
     *, n_clients: int, epsilon: float, dimension: int, smoothness: float = 1.0
 ) -> int:
     r"""Bins per axis from the rate-optimal bin width, fixed before any data is seen.
 
-    For a :math:`\beta`-Hölder regression function on :math:`[-1,1]^d` the private
-    histogram rule balances the bias :math:`h^\beta` against the privatized-count noise
-    :math:`(n\varepsilon^2 h^{2d})^{-1/2}`, giving the bin width
-    :math:`h \asymp (n \varepsilon^2)^{-1/(2\beta + 2d)}` (Berrett and Butucea 2019).
-    This returns :math:`L = \max(2, \mathrm{round}((n\varepsilon^2)^{1/(2\beta+2d)}))`
-    bins per axis; ``epsilon = inf`` is treated as :math:`\varepsilon = 10^3`.
-    It depends only on n, epsilon, d and the assumed smoothness, never on test data.
+    Balancing the bias :math:`h^\beta` of a :math:`\beta`-Hölder regression function
+    against the count noise :math:`(n\varepsilon^2 h^{2d})^{-1/2}` gives
+    :math:`L = \max(2, \mathrm{round}((n\varepsilon^2)^{1/(2\beta+2d)}))`
+    (Berrett and Butucea 2019); ``epsilon = inf`` counts as :math:`10^3`.
     """
     n = check_int(n_clients, "n_clients", minimum=1)
     eps = min(check_epsilon(epsilon), 1e3)
@@ -134,15 +86,7 @@ class HistogramPartition:
     :math:`d = \lfloor \log_2(\text{max\_cells}) \rfloor` contiguous blocks (a fixed,
     data-independent linear map that keeps [-1, 1]; for B-spline coefficients it is a
     coarser piecewise description of the curve), and the d averages are binned.
-
-    Attributes
-    ----------
-    dimension : int
-        p, the number of input features.
-    bins_per_axis : int
-        L, equal-width bins of [-1, 1] per binned axis.
-    blocks : tuple of tuple of int
-        The coordinates averaged into each binned axis.
+    ``blocks`` holds the coordinates averaged into each binned axis.
     """
 
     dimension: int
@@ -192,21 +136,13 @@ class HistogramPartition:
 class LabelledHistogramRelease(Mechanism):
     r"""Laplace release of a client's label-weighted cell indicator vector.
 
-    A client with features in cell :math:`j(x)` and label :math:`y \in \{0, 1\}`
-    releases
+    A client with features in cell :math:`j(x)` and label :math:`y` releases
 
     .. math:: Z_k = (2y - 1)\,1\{k = j(x)\} + b\,\xi_k,\quad k = 1..K,\qquad
               b = 2/\varepsilon,
 
-    with i.i.d. standard Laplace :math:`\xi_k`. Any two inputs give vectors at L1
-    distance at most 2, so the release is :math:`\varepsilon`-LDP for the pair (x, y).
-
-    Parameters
-    ----------
-    epsilon : float
-        The client's whole budget, in (0, inf].
-    n_cells : int
-        K.
+    with i.i.d. standard Laplace :math:`\xi_k`: :math:`\varepsilon`-LDP for (x, y),
+    since any two inputs give vectors at L1 distance at most 2.
 
     References
     ----------
@@ -259,36 +195,24 @@ class LabelledHistogramRelease(Mechanism):
         return np.zeros_like(check_finite_array(values, "values", ndim=2))
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(
-            check_finite_array(values, "values", ndim=2).shape, 2.0 * self.scale**2
-        )
+        shape = check_finite_array(values, "values", ndim=2).shape
+        return np.full(shape, 2.0 * self.scale**2)
 
 
 @dataclass(frozen=True)
 class HistogramClassifier:
     r"""The private histogram rule: one label per cell, by the sign of its noisy sum.
 
-    Attributes
-    ----------
-    partition : HistogramPartition
-    cell_sums : ndarray of shape (K,)
-        :math:`\sum_i Z_{ik}`, an unbiased estimate of
-        :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`.
-    event : ReleaseEvent
-        What every client spent.
+    ``cell_sums`` is :math:`\sum_i Z_{ik}`, unbiased for
+    :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`; ``event`` what every client spent.
     """
 
     partition: HistogramPartition
     cell_sums: NDArray[np.float64]
     event: ReleaseEvent
 
-    @property
-    def cell_labels(self) -> NDArray[np.int8]:
-        """1 where the noisy sum is positive, else 0."""
-        return (self.cell_sums > 0).astype(np.int8)
-
     def predict(self, features: ArrayLike) -> NDArray[np.int8]:
-        return self.cell_labels[self.partition.cells(features)]
+        return (self.cell_sums > 0).astype(np.int8)[self.partition.cells(features)]
 
     def error(self, features: ArrayLike, labels: ArrayLike) -> float:
         """Misclassification rate on clean (features, labels)."""
@@ -318,40 +242,16 @@ def histogram_classifier(
     3. The server labels cell k by the sign of :math:`\sum_i Z_{ik}`, the sign of the
        estimated :math:`(2\eta - 1)` on the cell, where :math:`\eta(x) = P(Y=1|X=x)`.
 
-    Parameters
-    ----------
-    features : array of shape (n, p)
-        Each client's features, already rescaled into [-1, 1].
-    labels : array of shape (n,)
-        Labels in {0, 1}.
-    epsilon : float
-        Each client's whole budget.
-    client_ids : array of shape (n,)
-    seed : int
-        Run seed keying the clients' noise.
-    bins_per_axis, max_cells, smoothness
-        The partition (see above).
-    chunk_size : int
-        Clients processed at once (memory only; the result does not depend on it).
-    ledger : PrivacyLedger, optional
-        Charged with every client's release.
-
-    Returns
-    -------
-    HistogramClassifier
+    ``features`` are already in [-1, 1]; ``seed`` keys the clients' noise;
+    ``chunk_size`` clients are processed at once (memory only, the result does not
+    depend on it); ``ledger`` is charged with every client's release.
 
     References
     ----------
     T. B. Berrett, C. Butucea, "Classification under local differential privacy",
     arXiv:1912.04629 (2019).
     """
-    x = check_finite_array(features, "features", ndim=2)
-    y = check_binary_labels(labels)
-    if y.size != x.shape[0]:
-        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if ids.size != y.size:
-        raise ValueError(f"client_ids has {ids.size} entries for {y.size} clients")
+    x, y, ids = _clients(features, labels, client_ids)
     epsilon = check_epsilon(epsilon)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
     if bins_per_axis is None:
@@ -376,13 +276,18 @@ def histogram_classifier(
     return HistogramClassifier(partition, sums, mechanism.event())
 
 
-# --------------------------------------------------------------------------------------
-# Flower-style Gaussian local DP
-# --------------------------------------------------------------------------------------
-
-
-def _check_delta(delta: float) -> float:
-    return check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+def _clients(
+    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike
+) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.int64]]:
+    """Checked features, labels and client ids, one row each."""
+    x = check_finite_array(features, "features", ndim=2)
+    y = check_binary_labels(labels)
+    if y.size != x.shape[0]:
+        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+    if ids.size != y.size:
+        raise ValueError(f"client_ids has {ids.size} entries for {y.size} clients")
+    return x, y, ids
 
 
 def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
@@ -390,10 +295,9 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float
 
     .. math:: \sigma = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\varepsilon}
 
-    This is the formula of ``flwr``'s ``LocalDpMod``. It guarantees
-    :math:`(\varepsilon, \delta)`-DP only for :math:`\varepsilon < 1` (Dwork and Roth
-    2014, Thm. A.1); for larger epsilon it is what a Flower user gets, not a proven
-    guarantee. ``epsilon = inf`` gives 0. Inverse of :func:`gaussian_epsilon`.
+    The formula of ``flwr``'s ``LocalDpMod``: :math:`(\varepsilon, \delta)`-DP only for
+    :math:`\varepsilon < 1`; above, what a Flower user gets, not a proven guarantee.
+    ``epsilon = inf`` gives 0.
 
     References
     ----------
@@ -407,19 +311,8 @@ def gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
-def gaussian_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float:
-    r"""Epsilon of :func:`gaussian_sigma`'s formula for a given :math:`\sigma`.
-
-    .. math:: \varepsilon = \frac{\Delta_2 \sqrt{2 \ln(1.25/\delta)}}{\sigma}
-
-    ``sigma = 0`` gives ``inf``.
-    """
-    sigma = check_real(sigma, "sigma", low=0.0)
-    delta = _check_delta(delta)
-    sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
-    if sigma == 0:
-        return math.inf
-    return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / sigma
+def _check_delta(delta: float) -> float:
+    return check_real(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 class GaussianRelease(Mechanism):
@@ -429,18 +322,7 @@ class GaussianRelease(Mechanism):
               \sigma = \Delta_2 \sqrt{2\ln(1.25/\delta)}/\varepsilon,
 
     with i.i.d. standard normal :math:`\zeta`. Two clipped vectors are at L2 distance at
-    most 2C, so the default sensitivity is :math:`\Delta_2 = 2C`.
-
-    Parameters
-    ----------
-    epsilon : float
-        In (0, inf].
-    delta : float
-        In (0, 1); Flower users typically pass 1e-5.
-    clipping_norm : float
-        C > 0.
-    sensitivity : float, optional
-        :math:`\Delta_2`; 2C if None.
+    most 2C, so the default sensitivity (``None``) is :math:`\Delta_2 = 2C`.
     """
 
     name = "gaussian"
@@ -494,9 +376,8 @@ class GaussianRelease(Mechanism):
         return self.clip(v) - v
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        return np.full(
-            check_finite_array(values, "values", ndim=2).shape, self.sigma**2
-        )
+        shape = check_finite_array(values, "values", ndim=2).shape
+        return np.full(shape, self.sigma**2)
 
 
 @dataclass(frozen=True)
@@ -505,9 +386,6 @@ class GaussianClassifier:
 
     model: LinearModels
     event: ReleaseEvent
-
-    def predict(self, features: ArrayLike) -> NDArray[np.int8]:
-        return self.model.predict(features)[:, 0]
 
     def error(self, features: ArrayLike, labels: ArrayLike) -> float:
         return float(self.model.errors(features, labels)[0])
@@ -528,43 +406,23 @@ def gaussian_classifier(
 ) -> GaussianClassifier:
     r"""The "Flower user" baseline: Gaussian LDP on (features, label), then logistic.
 
-    Each client forms :math:`v = (x, 2y - 1) \in [-1, 1]^{p+1}`, clips it to L2 norm C
-    (default :math:`C = \sqrt{p+1}`, the largest possible norm, so clipping changes
-    nothing) and releases :math:`\tilde v = v + \sigma\zeta` with
-    :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`),
-    i.e. ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` applied to the
-    client's data instead of a model update. The server then fits unregularized
-    logistic regression of the label on :math:`\tilde x`, with the label
-
-    * ``'threshold'``: :math:`1\{\tilde v_{p+1} > 0\}` (a noisy real label rounded), or
-    * ``'regress'``: least squares of :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`,
-      whose sign gives the class (noise in the response does not bias it).
-
-    Parameters
-    ----------
-    features : array of shape (n, p)
-        Features rescaled into [-1, 1].
-    labels : array of shape (n,)
-        Labels in {0, 1}.
-    epsilon, delta : float
-    client_ids : array of shape (n,)
-    seed : int
-    clipping_norm, sensitivity : float, optional
-    label_mode : {'threshold', 'regress'}
-    ledger : PrivacyLedger, optional
+    Each client releases :math:`\tilde v = v + \sigma\zeta`, :math:`v = (x, 2y - 1)`
+    clipped to L2 norm C (default :math:`\sqrt{p+1}`: no clipping),
+    :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`):
+    ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` on the data instead
+    of a model update. The server fits logistic regression on :math:`\tilde x` of the
+    label :math:`1\{\tilde v_{p+1} > 0\}` (``'threshold'``), or least squares of
+    :math:`\tilde v_{p+1}` on :math:`(1, \tilde x)`, whose sign gives the class
+    (``'regress'``).
 
     References
     ----------
-    ``flwr.client.mod.LocalDpMod`` (Flower 1.x); C. Dwork, A. Roth (2014), Thm. A.1.
+    D. J. Beutel et al., "Flower: a friendly federated learning research framework",
+    arXiv:2007.14390 (``flwr.client.mod.LocalDpMod``); C. Dwork, A. Roth, "The
+    algorithmic foundations of differential privacy" (2014), Thm. A.1.
     """
-    x = check_finite_array(features, "features", ndim=2)
-    y = check_binary_labels(labels)
+    x, y, ids = _clients(features, labels, client_ids)
     n, p = x.shape
-    if y.size != n:
-        raise ValueError(f"labels has {y.size} entries for {n} feature rows")
-    ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-    if ids.size != n:
-        raise ValueError(f"client_ids has {ids.size} entries for {n} clients")
     if label_mode not in ("threshold", "regress"):
         raise ValueError(
             f"label_mode must be 'threshold' or 'regress', got {label_mode!r}"

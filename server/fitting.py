@@ -1,13 +1,4 @@
-r"""The server's fits on released data: the moment classifier, MRMA's steps, results.
-
-``moment`` (the default, with the default joint release)
-    The server fits :class:`~ldpfda.server.learners.MomentLinearClassifier` on every
-    client's one release :math:`\tilde y\,(1, x)` (:func:`fit_moment`), with the
-    feature second moment of public, unlabeled features.
-``mrma`` (the reference release)
-    M weak models on random subsamples of the training payloads (:func:`train_weak`),
-    then, from the evaluation bits, model reversal, selection and averaging, and the
-    baselines (:func:`aggregate`).
+"""The server's fits on released data: the moment classifier, MRMA's steps, results.
 
 Who asks whom for what is :mod:`ldpfda.server.plans`; this module only learns from
 what came back.
@@ -24,17 +15,11 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda.config import Settings
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import rr_keep_probability
-from ldpfda.schema.payloads import (
-    JointPayload,
-    LinearModels,
-    Payload,
-    TrainingPayload,
-)
+from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, TrainingPayload
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     as_weak_learner,
-    fit_weak_models_with,
 )
 from ldpfda.server.mrma import (
     average_models,
@@ -51,7 +36,6 @@ __all__ = [
     "NATARAJAN_ALPHA",
     "ProtocolResult",
     "aggregate",
-    "fit_moment",
     "make_learner",
     "moment_result",
     "public_gram",
@@ -60,9 +44,9 @@ __all__ = [
     "train_weak",
 ]
 
-#: Methods a run may report, in table order: a ``moment`` run reports ``moment`` and a
-#: label-only run ``label`` (and ``non_private`` when given clean data); an ``mrma`` run
-#: reports all the others.
+#: Methods a run may report, in table order: a ``moment`` run reports ``moment``, a
+#: label-only run ``label`` (both ``non_private`` when given clean data), an ``mrma``
+#: run all the others.
 METHODS = (
     "moment",
     "label",
@@ -102,10 +86,8 @@ class ProtocolResult:
     method: str = "mrma"
 
     def report(self) -> dict[str, Any]:
-        """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy.
-
-        A ``moment`` run has no weak models: ``models`` is empty.
-        """
+        """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy
+        (``models`` is empty but in an ``mrma`` run)."""
         models = []
         for j in range(len(self.weak) if self.method == "mrma" else 0):
             item = {
@@ -147,18 +129,12 @@ def make_learner(
 ) -> Any:
     """The estimator that learns from ``payload`` (``settings.learner`` by default).
 
-    None for the string learners of :func:`~ldpfda.server.mrma.fit_linear`
-    (``"logistic"``, ``"svm"``). The moment classifier knows the release mechanism,
-    to remove its noise from the feature second moment, and takes that moment from
-    the ``public`` features instead when ``settings.public_features`` is True; for the
-    reference release it also corrects the randomized-response flip rate, as does
-    ``"natarajan"`` (:class:`~ldpfda.server.learners.FlipCorrectedLogisticRegression`).
-
-    Raises
-    ------
-    ValueError
-        For a joint payload with a learner other than ``"moment"``, or when
-        ``settings.public_features`` asks for public features that are not given.
+    None for the string learners of :func:`~ldpfda.server.mrma.fit_linear`. The moment
+    classifier removes the release noise from the feature second moment, or takes that
+    moment from the ``public`` features when ``settings.public_features`` is True; for
+    the reference release it, like ``"natarajan"``, corrects the label flip rate.
+    Refuses a joint payload with a learner other than ``"moment"``, and public features
+    asked for but not given.
     """
     name = learner or settings.learner
     if isinstance(payload, JointPayload) and name != "moment":
@@ -187,41 +163,24 @@ def make_learner(
     return MomentLinearClassifier(mechanism=features, gram=gram, label_flip_rate=rho)
 
 
-def _fit(payload: Payload, estimator: Any) -> LinearModels:
+def _fit(
+    payload: Payload, settings: Settings, public: NDArray[np.float64] | None, **kw: Any
+) -> LinearModels:
+    """One model of :func:`make_learner`'s estimator on every payload."""
+    estimator = make_learner(payload, settings, public, **kw)
     if isinstance(payload, JointPayload):
         return estimator.fit(payload.releases).to_linear_models()
+    assert isinstance(payload, TrainingPayload)
+    if estimator is None:
+        return fit_linear(payload.features, payload.labels)
     return estimator.fit(payload.features, payload.labels).to_linear_models()
 
 
-def fit_moment(
-    payload: Payload,
-    settings: Settings,
-    public: NDArray[np.float64] | None = None,
-) -> LinearModels:
-    """The server of a ``moment`` run: one moment classifier on every release.
-
-    Payloads must be ordered by client id (the Flower server sorts them the same way);
-    the fit itself does not depend on the order.
-    """
-    return _fit(payload, make_learner(payload, settings, public, learner="moment"))
-
-
 def single_model_result(
-    final: LinearModels,
-    *,
-    method: str,
-    payload: Any,
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None,
-    privacy: dict[str, Any],
+    final: LinearModels, *, method: str, payload: Any, privacy: dict[str, Any]
 ) -> ProtocolResult:
-    """The result of a one-model server (no weak models, estimates or weights).
-
-    Its one model is also its ``weak`` and ``reversed_models``; the non-private
-    reference is fitted when ``clean_train`` is given.
-    """
-    baselines = {}
-    if clean_train is not None:
-        baselines["non_private"] = fit_linear(*clean_train)
+    """The result of a one-model server: its model is also its ``weak`` and
+    ``reversed_models``, with no estimates or weights."""
     return ProtocolResult(
         final=final,
         weak=final,
@@ -232,7 +191,7 @@ def single_model_result(
         kept=np.ones(1, dtype=bool),
         selection_rule="none",
         payload=payload,
-        baselines=baselines,
+        baselines={},
         privacy=privacy,
         method=method,
     )
@@ -242,25 +201,15 @@ def moment_result(
     payload: Payload,
     settings: Settings,
     *,
+    privacy: dict[str, Any],
     public: NDArray[np.float64] | None = None,
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    privacy: dict[str, Any] | None = None,
-    keep_payload: bool = True,
 ) -> ProtocolResult:
-    """The server of a ``moment`` run, from every client's release.
+    """The server of a ``moment`` run: one moment classifier on every release.
 
-    :func:`fit_moment`, and the non-private reference when ``clean_train`` is given.
-    The result has ``method = "moment"``; its one model is also its ``weak`` and
-    ``reversed_models`` (there are no weak models, estimates or weights).
+    The fit does not depend on the order of the payloads.
     """
-    final = fit_moment(payload, settings, public)
-    return single_model_result(
-        final,
-        method="moment",
-        payload=payload if keep_payload else _head(payload),
-        clean_train=clean_train,
-        privacy=privacy or {},
-    )
+    final = _fit(payload, settings, public, learner="moment")
+    return single_model_result(final, method="moment", payload=payload, privacy=privacy)
 
 
 def train_weak(
@@ -274,29 +223,20 @@ def train_weak(
 
     The weak learner is ``settings.learner`` (:func:`make_learner`). Payloads must be
     ordered by client id so that a run does not depend on the order in which clients
-    answered (the Flower server sorts them the same way).
+    answered.
     """
     estimator = make_learner(payload, settings, public)
-    if estimator is None:
-        assert isinstance(payload, TrainingPayload)
-        return fit_weak_models(
-            payload.features,
-            payload.labels,
-            n_models=settings.num_weak_models,
-            subsample_size=settings.subsample_size,
-            learner=settings.learner,
-            rng=server_rng,
-        )
     if isinstance(payload, JointPayload):
         features, labels = payload.releases, None
     else:
+        assert isinstance(payload, TrainingPayload)
         features, labels = payload.features, payload.labels
-    return fit_weak_models_with(
+    return fit_weak_models(
         features,
         labels,
-        learner=as_weak_learner(estimator),
         n_models=settings.num_weak_models,
         subsample_size=settings.subsample_size,
+        learner=settings.learner if estimator is None else as_weak_learner(estimator),
         rng=server_rng,
     )
 
@@ -308,9 +248,7 @@ def aggregate(
     payload: Payload,
     settings: Settings,
     *,
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    privacy: dict[str, Any] | None = None,
-    keep_payload: bool = True,
+    privacy: dict[str, Any],
     public: NDArray[np.float64] | None = None,
 ) -> ProtocolResult:
     """Server steps 3-6 of MRMA and the baselines, from the evaluation bits.
@@ -330,10 +268,8 @@ def aggregate(
     baselines = {
         "ma": average_models(weak, ma_weights, normalize=norm),
         "averaging": average_models(weak, np.ones(m), normalize=norm),
-        "naive": _naive(payload, settings, public),
+        "naive": _fit(payload, settings, public),
     }
-    if clean_train is not None:
-        baselines["non_private"] = fit_linear(*clean_train)
     return ProtocolResult(
         final=final,
         weak=weak,
@@ -343,37 +279,9 @@ def aggregate(
         weights=weights,
         kept=kept,
         selection_rule=rule,
-        payload=payload if keep_payload else _head(payload),
+        payload=payload,
         baselines=baselines,
-        privacy=privacy or {},
-    )
-
-
-def _naive(
-    payload: Payload, settings: Settings, public: NDArray[np.float64] | None
-) -> LinearModels:
-    estimator = make_learner(payload, settings, public)
-    if estimator is None:
-        assert isinstance(payload, TrainingPayload)
-        return fit_linear(payload.features, payload.labels)
-    return _fit(payload, estimator)
-
-
-def _head(payload: Payload) -> Payload:
-    if isinstance(payload, JointPayload):
-        return JointPayload(
-            payload.client_ids[:0],
-            payload.releases[:0],
-            payload.epsilon,
-            payload.mechanism,
-        )
-    assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
-    return TrainingPayload(
-        payload.client_ids[:0],
-        payload.features[:0],
-        payload.labels[:0],
-        payload.feature_epsilon,
-        payload.label_epsilon,
+        privacy=privacy,
     )
 
 

@@ -1,12 +1,7 @@
 """The Flower transport: queries as messages to SuperNodes over a ``Grid``.
 
-:class:`GridClients` implements :class:`ldpfda.server.session.Clients`. It first waits
-for the nodes and asks each who it is (:meth:`GridClients.connect`); then every ask
-sends each client its request row as ``query.<name>`` (the wire layout of
-:mod:`ldpfda.schema.queries`), collects the replies until ``reply_timeout``, and checks
-each against the query's schema: an error reply, a missing or unreadable array, an
-array of the wrong shape, or ledger figures signed by another client are rejected with
-the reason, and the value checks are the very ones the in-process transport applies.
+Every reply is checked before use, with the very value checks of the in-process
+transport; a reply that fails is rejected with the reason.
 """
 
 from __future__ import annotations
@@ -40,7 +35,6 @@ __all__ = [
     "ReplyError",
     "parse_checked",
     "parse_identity",
-    "parse_reply",
     "wait_for_nodes",
 ]
 
@@ -114,13 +108,8 @@ def _array(content: RecordDict, spec: ArraySpec) -> NDArray:
 
 
 def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
-    """The client id and ledger figures of a ``query.identify`` reply.
-
-    Raises
-    ------
-    ReplyError
-        For an error reply or a reply without a valid identity.
-    """
+    """The client id and ledger figures of a ``query.identify`` reply (or
+    :class:`ReplyError`)."""
     content = _content(message)
     try:
         client_id = content.config_records["identity"]["client-id"]
@@ -135,36 +124,15 @@ def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
     return client_id, _ledger_info(content, "identity", client_id)
 
 
-def parse_reply(
-    query: Query, message: Message, client_id: int
-) -> tuple[dict[str, NDArray], dict[str, float]]:
-    """The reply rows (one client's, per-client shape) and ledger figures of a reply.
-
-    Checks what one reply alone can show (an error reply, a missing or unreadable
-    array, a wrong shape, the ledger record); the values are checked by
-    :func:`~ldpfda.server.session.check_replies`, as in process.
-
-    Raises
-    ------
-    ReplyError
-        With the reason.
-    """
-    content = _content(message)
-    rows = wire_rows(query, {spec.key: _array(content, spec) for spec in query.reply})
-    return rows, _ledger_info(content, query.ledger_record, client_id)
-
-
 def parse_checked(
     query: Query, message: Message, client_id: int
 ) -> tuple[dict[str, NDArray], dict[str, float]]:
-    """:func:`parse_reply` and the value checks of the query: one node's reply, whole.
-
-    Raises
-    ------
-    ReplyError
-        With the first reason the reply cannot be used.
-    """
-    rows, figures = parse_reply(query, message, client_id)
+    """One node's reply rows (per-client shape) and ledger figures, checked whole:
+    content, shapes and ledger record, then the values as in process (else
+    :class:`ReplyError` with the first reason)."""
+    content = _content(message)
+    rows = wire_rows(query, {spec.key: _array(content, spec) for spec in query.reply})
+    figures = _ledger_info(content, query.ledger_record, client_id)
     values = {key: np.asarray(row)[None, ...] for key, row in rows.items()}
     checked = check_replies(query, np.array([client_id], dtype=np.int64), values)
     if checked.rejected:
@@ -188,13 +156,8 @@ def _request_content(query: Query, arrays: Mapping[str, NDArray]) -> RecordDict:
 def wait_for_nodes(
     grid: Grid, expected: int, minimum: int, timeout: float
 ) -> list[int]:
-    """Node ids once ``expected`` nodes are connected, or ``minimum`` at the timeout.
-
-    Raises
-    ------
-    RuntimeError
-        When fewer than ``minimum`` nodes are connected after ``timeout`` seconds.
-    """
+    """Node ids once ``expected`` nodes are connected, or ``minimum`` at the timeout
+    (else ``RuntimeError``)."""
     deadline = time.monotonic() + timeout
     while True:
         nodes = sorted(int(n) for n in grid.get_node_ids())
@@ -231,19 +194,9 @@ def _absence(reply: Message | None, timeout: float) -> str | None:
 class GridClients:
     """SuperNodes of a Flower ``grid`` as a transport.
 
-    Attributes
-    ----------
-    grid : Grid
-    reply_timeout : float
-        Seconds to wait for the replies of each ask.
-    node_of : dict of int to int
-        The node of every identified client (filled by :meth:`connect`).
-    claimed : dict of int to int
-        The client id every answering node claimed in the identify round.
-    identify : Round
-        The identify round, keyed by node id.
-    nodes : list of int
-        The nodes connected when the run started.
+    :meth:`connect` fills ``nodes`` (connected when the run started), ``node_of`` (the
+    node of every identified client), ``claimed`` (the client id every answering node
+    claimed) and the ``identify`` round (keyed by node id).
     """
 
     grid: Grid
@@ -308,15 +261,8 @@ class GridClients:
     def _send(
         self, query: Query, contents: Mapping[int, RecordDict]
     ) -> dict[int, Message]:
-        """Send ``query`` to each node of ``contents``; replies by node id.
-
-        The grid returns only replies to the messages just sent, so a reply that comes
-        after the timeout is never used: Flower keeps it and nobody pulls it. Anything
-        else that answers no message of this call (another node, another query, a
-        second reply) is logged and dropped. Flower's error replies that say a node is
-        unavailable come from the SuperLink; they are kept under the node the message
-        went to and say why it is missing.
-        """
+        """Send ``query`` to each node of ``contents``; replies by node id (a stray
+        reply is logged and dropped, a node-unavailable error kept under its node)."""
         kind = query.message_type
         messages = [
             Message(content, node, kind, group_id=query.name)
@@ -366,9 +312,8 @@ class GridClients:
             for i, c in enumerate(ids)
         }
         replies = self._send(query, contents)
-        out = Replies(np.zeros(0, dtype=np.int64), {})
-        valid: list[int] = []
-        rows: list[dict[str, NDArray]] = []
+        out = Replies(_NONE, {})
+        rows: dict[int, dict[str, NDArray]] = {}
         for c in (int(c) for c in ids):
             reply = replies.get(self.node_of[c])
             absence = _absence(reply, self.reply_timeout)
@@ -377,15 +322,13 @@ class GridClients:
                 continue
             assert reply is not None
             try:
-                arrays, out.reported[c] = parse_checked(query, reply, c)
+                rows[c], out.reported[c] = parse_checked(query, reply, c)
             except ReplyError as exc:
                 out.rejected[c] = str(exc)
-                continue
-            valid.append(c)
-            rows.append(arrays)
-        out.ids = np.array(valid, dtype=np.int64)
+        out.ids = np.array(list(rows), dtype=np.int64)
         out.values = {
-            spec.key: _stack([r[spec.key] for r in rows], spec) for spec in query.reply
+            spec.key: _stack([r[spec.key] for r in rows.values()], spec)
+            for spec in query.reply
         }
         return out
 

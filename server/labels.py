@@ -1,59 +1,14 @@
 r"""The server's steps of the label-only modes: clusters, pilots, priors, the fit.
 
-The rounds themselves are :mod:`ldpfda.server.plans`.
-
-Features are public in these modes (``privacy.mechanism = "label-*"``, see
-:mod:`ldpfda.client.labeldp_protocol`): every client sends its scaled features in the
-clear and one randomized label, and the server fits one multinomial logistic regression
-with a corrected loss, each example through its own label channel. Every client
-(``n_train + n_eval``) releases once, as in the moment protocol.
-
-``label-uniform``
-    Every client applies K-ary randomized response at its epsilon (uniform prior).
-``label-cluster`` (federated ClusterRR, no trusted curator)
-    1. the server clusters the public features (k-means, seeded, ``labeldp.n-clusters``;
-       :func:`cluster_features`);
-    2. a *pilot* share of every cluster (``labeldp.pilot-share``, at least one client,
-       chosen by the server's seeded randomness from public data only;
-       :func:`select_pilots`) applies K-ary randomized response at epsilon;
-    3. the server debiases the pilots' counts into a noisy label distribution of every
-       cluster (:func:`pilot_histograms`) and post-processes it into priors
-       :math:`q_c` with :func:`~ldpfda.labeldp.selection.choose_resampling` (truncation
-       and a positive uniform floor, so every :math:`q_c > 0`; :func:`cluster_priors`);
-    4. every other client randomizes its label with its cluster's prior at epsilon
-       (RR with a prior, :func:`~ldpfda.client.labeldp_protocol.release_labels`).
-``label-p2p`` (binary labels)
-    The peer-to-peer mechanism: k-means clusters merged to at least
-    ``labeldp.min-cluster-size`` :math:`s` members; every client randomizes its bit at
-    :math:`\varepsilon_0` = :func:`~ldpfda.labeldp.peer_to_peer.p2p_local_epsilon` for
-    the target :math:`(\varepsilon, 1/s^2)`; the relay hands each client its cluster's
-    noisy bits (:func:`p2p_blocks`), the client reports one drawn uniformly, and the
-    analyst fits on the reported bits with the binary randomized-response channel at
-    :math:`\varepsilon_0`.
-
-**Trust model and accounting.** ``label-uniform`` and ``label-cluster`` are local: the
-server never sees a true label, and each client's one release is
-:math:`\varepsilon`-LDP for its label whatever the server sends it (the client derives
-:math:`\lambda` from its own budget, :mod:`ldpfda.client.labeldp_protocol`). A pilot's
-label reaches the priors only through its randomized release (post-processing), and the
-clusters and pilots depend on public features and the server's seed only, so the whole
-transcript is :math:`\varepsilon`-label-DP and every client's ledger holds exactly
-:math:`\varepsilon` (one event). In ``label-p2p`` the relay sees
-:math:`\varepsilon_0`-LDP bits; the reported bits, and everything fitted on them, are
-:math:`(\varepsilon, 1/s^2)`-label-DP toward an analyst who does not see the relay's
-bits or the draws. The ledger records that guarantee, with :math:`\varepsilon_0` and
-:math:`\delta` among the event's parameters (the event of
-:func:`~ldpfda.labeldp.peer_to_peer.peer_to_peer_rr`).
-
-**Training.** Example :math:`i` went through the channel
-:math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top` (uniform :math:`q_i` for
-pilots, uniform-RR clients and peer-to-peer reports; its cluster's prior otherwise).
-:meth:`ForwardCorrectedLogisticRegression.fit_channels
-<ldpfda.labeldp.learners.ForwardCorrectedLogisticRegression.fit_channels>` (default,
-``labeldp.correction = "forward"``) maximises the likelihood of the released labels
-through :math:`T_i`; the backward learner's ``fit_channels`` minimises the unbiased
-backward-corrected loss. ``C`` is chosen from ``DEFAULT_CS`` by the held-out likelihood
-of the released labels (post-processing).
+Features are public in these modes (``privacy.mechanism = "label-*"``): every client
+sends its scaled features in the clear and one randomized label, and the server fits one
+multinomial logistic regression through each example's label channel
+:math:`T_i = (1-\lambda_i) I + \lambda_i \mathbf 1 q_i^\top`. ``label-uniform`` uses
+the uniform prior; ``label-cluster`` (federated ClusterRR, no trusted curator) takes
+each cluster's prior from its pilots' K-ary randomized-response labels;
+``label-p2p`` lets the relay hand each client its cluster's noisy bits
+(:func:`p2p_blocks`). The rounds are :mod:`ldpfda.server.plans`; the trust model and
+the accounting are in ``docs/flower.md``.
 
 References
 ----------
@@ -91,9 +46,6 @@ from ldpfda.server.fitting import ProtocolResult, single_model_result
 __all__ = [
     "N_CLASSES",
     "cluster_features",
-    "cluster_plan_summary",
-    "cluster_priors",
-    "fit_label_model",
     "label_result",
     "merge_small_clusters",
     "p2p_blocks",
@@ -102,17 +54,13 @@ __all__ = [
     "prior_rr_rounds",
     "select_pilots",
     "server_priors",
-    "uniform_priors",
 ]
 
 #: The platform's labels are binary.
 N_CLASSES = 2
-#: Floors of :func:`cluster_priors`: positive, so that every prior is > 0 and every
+#: Floors of :func:`server_priors`: positive, so that every prior is > 0 and every
 #: client spends exactly epsilon (a zero entry would force lambda = 1).
 PRIOR_FLOORS = tuple(f for f in DEFAULT_FLOORS if f > 0)
-
-
-# -- the server's steps ----------------------------------------------------------------
 
 
 def merge_small_clusters(
@@ -121,8 +69,8 @@ def merge_small_clusters(
     """Merge every cluster below ``min_size`` members into the one of nearest mean.
 
     The smallest cluster (lowest index on ties) goes first; means are recomputed after
-    every merge. Clusters are renumbered ``0 .. C'-1`` in order of their lowest old
-    index. Deterministic, and a function of the public features only.
+    every merge; clusters are renumbered ``0 .. C'-1`` in order of their lowest old
+    index.
     """
     x = np.asarray(features, dtype=float)
     c = np.asarray(clusters, dtype=np.int64).copy()
@@ -144,17 +92,9 @@ def merge_small_clusters(
 
 
 def cluster_features(
-    features: ArrayLike,
-    *,
-    n_clusters: int,
-    min_size: int = 1,
-    rng: np.random.Generator,
+    features: ArrayLike, *, n_clusters: int, min_size: int = 1, rng: np.random.Generator
 ) -> NDArray[np.int64]:
-    """k-means clusters of the public features, at least ``min_size`` clients each.
-
-    :func:`~ldpfda.labeldp.mechanisms.assign_clusters` (its ``random_state`` drawn from
-    ``rng``), then :func:`merge_small_clusters`; numbered ``0 .. C-1``.
-    """
+    """k-means clusters of the public features, merged to ``min_size`` clients each."""
     c = assign_clusters(features, n_clusters=n_clusters, rng=rng)
     return merge_small_clusters(features, c, min_size=min_size)
 
@@ -162,11 +102,8 @@ def cluster_features(
 def select_pilots(
     clusters: ArrayLike, *, share: float, rng: np.random.Generator
 ) -> NDArray[np.bool_]:
-    r"""The pilots: :math:`\max(1, \lceil \text{share}\cdot n_c\rceil)` per cluster.
-
-    Chosen uniformly within every cluster by ``rng`` (the server's): a function of
-    public data only.
-    """
+    r"""The pilots: :math:`\max(1, \lceil \text{share}\cdot n_c\rceil)` per cluster,
+    chosen uniformly within it by the server's ``rng``."""
     c = np.asarray(clusters, dtype=np.int64)
     perm = rng.permutation(c.size)
     order = perm[np.argsort(c[perm], kind="stable")]
@@ -192,9 +129,8 @@ def pilot_histograms(
     pilots and :math:`R` the K-RR channel,
     :math:`\hat p_c = R^{-\top} f_c` is unbiased for the pilots' label distribution,
     with entries of standard deviation about
-    :math:`\sqrt{f(1-f)/m_c}\,(e^\varepsilon + K - 1)/(e^\varepsilon - 1)`. Entries may
-    leave [0, 1] (:func:`cluster_priors` truncates them). A cluster without pilots gets
-    the uniform distribution. Post-processing of the pilots' releases.
+    :math:`\sqrt{f(1-f)/m_c}\,(e^\varepsilon + K - 1)/(e^\varepsilon - 1)`; entries may
+    leave [0, 1]. A cluster without pilots gets the uniform distribution.
     """
     counts = cluster_label_counts(
         labels, clusters, n_clusters=n_clusters, n_classes=n_classes
@@ -206,40 +142,6 @@ def pilot_histograms(
     return np.where(m > 0, hist, 1.0 / n_classes)
 
 
-def cluster_priors(
-    noisy_histograms: ArrayLike,
-    cluster_sizes: ArrayLike,
-    *,
-    epsilon: float,
-    n_effective: float,
-) -> tuple[NDArray[np.float64], Choice]:
-    r"""Priors :math:`q_c` from the pilots' histograms (post-processing).
-
-    :func:`~ldpfda.labeldp.selection.choose_resampling` picks the truncation and a
-    positive floor (:data:`PRIOR_FLOORS`; floor 1 is the uniform prior, i.e. UniformRR)
-    for resampling at ``epsilon``, with ``cluster_sizes`` the clients that will use the
-    priors; :func:`~ldpfda.labeldp.mechanisms.cluster_distributions` applies them. Its
-    criterion scores one :math:`\lambda` from the smallest prior overall, while each
-    client's :math:`\lambda_i` comes from its own prior's minimum and is never larger:
-    the criterion is conservative. Its ``beta`` is not used: the learners fit through
-    the exact channel.
-    """
-    choice = choose_resampling(
-        noisy_histograms,
-        cluster_sizes,
-        epsilon_resample=epsilon,
-        n_effective=n_effective,
-        floors=PRIOR_FLOORS,
-    )
-    q = cluster_distributions(
-        noisy_histograms,
-        tau=choice.tau,
-        truncation=choice.truncation,
-        floor=choice.floor,
-    )
-    return q, choice
-
-
 def p2p_blocks(
     noisy_labels: ArrayLike, clusters: ArrayLike
 ) -> tuple[NDArray[np.int8], NDArray[np.int64], NDArray[np.int64]]:
@@ -247,8 +149,7 @@ def p2p_blocks(
 
     Returns ``(peer_labels, offsets, counts)``: client ``i``'s peers are
     ``peer_labels[offsets[i] : offsets[i] + counts[i]]``, the noisy bits of its cluster
-    in the order of the rows (client ids), its own among them; the arguments of
-    :func:`~ldpfda.client.labeldp_protocol.p2p_forward`.
+    in row order, its own among them.
     """
     bits = np.asarray(noisy_labels, dtype=np.int8)
     c = np.asarray(clusters, dtype=np.int64)
@@ -258,15 +159,16 @@ def p2p_blocks(
     return bits[order], starts[c], sizes[c]
 
 
-def fit_label_model(
-    payload: LabelPayload, settings: Settings, rng: np.random.Generator
-) -> tuple[LinearModels, Any]:
-    """The corrected logistic regression of ``settings.correction`` on ``payload``.
-
-    Returns the binary linear model (class 1 minus class 0 of the multinomial fit) and
-    the fitted estimator. ``C`` is chosen from ``DEFAULT_CS`` with a held-out split
-    seeded from ``rng``.
-    """
+def label_result(
+    payload: LabelPayload,
+    settings: Settings,
+    rng: np.random.Generator,
+    *,
+    privacy: dict[str, Any],
+) -> ProtocolResult:
+    """The analyst of a label-only run: the corrected logistic regression of
+    ``settings.correction``, ``C`` chosen from ``DEFAULT_CS`` on a held-out split seeded
+    from ``rng``; its binary model is class 1 minus class 0 of the multinomial fit."""
     cls = (
         ForwardCorrectedLogisticRegression
         if settings.correction == "forward"
@@ -280,43 +182,12 @@ def fit_label_model(
         resample_probabilities=payload.resample_probabilities,
     )
     coef, intercept = estimator.coef_, estimator.intercept_
-    model = LinearModels(coef[1:] - coef[:1], intercept[1:] - intercept[:1])
-    return model, estimator
-
-
-def label_result(
-    payload: LabelPayload,
-    settings: Settings,
-    rng: np.random.Generator,
-    *,
-    privacy: dict[str, Any],
-    clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
-    keep_payload: bool = True,
-) -> ProtocolResult:
-    """The analyst of a label-only run: :func:`fit_label_model` as a result.
-
-    ``method = "label"``; its one model is also its ``weak`` and ``reversed_models``.
-    The non-private reference is fitted when ``clean_train`` is given.
-    """
-    final, _ = fit_label_model(payload, settings, rng)
     return single_model_result(
-        final,
+        LinearModels(coef[1:] - coef[:1], intercept[1:] - intercept[:1]),
         method="label",
-        payload=payload if keep_payload else payload.head(),
-        clean_train=clean_train,
+        payload=payload,
         privacy=privacy,
     )
-
-
-def cluster_plan_summary(
-    clusters: NDArray[np.int64], pilots: NDArray[np.bool_], choice: Choice
-) -> dict[str, Any]:
-    """What a ``label-cluster`` report says about the clusters, pilots and priors."""
-    return {
-        "n_clusters": int(clusters.max()) + 1,
-        "pilots": int(pilots.sum()),
-        "choice": choice.as_dict(),
-    }
 
 
 def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any]:
@@ -331,19 +202,12 @@ def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any
     }
 
 
-#: ``release(stage, index, priors)``: the labels that clients ``index`` release with
-#: those priors (-1 for a client that released none).
-LabelRelease = Callable[
-    [str, NDArray[np.int64], NDArray[np.float64]], NDArray[np.int64]
-]
-
-
 def prior_rr_rounds(
     settings: Settings,
     ids: NDArray[np.int64],
     x: NDArray[np.float64],
     server_rng: np.random.Generator,
-    release: LabelRelease,
+    release: Callable[..., NDArray[np.int64]],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
     """``label-uniform`` and ``label-cluster``: who releases with which prior, when.
 
@@ -351,9 +215,9 @@ def prior_rr_rounds(
     ``label-cluster``: k-means clusters and pilots from ``server_rng`` (in that order),
     the pilots with the uniform prior (``"label-pilots"``), priors from the pilots that
     answered (:func:`server_priors`), then the others with their cluster's prior
-    (``"label-others"``). ``release`` does the asking: client-side functions in process,
-    queries to the SuperNodes in the Flower app. Returns every client's label (-1 if
-    none), its prior and what the report says about the mode.
+    (``"label-others"``). ``release(stage, index, priors)`` asks clients ``index`` for
+    their labels (-1 if none). Returns every client's label, its prior and what the
+    report says about the mode.
     """
     labels = np.full(ids.size, -1, dtype=np.int64)
     priors = uniform_priors(ids.size, N_CLASSES)
@@ -366,6 +230,7 @@ def prior_rr_rounds(
         raise ValueError(f"not a prior-RR mechanism: {settings.mechanism!r}")
     clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
     pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
+    n_clusters = int(clusters.max()) + 1
     index = np.flatnonzero(pilots)
     labels[index] = release("label-pilots", index, priors[index])
     answered = pilots & (labels >= 0)
@@ -374,13 +239,15 @@ def prior_rr_rounds(
         clusters[answered],
         clusters[~pilots],
         settings,
-        n_clusters=int(clusters.max()) + 1,
+        n_clusters=n_clusters,
         n_features=x.shape[1],
     )
     rest = np.flatnonzero(~pilots)
     priors[rest] = q[clusters[rest]]
     labels[rest] = release("label-others", rest, priors[rest])
-    info.update(cluster_plan_summary(clusters, pilots, choice))
+    info.update(
+        n_clusters=n_clusters, pilots=int(pilots.sum()), choice=choice.as_dict()
+    )
     return labels, priors, info
 
 
@@ -393,12 +260,14 @@ def server_priors(
     n_clusters: int,
     n_features: int,
 ) -> tuple[NDArray[np.float64], Choice]:
-    """``label-cluster`` step 3: priors of every cluster from the pilots' labels.
+    r"""``label-cluster`` step 3: priors of every cluster from the pilots' labels.
 
-    :func:`pilot_histograms` of the pilots' released labels (``pilot_clusters`` their
-    clusters), then :func:`cluster_priors` with the clusters weighted by the clients
-    who will use the priors (``other_clusters``); the learner has :math:`(p + 1) K`
-    parameters.
+    :func:`pilot_histograms`, then :func:`~ldpfda.labeldp.selection.choose_resampling`
+    picks the truncation and a positive floor (floor 1 is the uniform prior) for the
+    clients who will use the priors (``other_clusters``), with :math:`(p + 1) K` learner
+    parameters. Its criterion scores one :math:`\lambda` from the smallest prior
+    overall, never below a client's own :math:`\lambda_i`: it is conservative. Its
+    ``beta`` is not used: the learners fit through the exact channel.
     """
     hist = pilot_histograms(
         pilot_labels,
@@ -408,10 +277,14 @@ def server_priors(
         epsilon=settings.epsilon,
     )
     sizes = np.bincount(other_clusters, minlength=n_clusters)
-    n_parameters = (n_features + 1) * N_CLASSES
-    return cluster_priors(
+    choice = choose_resampling(
         hist,
         sizes,
-        epsilon=settings.epsilon,
-        n_effective=max(int(sizes.sum()), 1) / n_parameters,
+        epsilon_resample=settings.epsilon,
+        n_effective=max(int(sizes.sum()), 1) / ((n_features + 1) * N_CLASSES),
+        floors=PRIOR_FLOORS,
     )
+    q = cluster_distributions(
+        hist, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
+    )
+    return q, choice

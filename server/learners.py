@@ -1,18 +1,9 @@
-r"""Learners for privatized releases, usable alone or as MRMA weak learners.
+"""Learners for privatized releases, usable alone or as MRMA weak learners.
 
-* :class:`MomentLinearClassifier` -- least-squares linear discriminant from estimated
-  moments: :math:`E[\tilde y (1, x)]` from the releases and :math:`E[(1,x)(1,x)^\top]`
-  from public features or from the releases with the noise removed; a ridge system.
-* :class:`FlipCorrectedLogisticRegression` -- logistic regression with Natarajan et
-  al.'s unbiased loss for labels flipped with a known rate (randomized response),
-  with an L2 penalty that keeps the problem well posed.
-* :func:`fit_weak_models_with` / :func:`as_weak_learner` -- the ``learner=`` hook: any
-  estimator here (or any callable returning
-  :class:`~ldpfda.server.mrma.LinearModels`) trains MRMA's weak models.
-
-``fit`` validates, fitted attributes end in ``_``, ``predict`` checks the fit; every
-estimator returns its fit as :class:`~ldpfda.server.mrma.LinearModels` through
-``to_linear_models``.
+:class:`MomentLinearClassifier` and :class:`FlipCorrectedLogisticRegression` are
+scikit-learn estimators that return their fit as
+:class:`~ldpfda.server.mrma.LinearModels` (``to_linear_models``);
+:func:`as_weak_learner` turns one into MRMA's ``learner=`` hook.
 """
 
 from __future__ import annotations
@@ -56,11 +47,10 @@ WeakLearner = Callable[[NDArray[np.float64], NDArray[np.int8] | None], LinearMod
 
 
 def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float64]:
-    r"""Symmetrise ``matrix``, raise its eigenvalues to ``floor`` x the largest or more.
+    """The nearest (Frobenius) PSD matrix, eigenvalues at least ``floor`` x the largest.
 
-    An unbiased estimate of a second-moment matrix from noisy releases need not be
-    positive semi-definite; this is the nearest (Frobenius) PSD matrix, with a relative
-    floor so that the ridge system stays solvable.
+    An unbiased second-moment estimate from noisy releases need not be PSD; the relative
+    floor keeps the ridge system solvable.
     """
     m = check_finite_array(matrix, "matrix", ndim=2)
     m = (m + m.T) / 2.0
@@ -73,17 +63,14 @@ def nearest_psd(matrix: ArrayLike, *, floor: float = 1e-10) -> NDArray[np.float6
 def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMoments:
     if mechanism is None:
         return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
-    moments = (
-        mechanism
-        if isinstance(mechanism, ProductMoments)
-        else product_moments(mechanism)
-    )
-    if moments.dimension != p:
+    if not isinstance(mechanism, ProductMoments):
+        mechanism = product_moments(mechanism)
+    if mechanism.dimension != p:
         raise ValueError(
-            f"the mechanism releases vectors of length {moments.dimension}, but X has "
-            f"{p} columns"
+            f"the mechanism releases vectors of length {mechanism.dimension}, but X "
+            f"has {p} columns"
         )
-    return moments
+    return mechanism
 
 
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
@@ -91,6 +78,18 @@ class _LinearClassifier(ClassifierMixin, BaseEstimator):
 
     coef_: NDArray[np.float64]
     intercept_: float
+    fit_intercept: bool
+
+    def _augment(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        if not self.fit_intercept:
+            return x
+        return np.hstack([np.ones((x.shape[0], 1)), x])
+
+    def _set_fit(self, theta: NDArray[np.float64], p: int) -> None:
+        self.coef_ = theta[int(self.fit_intercept) :]
+        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self.n_features_in_ = p
+        self.classes_ = np.array([0, 1])
 
     def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
         """Scores :math:`b + \\beta^\\top x`; positive means class 1."""
@@ -113,81 +112,37 @@ class MomentLinearClassifier(_LinearClassifier):
     r"""Least-squares linear classifier from privately estimated moments.
 
     With :math:`\tilde y = 2y - 1` and :math:`w = (1, x)`, the population least-squares
-    fit of :math:`\tilde y` on w solves :math:`G\theta = c`,
-    :math:`G = E[w w^\top]`, :math:`c = E[\tilde y\, w]`; its sign is a linear
-    classifier (Fisher's discriminant direction for :math:`\tilde y`), and
-    :math:`(1 + \theta^\top w)/2` estimates :math:`P(y = 1 \mid x)` by least squares.
-    Both moments are estimated without bias from releases:
+    fit of :math:`\tilde y` on w solves :math:`G\theta = c`, :math:`G = E[w w^\top]`,
+    :math:`c = E[\tilde y\, w]`: its sign is Fisher's discriminant direction and
+    :math:`(1 + \theta^\top w)/2` estimates :math:`P(y = 1 \mid x)`. The moments are
+    estimated without bias. With ``joint=True``, X holds one release of
+    :math:`\tilde y\, w` per client and :math:`\hat c` is their mean; otherwise X holds
+    released features :math:`\tilde x` and y labels flipped with the known probability
+    ``label_flip_rate`` :math:`= \rho`, so that
+    :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
+    G is ``gram`` (of public, unlabeled features) when given, else the releases' second
+    moment with the noise of ``mechanism`` removed
+    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), entries it does not
+    identify taken as 0, clipped to the bounds of :math:`x \in [-1, 1]^p` and projected
+    to the nearest PSD matrix.
 
-    * ``joint=True``: X holds one release per client of :math:`\tilde y\, w` (see
-      :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`); :math:`\hat c` is their
-      mean.
-    * ``joint=False``: X holds released features :math:`\tilde x` (unbiased, noise
-      independent of everything else) and y released labels, flipped with the known
-      probability ``label_flip_rate`` = :math:`\rho`; then
-      :math:`E[\tilde y_{\mathrm{rel}}\,(1, \tilde x)] = (1 - 2\rho)\,c`, so
-      :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
+    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise level
+    :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j \widehat{\mathrm{Var}}(r_{ij})` is known
+    from the data. ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
+    :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`,
+    :math:`\theta \sim (0, \tau^2 I)`:
 
-    G is ``gram`` when given (from public, unlabeled features, fixed before the private
-    data is seen); otherwise it is estimated from the releases with the noise removed
-    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`: for additive noise,
-    :math:`\overline{\tilde x \tilde x^\top}` minus the noise variance on the diagonal).
-    Entries the releases do not identify are taken as 0 (uncorrelated, centred
-    features), estimates are clipped to the bounds implied by :math:`x \in [-1, 1]^p`,
-    and the result is projected to the nearest PSD matrix (:func:`nearest_psd`).
+    .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
+              \mu = \hat\sigma^2 / \hat\tau^2, \qquad
+              \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
 
-    The estimate :math:`\hat c` is a mean of n independent rows :math:`r_i` (the
-    releases, or :math:`\tilde y_{\mathrm{rel},i}(1, \tilde x_i)/(1-2\rho)`), so its
-    noise level, :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j
-    \widehat{\mathrm{Var}}(r_{ij})`, is known from the data. Two regularisations:
-
-    * ``"empirical-bayes"`` (default, no tuning): in the model
-      :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`, with the prior
-      :math:`\theta \sim (0, \tau^2 I)`, the posterior mean is
-
-      .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
-                \mu = \hat\sigma^2 / \hat\tau^2, \qquad
-                \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
-
-      where :math:`\hat\tau^2` is the method-of-moments estimate
-      (:math:`E\|\hat c\|^2 = \tau^2\mathrm{tr}(G^2) + d\sigma^2`). Noisy releases
-      and ill-conditioned G (correlated B-spline coefficients) are shrunk
-      automatically; with little noise it is least squares.
-    * ``"ridge"``: :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
-      :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, with D the identity on
-      the feature coefficients (the intercept is not penalised).
-
-    Parameters
-    ----------
-    regularization : {"empirical-bayes", "ridge"}, default "empirical-bayes"
-    alpha : float, default 0.1
-        Ridge strength relative to the average feature second moment (``"ridge"``).
-    fit_intercept : bool, default True
-        Fit b; with ``joint=True`` the releases must then carry the constant (p+1 cols).
-    joint : bool, default False
-        X are joint releases of :math:`\tilde y (1, x)`; ``fit`` takes no y.
-    mechanism : Mechanism or ProductMoments, optional
-        What released X (for removing the noise from the second moment); None means
-        X is noiseless. Not needed when ``gram`` is given.
-    gram : array-like, optional
-        :math:`E[ww^\top]` ((p+1) x (p+1) with intercept, else p x p) from public data.
-    label_flip_rate : float, default 0
-        :math:`\rho \in [0, 1/2)` of the released labels (``joint=False``).
-    random_state : int, optional
-        Unused (the fit is deterministic); kept for the MRMA learner interface.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (p,)
-    intercept_ : float
-    cross_moment_, gram_ : ndarray
-        :math:`\hat c` and the (projected) :math:`\hat G` used.
-    noise_variance_ : float
-        :math:`\hat\sigma^2`.
-    shrinkage_ : float
-        :math:`\mu` (empirical Bayes) or :math:`\lambda` (ridge).
-    identified_ : ndarray of bool
-        Entries of :math:`\hat G` estimated from the data (all True if ``gram`` given).
+    with the method-of-moments :math:`\hat\tau^2`, which shrinks noisy releases and an
+    ill-conditioned G automatically. ``"ridge"`` is
+    :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
+    :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
+    coefficients. ``random_state`` is unused (the fit is deterministic). The fit also
+    sets ``cross_moment_``, ``gram_``, ``noise_variance_``, ``shrinkage_`` (:math:`\mu`
+    or :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated).
 
     References
     ----------
@@ -218,11 +173,6 @@ class MomentLinearClassifier(_LinearClassifier):
         self.label_flip_rate = label_flip_rate
         self.random_state = random_state
 
-    def _augment(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        if not self.fit_intercept:
-            return x
-        return np.hstack([np.ones((x.shape[0], 1)), x])
-
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
         if self.regularization not in REGULARIZATIONS:
             raise ValueError(
@@ -236,16 +186,14 @@ class MomentLinearClassifier(_LinearClassifier):
         x = check_finite_array(X, "X", ndim=2)
         if x.shape[0] < 1:
             raise ValueError("X must have at least one row")
+        start = int(self.fit_intercept)
         if self.joint:
             if y is not None:
                 raise ValueError(
                     "y must be None when joint=True (X carries the labels)"
                 )
             rows = x
-            moments = (
-                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-            )
-            p = x.shape[1] - int(self.fit_intercept)
+            p = x.shape[1] - start
             if p < 1:
                 raise ValueError("X must have at least one feature column")
         else:
@@ -256,26 +204,21 @@ class MomentLinearClassifier(_LinearClassifier):
                 raise ValueError(f"y has {labels.size} entries for {x.shape[0]} rows")
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
-            moments = (
-                None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-            )
             p = x.shape[1]
-        d = p + int(self.fit_intercept)
+        moments = (
+            None if self.gram is not None else _moments(self.mechanism, x.shape[1])
+        )
         n = rows.shape[0]
         cross = rows.mean(axis=0)
         noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
-        gram, identified = self._estimate_gram(x, moments, d)
+        gram, identified = self._estimate_gram(x, moments, p + start)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
-        start = int(self.fit_intercept)
-        self.coef_ = theta[start:]
-        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self._set_fit(theta, p)
         self.cross_moment_ = cross
         self.gram_ = gram
         self.noise_variance_ = noise
         self.shrinkage_ = float(shrinkage)
         self.identified_ = identified
-        self.n_features_in_ = p
-        self.classes_ = np.array([0, 1])
         return self
 
     def _estimate_gram(
@@ -286,30 +229,23 @@ class MomentLinearClassifier(_LinearClassifier):
             gram = check_finite_array(self.gram, "gram", ndim=2)
             if gram.shape != (d, d):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
+            return nearest_psd(gram), np.ones((d, d), dtype=bool)
+        gram, identified = moments.second_moment(x)
+        if self.fit_intercept and self.joint:
+            gram[0, 0], identified[0, 0] = 1.0, True
+        elif self.fit_intercept:
+            est, mask = gram, identified
+            gram = np.empty((d, d))
             identified = np.ones((d, d), dtype=bool)
-        else:
-            assert moments is not None
-            est, mask = moments.second_moment(x)
-            if self.joint:
-                gram, identified = est, mask
-                if self.fit_intercept:
-                    gram[0, 0], identified[0, 0] = 1.0, True
-            elif self.fit_intercept:
-                gram = np.empty((d, d))
-                identified = np.ones((d, d), dtype=bool)
-                gram[0, 0] = 1.0
-                gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
-                gram[1:, 1:], identified[1:, 1:] = est, mask
-            else:
-                gram, identified = est, mask
-        if self.gram is None:
-            # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
-            # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves
-            # them towards the truth.
-            gram = np.clip(gram, -1.0, 1.0)
-            np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
-        gram = nearest_psd(gram)
-        return gram, identified
+            gram[0, 0] = 1.0
+            gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
+            gram[1:, 1:], identified[1:, 1:] = est, mask
+        # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
+        # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves them
+        # towards the truth.
+        gram = np.clip(gram, -1.0, 1.0)
+        np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
+        return nearest_psd(gram), identified
 
     def _solve(
         self,
@@ -351,7 +287,7 @@ class MomentLinearClassifier(_LinearClassifier):
 class FlipCorrectedLogisticRegression(_LinearClassifier):
     r"""L2-penalised logistic regression with labels flipped at a known rate.
 
-    When each label is flipped independently with probability :math:`\rho_i < 1/2`
+    For labels flipped independently with probability :math:`\rho_i < 1/2`
     (randomized response: :math:`\rho = 1 - q`), Natarajan et al.'s loss
 
     .. math:: \tilde\ell(t, \tilde y) = \frac{(1-\rho)\,\ell(t, \tilde y)
@@ -359,36 +295,15 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
               = \ell(t, \tilde y) - \frac{\rho}{1 - 2\rho}\,\tilde y\, t,
               \qquad \ell(t, \tilde y) = \log(1 + e^{-\tilde y t}),
 
-    satisfies :math:`E[\tilde\ell(t, \tilde y_{\mathrm{rel}})] = \ell(t, \tilde y)`.
-    For the logistic loss it is convex but unbounded below (the linear term), so the
-    objective
+    is unbiased for the clean loss but unbounded below, so the objective
 
     .. math:: \frac{1}{\sum_i s_i} \sum_i s_i\, \tilde\ell(b + \beta^\top x_i,
               \tilde y_i) + \frac{\alpha}{2}\big(\|\beta\|^2 + b^2\big)
 
-    carries an L2 penalty on all parameters (intercept included), which makes it
-    strongly convex with a unique minimiser (L-BFGS). If the features are themselves
-    released with noise the loss is no longer unbiased for the clean loss (the link is
-    non-linear), but the fitted direction stays consistent up to attenuation when the
-    noise is independent and isotropic.
-
-    Parameters
-    ----------
-    alpha : float, default 0.01
-        L2 strength, > 0.
-    flip_rate : float, default 0
-        :math:`\rho` of every label; ``fit(..., flip_rates=...)`` overrides per sample.
-    fit_intercept : bool, default True
-    max_iter : int, default 1000
-    tol : float, default 1e-8
-    random_state : int, optional
-        Unused (the fit is deterministic); kept for the MRMA learner interface.
-
-    Attributes
-    ----------
-    coef_ : ndarray of shape (p,)
-    intercept_ : float
-    n_iter_ : int
+    penalises all parameters, which makes it strongly convex (L-BFGS). With noisy
+    features the fitted direction stays consistent up to attenuation when the noise is
+    independent and isotropic. ``fit(..., flip_rates=...)`` gives one :math:`\rho_i`
+    per sample; ``random_state`` is unused.
 
     References
     ----------
@@ -429,12 +344,10 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         if labels.size != n:
             raise ValueError(f"y has {labels.size} entries for {n} rows")
         if flip_rates is None:
-            rho = np.full(
-                n,
-                check_real(
-                    self.flip_rate, "flip_rate", low=0.0, high=0.5, high_open=True
-                ),
+            rate = check_real(
+                self.flip_rate, "flip_rate", low=0.0, high=0.5, high_open=True
             )
+            rho = np.full(n, rate)
         else:
             rho = check_finite_array(flip_rates, "flip_rates", ndim=1)
             if rho.size != n or np.any(rho < 0) or np.any(rho >= 0.5):
@@ -448,7 +361,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         s = s / s.sum()
         signs = 2.0 * labels - 1.0
         kappa = rho / (1.0 - 2.0 * rho)
-        design = np.hstack([np.ones((n, 1)), x]) if self.fit_intercept else x
+        design = self._augment(x)
 
         def objective(theta: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
             margin = signs * (design @ theta)
@@ -465,12 +378,8 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
             method="L-BFGS-B",
             options={"maxiter": max_iter, "gtol": tol, "ftol": tol},
         )
-        theta = result.x
-        self.coef_ = theta[int(self.fit_intercept) :]
-        self.intercept_ = float(theta[0]) if self.fit_intercept else 0.0
+        self._set_fit(result.x, p)
         self.n_iter_ = int(result.nit)
-        self.n_features_in_ = p
-        self.classes_ = np.array([0, 1])
         return self
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
@@ -478,17 +387,8 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         return np.column_stack([1.0 - p1, p1])
 
 
-# --------------------------------------------------------------------------------------
-# The learner hook for MRMA
-# --------------------------------------------------------------------------------------
-
-
 def as_weak_learner(estimator: Any) -> WeakLearner:
-    """Turn an estimator of this module (or any with ``to_linear_models``) into a hook.
-
-    Each call fits a fresh clone on (features, labels) -- labels None for joint
-    releases -- and returns its :class:`~ldpfda.server.mrma.LinearModels`.
-    """
+    """A hook fitting a fresh clone of ``estimator`` (labels None: joint releases)."""
 
     def learner(
         features: NDArray[np.float64], labels: NDArray[np.int8] | None
@@ -512,10 +412,7 @@ def fit_weak_models_with(
     subsample_size: int = 50,
     rng: np.random.Generator | int | None = None,
 ) -> LinearModels:
-    """MRMA's weak models with any learner: one fit per random subsample of payloads.
-
-    :func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``.
-    """
+    """:func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``."""
     if not callable(learner):
         raise TypeError(f"learner must be callable, got {type(learner).__name__}")
     return fit_weak_models(

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
 
 from ldpfda._validation import check_epsilon, check_finite_array, check_int, check_real
 from ldpfda.privacy.random import as_generator
@@ -33,7 +32,6 @@ __all__ = [
     "fit_weak_models",
     "majority_vote",
     "mrma_weights",
-    "predict_proba_linear",
     "reverse_models",
 ]
 
@@ -47,12 +45,8 @@ def fit_linear(
     learner: str = "logistic",
     random_state: int | None = None,
 ) -> LinearModels:
-    """One linear classifier on (X, y) with y in {0, 1}.
-
-    ``logistic`` is unregularized logistic regression (the reference weak learner);
-    ``svm`` a linear SVM with hinge loss (C = 1). A sample with a single class gives the
-    constant classifier of that class (zero coefficients, intercept +-1).
-    """
+    """One linear classifier on (X, y): unregularized ``logistic`` regression or a
+    hinge-loss linear ``svm`` (C = 1); a single class gives the constant classifier."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.svm import LinearSVC
@@ -87,12 +81,11 @@ def fit_weak_models(
     learner: str | Callable[[NDArray, NDArray | None], LinearModels] = "logistic",
     rng: np.random.Generator | int | None = None,
 ) -> LinearModels:
-    """Train ``n_models`` classifiers, each on its own random subsample of the payloads.
+    """Train ``n_models`` classifiers, each on its own subsample without replacement.
 
-    Subsamples are drawn without replacement within a model and independently across
-    models. ``learner`` is a name of :data:`LEARNERS` (fitted by :func:`fit_linear`,
-    which receives a random state drawn after each subsample) or any callable
-    ``(features, labels) -> LinearModels`` (labels are None for label-free releases).
+    ``learner`` is a name of :data:`LEARNERS` (:func:`fit_linear`, with a random state
+    drawn after each subsample) or any ``(features, labels) -> LinearModels`` (labels
+    None for label-free releases).
     """
     x = check_finite_array(features, "features", ndim=2)
     y = None if labels is None else np.asarray(labels)
@@ -112,21 +105,19 @@ def fit_weak_models(
     elif not callable(learner):
         raise TypeError(f"learner must be callable, got {type(learner).__name__}")
     gen = as_generator(rng)
+
+    def named(xs: NDArray, ys: NDArray | None) -> LinearModels:
+        assert ys is not None and isinstance(learner, str)  # refused above otherwise
+        return fit_linear(
+            xs, ys, learner=learner, random_state=int(gen.integers(2**31 - 1))
+        )
+
+    fit = named if isinstance(learner, str) else learner
     coefs, intercepts = [], []
     with single_threaded_blas():
         for _ in range(n_models):
             idx = gen.choice(n, size=subsample_size, replace=False)
-            y_sub = None if y is None else y[idx]
-            if isinstance(learner, str):
-                assert y_sub is not None  # a named learner without labels was refused
-                model = fit_linear(
-                    x[idx],
-                    y_sub,
-                    learner=learner,
-                    random_state=int(gen.integers(2**31 - 1)),
-                )
-            else:
-                model = learner(x[idx], y_sub)
+            model = fit(x[idx], None if y is None else y[idx])
             coefs.append(model.coef[0])
             intercepts.append(model.intercept[0])
     return LinearModels(np.array(coefs), np.array(intercepts))
@@ -135,9 +126,8 @@ def fit_weak_models(
 def single_threaded_blas() -> Any:
     """A context that limits BLAS to one thread around many tiny fits.
 
-    Fifty L-BFGS fits on 50 x p problems spend most of their time waking BLAS threads:
-    with two threads they took 5.4 s of a 9.3 s million-client run, 0.3 s with one.
-    scipy.optimize is imported first because its OpenBLAS is a library of its own.
+    Fifty tiny L-BFGS fits spend most of their time waking BLAS threads (5.4 s of a
+    9.3 s million-client run with two threads, 0.3 s with one).
     """
     import scipy.optimize  # noqa: F401  (load its BLAS so the limit reaches it)
     from threadpoolctl import threadpool_limits
@@ -148,10 +138,8 @@ def single_threaded_blas() -> Any:
 def assign_groups(
     n_evaluators: int, n_models: int, rng: np.random.Generator | int | None = None
 ) -> NDArray[np.int64]:
-    """Split evaluators into ``n_models`` disjoint subgroups of (almost) equal size.
-
-    Returns the model index of each evaluator (by position).
-    """
+    """The model of each evaluator: ``n_models`` disjoint subgroups of (almost) equal
+    size."""
     n_evaluators = check_int(n_evaluators, "n_evaluators", minimum=1)
     n_models = check_int(n_models, "n_models", minimum=1)
     if n_evaluators < n_models:
@@ -164,11 +152,8 @@ def assign_groups(
 
 @dataclass(frozen=True)
 class ErrorEstimates:
-    r"""Unbiased estimates of each model's error from randomized feedback bits.
-
-    ``raw`` is :math:`(\bar o + q - 1)/(2q - 1)`, unbiased for the true error on the
-    subgroup's population; ``clipped`` is ``raw`` clipped to [0, 1] (used downstream).
-    """
+    r"""Each model's error estimate from feedback bits: ``raw``
+    :math:`(\bar o + q - 1)/(2q - 1)` (unbiased) and ``clipped`` to [0, 1]."""
 
     raw: NDArray[np.float64]
     clipped: NDArray[np.float64]
@@ -186,9 +171,8 @@ def estimate_errors(
     .. math:: \hat e_j = \frac{\bar o_j + q - 1}{2q - 1}, \qquad
               q = \frac{e^\varepsilon}{1 + e^\varepsilon},
 
-    where :math:`\bar o_j` is the mean bit of subgroup j. Since
-    :math:`E[o] = q e + (1 - q)(1 - e)`, :math:`\hat e_j` is unbiased. A model whose
-    subgroup sent no valid bit gets the uninformative estimate 1/2.
+    with :math:`\bar o_j` the mean bit of subgroup j, is unbiased since
+    :math:`E[o] = q e + (1 - q)(1 - e)`; a subgroup without a valid bit gives 1/2.
     """
     o = np.asarray(bits)
     g = np.asarray(groups)
@@ -229,18 +213,14 @@ def reverse_models(
 def mrma_weights(
     errors: ArrayLike, *, cutoff: float = 0.2, reversal: bool = True
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_], str]:
-    r"""Selection and weights of model averaging.
+    r"""Selection and weights of model averaging, and the name of the rule applied.
 
     With reversal, model j is kept if :math:`|1/2 - \hat e_j| > 1/2 - c` and weighted by
-    :math:`|1/2 - \hat e_j|`, normalised over the kept models. Without reversal (the
-    "MA only" ablation) a model can only help if it is better than chance, so the
-    score is :math:`(1/2 - \hat e_j)_+` and the rule keeps models with
-    :math:`\hat e_j < c`.
-
-    If no model passes the cut-off, the rule falls back to weighting every model with
-    a positive score (``'no-selection'``), and if none has one, to equal weights
-    (``'equal'``). The third return value names the rule applied (``'cutoff'``
-    normally).
+    :math:`|1/2 - \hat e_j|`, normalised over the kept models; without reversal (the
+    "MA only" ablation) the score is :math:`(1/2 - \hat e_j)_+`, keeping
+    :math:`\hat e_j < c`. If no model passes the cut-off (``'cutoff'``), every model
+    with a positive score is weighted (``'no-selection'``), and if none has one, all
+    equally (``'equal'``).
     """
     e = np.asarray(errors, dtype=float)
     cutoff = check_real(cutoff, "cutoff", low=0.0, high=0.5)
@@ -262,12 +242,9 @@ def average_models(
 ) -> LinearModels:
     r"""Weighted average of the models' (intercept, coefficient) vectors: one model.
 
-    A linear classifier is invariant to the scale of :math:`(b, \beta)`, but the scale
-    of an unregularized logistic fit on a small noisy sample is arbitrary (it grows
-    without bound as the sample nears separability), and a plain average is dominated by
-    the largest-norm models. With ``normalize=True`` (the default) every model is scaled
-    to unit Euclidean norm of :math:`(b, \beta)` first, so the weights alone decide each
-    model's influence; ``normalize=False`` averages the raw vectors.
+    The scale of an unregularized logistic fit on a small noisy sample is arbitrary, so
+    with ``normalize`` every :math:`(b, \beta)` is scaled to unit norm first and the
+    weights alone decide each model's influence.
     """
     w = np.asarray(weights, dtype=float)
     coef, intercept = models.coef, models.intercept
@@ -284,8 +261,3 @@ def average_models(
 def majority_vote(models: LinearModels, X: ArrayLike) -> NDArray[np.int8]:
     """Majority vote of the models' labels (ties go to class 1)."""
     return (models.predict(X).mean(axis=1) >= 0.5).astype(np.int8)
-
-
-def predict_proba_linear(models: LinearModels, X: ArrayLike) -> NDArray[np.float64]:
-    """Logistic link of the (single) model's score: P(y = 1 | x)."""
-    return expit(models.decision_function(X)[:, 0])

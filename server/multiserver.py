@@ -1,27 +1,19 @@
 """Multi-server MRMA: servers with different populations evaluate each other's models.
 
-Each server s has its own training and evaluation clients, drawn from its own
-(possibly shifted) distribution, with its own size and epsilon. Every server trains M
-weak models; the S*M models are then evaluated by subgroups of *every* server's
-evaluation clients, each evaluation client still answering exactly one query. Server
-r's bits give an unbiased estimate of every model's error on population r.
-
-Server s combines the estimates towards its own population: its own estimate has weight
-:math:`1/v_{s}` and another server's :math:`1/(v_{r} + \\tau^2)`, where :math:`v` is the
-worst-case (error 1/2) variance of the debiased estimate from that subgroup and
-:math:`\\tau` the assumed spread of a model's error across populations. The global model
-pools all estimates with weights :math:`1/v_r` (the error on the pooled population).
-Reversal, selection and averaging then run over all S*M models, per server and globally.
-
-Cross-evaluation of weak models is an MRMA concept, so this module runs the reference
-MRMA protocol only: its settings must be :meth:`ldpfda.config.Settings.reference` (the
-reference release, ``server.method`` ``"mrma"`` or ``"auto"``), not the default joint
-release with the moment classifier, which has no weak models to evaluate.
+Every server s, with its own clients, size, epsilon and (shifted) distribution, trains
+M weak models; the S*M models are evaluated by subgroups of every server's evaluation
+clients, each answering one query, so server r's bits estimate every model's error on
+population r without bias. Server s combines the estimates towards its own population:
+its own with weight :math:`1/v_{s}`, another server's with :math:`1/(v_{r} + \\tau^2)`,
+where :math:`v` is the worst-case (error 1/2) variance of the debiased estimate and
+:math:`\\tau` the assumed spread of a model's error across populations; the global
+model pools all with weights :math:`1/v_r`. Reversal, selection and averaging then run
+over all S*M models. Only the reference MRMA protocol has weak models to evaluate
+(:meth:`ldpfda.config.Settings.reference`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,10 +24,7 @@ from ldpfda._validation import check_epsilon, check_int, check_real
 from ldpfda.config import Settings
 from ldpfda.privacy.random import derive_seed
 from ldpfda.privacy.randomized_response import rr_keep_probability
-from ldpfda.schema import catalog
 from ldpfda.schema.payloads import LinearModels, TrainingPayload
-from ldpfda.schema.queries import Request
-from ldpfda.server.fitting import train_weak
 from ldpfda.server.mrma import (
     ErrorEstimates,
     assign_groups,
@@ -44,14 +33,13 @@ from ldpfda.server.mrma import (
     mrma_weights,
     reverse_models,
 )
-from ldpfda.server.plans import release_payload
-from ldpfda.server.session import Session, locate
+from ldpfda.server.plans import ask_feedback, train_round
+from ldpfda.server.session import Session
 
 __all__ = [
     "ServerSpec",
     "check_reference",
     "combine_estimates",
-    "evaluation_groups",
     "final_models",
     "evaluate_phase",
     "train_phase",
@@ -107,19 +95,6 @@ def training_rng(settings: Settings, repeat: int) -> np.random.Generator:
     )
 
 
-def evaluation_groups(
-    n_evaluators: int, n_models: int, settings: Settings, repeat: int
-) -> NDArray[np.int64]:
-    """Which of the ``n_models`` models each evaluator of server
-    ``settings.server_id`` evaluates (by position among its evaluators, ordered by
-    client id): :func:`~ldpfda.server.mrma.assign_groups` on the server's own stream.
-    """
-    rng = np.random.default_rng(
-        derive_seed(settings.seed, "groups", repeat, settings.server_id)
-    )
-    return assign_groups(n_evaluators, n_models, rng)
-
-
 def worst_case_variance(
     counts: NDArray[np.int64], epsilon: float
 ) -> NDArray[np.float64]:
@@ -147,9 +122,8 @@ def combine_estimates(
 ) -> NDArray[np.float64]:
     """Inverse-variance combination of per-server estimates (rows) of each model (cols).
 
-    With ``own = s``, rows other than s get the extra variance ``heterogeneity**2``;
-    with ``own = None`` all rows are pooled as they are. Models no server evaluated get
-    1/2.
+    With ``own = s`` rows other than s get the extra variance ``heterogeneity**2``
+    (``None``: all pooled as they are); a model nobody evaluated gets 1/2.
     """
     extra = np.full(estimates.shape[0], heterogeneity**2)
     if own is not None:
@@ -175,11 +149,9 @@ def final_models(
 ) -> dict[str, LinearModels]:
     """Reversal, selection and averaging of all weak models, per server and globally.
 
-    Row s of ``estimates`` (shape ``(S, K)``) holds server s's estimates of the K
-    models, ``variances`` their variances (``inf`` where s gave none). Returns the
-    ``"global"`` model (all rows pooled) and one model per row, named ``names[s]``
-    (default ``"server<s>"``), whose estimates lean towards row s
-    (:func:`combine_estimates`).
+    Row s of ``estimates`` (S, K) and ``variances`` (``inf`` where none) is server s's;
+    returns the ``"global"`` model (all rows pooled) and per row the model named
+    ``names[s]`` (default ``"server<s>"``), its estimates leaning towards row s.
     """
     names = (
         [f"server{s}" for s in range(estimates.shape[0])] if names is None else names
@@ -204,9 +176,6 @@ def final_models(
     return models
 
 
-# -- the two phases, as plans over a session ------------------------------------------
-
-
 def train_phase(
     session: Session,
     settings: Settings,
@@ -215,29 +184,12 @@ def train_phase(
     repeat: int,
     timings: dict[str, float] | None = None,
 ) -> tuple[TrainingPayload, LinearModels]:
-    """Phase ``train``: the training clients' releases and the server's M weak models.
-
-    Subsamples from :func:`training_rng`. Stops the run when fewer than
-    ``mrma.subsample-size`` training clients give a valid release. ``timings`` gets
-    ``clients_privatize_s`` and ``server_train_s``.
-    """
+    """Phase ``train``: :func:`~ldpfda.server.plans.train_round` on the server's
+    :func:`training_rng`."""
     timings = {} if timings is None else timings
-    t0 = time.perf_counter()
-    session.status("privatize", releasing_clients=int(train_ids.size))
-    got = session.ask(
-        catalog.PRIVATIZE,
-        catalog.privatize_query(settings, n_features),
-        train_ids,
-        minimum=settings.subsample_size,
-        what="training",
-    )
-    payload = release_payload(settings, n_features, got)
+    rng = training_rng(settings, repeat)
+    payload, weak = train_round(session, settings, n_features, train_ids, rng, timings)
     assert isinstance(payload, TrainingPayload)
-    timings["clients_privatize_s"] = time.perf_counter() - t0
-    session.status("train", payloads=len(payload))
-    t0 = time.perf_counter()
-    weak = train_weak(payload, settings, training_rng(settings, repeat))
-    timings["server_train_s"] = time.perf_counter() - t0
     return payload, weak
 
 
@@ -249,30 +201,18 @@ def evaluate_phase(
     n_features: int,
     repeat: int,
 ) -> tuple[NDArray[np.int64], ErrorEstimates]:
-    """Phase ``evaluate``: each evaluation client answers for one of all the models.
-
-    Returns the clients whose bit came back, by id, and every model's error estimate
-    from them (:func:`~ldpfda.server.mrma.estimate_errors`).
-    """
+    """Phase ``evaluate``: each evaluation client (subgroups from the server's own
+    ``groups`` stream) answers for one of all the models; the clients whose bit came
+    back, by id, and every model's error estimate from them."""
     session.status("evaluate", eval_clients=int(eval_ids.size), models=len(weak))
-    groups = evaluation_groups(eval_ids.size, len(weak), settings, repeat)
-    request = Request(
-        rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
+    rng = np.random.default_rng(
+        derive_seed(settings.seed, "groups", repeat, settings.server_id)
     )
-    got = session.ask(
-        catalog.EVALUATE,
-        catalog.evaluate_query(settings, n_features),
-        eval_ids,
-        request,
-        what="evaluation",
+    groups = assign_groups(eval_ids.size, len(weak), rng)
+    answered, bits, groups = ask_feedback(
+        session, settings, n_features, eval_ids, weak, groups
     )
-    order = np.argsort(got.ids, kind="stable")
-    answered = got.ids[order]
-    _, where = locate(eval_ids, answered)
     estimates = estimate_errors(
-        got.values["bit"][order].astype(np.int8),
-        groups[where],
-        n_models=len(weak),
-        epsilon=settings.epsilon,
+        bits, groups, n_models=len(weak), epsilon=settings.epsilon
     )
     return answered, estimates

@@ -1,35 +1,13 @@
 """The phases of a multi-server session on Flower: ``train`` and ``evaluate``.
 
-Every server of a session is its own SuperLink with its own SuperNodes, and runs one
-Flower run per phase (``flower.phase``; the ServerApp's ``main`` dispatches here). All
-runs of a session share ``flower.session`` (nodes keep their ledger per session) and
-``flower.artifact-dir``, through which models and estimates move between servers as
-validated artifacts (:mod:`ldpfda.server.artifacts`). Server ``s`` is
-``data.server-id = s``; its clients ``0 .. n_train-1`` train and the next ``n_eval``
-evaluate, as in a single-server run.
-
-``train``
-    Ask the training clients for their reference release (``query.privatize``), fit M
-    weak models (:func:`~ldpfda.server.multiserver.train_phase`) and export them as
-    ``models-server<s>.json``.
-``evaluate``
-    Load every server's models artifact (a bad one is left out and reported), split the
-    evaluation clients over all K models
-    (:func:`~ldpfda.server.multiserver.evaluation_groups`), send each client its one
-    model (``query.evaluate``), estimate every model's error
-    (:func:`~ldpfda.server.mrma.estimate_errors`) and export the estimates as
-    ``estimates-server<s>.json``.
-
-The combine step needs no clients
-(:func:`ldpfda.server.multiserver_flower.combine_session`).
-Training clients are never asked in ``evaluate`` nor evaluation clients in ``train``,
-so each client releases once in the session. Each phase writes
-``<report-dir>/run-<run id>/report.json`` and ``status.json`` like a single-server run.
+Every server runs one Flower run per phase; models and estimates move between servers
+as artifacts in ``flower.artifact-dir``. ``train`` fits and exports M weak models,
+``evaluate`` has every evaluation client answer for one model of all servers and
+exports the error estimates, so each client releases once in the session.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -40,9 +18,7 @@ from flwr.serverapp import Grid
 from ldpfda import __version__
 from ldpfda.config import Settings
 from ldpfda.datasets.population import public_featurizer
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema import catalog
-from ldpfda.schema.payloads import LinearModels
 from ldpfda.server.artifacts import (
     ModelEstimates,
     estimates_path,
@@ -55,10 +31,11 @@ from ldpfda.server.artifacts import (
 from ldpfda.server.grid import GridClients
 from ldpfda.server.multiserver import check_reference, evaluate_phase, train_phase
 from ldpfda.server.options import FlowerOptions
-from ldpfda.server.report import Status, jsonable
+from ldpfda.server.report import Status, privacy_section, write_report
+from ldpfda.server.server_app import connect
 from ldpfda.server.session import Session, logger
 
-__all__ = ["run_evaluate", "run_phase", "run_train"]
+__all__ = ["run_phase"]
 
 
 def _start(
@@ -71,16 +48,7 @@ def _start(
             f"phase {options.phase!r} needs data.server-id >= 0 (this server's id in "
             "the session)"
         )
-    total = settings.n_train + settings.n_eval
-    clients = GridClients(grid, options.reply_timeout)
-    status("waiting-for-nodes", expected=total)
-    t0 = time.perf_counter()
-    clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
-    status("identify", nodes=len(clients.nodes))
-    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
-    session = Session(clients, ledger, options.min_reply_fraction, status)
-    session.reported.update(clients.reported)
-    return clients, session, {"identify_s": time.perf_counter() - t0}
+    return connect(grid, settings, options, status, "identify_s")
 
 
 def _finish(
@@ -94,7 +62,6 @@ def _finish(
     timings: dict[str, float],
 ) -> dict[str, Any]:
     """Write the phase's ``report.json`` and mark it done."""
-    charged = session.ledger.spent_all()
     rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
     report = {
         "ldpfda_version": __version__,
@@ -110,170 +77,141 @@ def _finish(
             "connected_nodes": len(clients.nodes),
             **{name: r.summary() for name, r in rounds.items()},
         },
-        "privacy": {
-            "budget_per_client": settings.epsilon,
-            "server_accounting": session.ledger.summary(),
-            "clients": {
-                str(c): {
-                    "charged_by_server": float(charged[c]),
-                    "reported_spent": session.reported.get(c, {}).get("spent"),
-                }
-                for c in sorted(clients.node_of)
-            },
-        },
+        "privacy": privacy_section(
+            settings.epsilon,
+            session.ledger,
+            session.reported,
+            sorted(clients.node_of),
+            budgets=False,
+        ),
         "timings": timings,
     }
-    status.directory.mkdir(parents=True, exist_ok=True)
-    path = status.directory / "report.json"
-    path.write_text(
-        json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
-    )
-    status("done", report=str(path.resolve()))
-    logger.info("ldpfda: report written to %s", path.resolve())
+    write_report(status.directory, report, status)
     return report
 
 
-def run_train(
-    grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
-) -> dict[str, Any]:
-    """Phase ``train``: collect the training releases, fit and export M weak models.
-
-    Returns the report. Raises ``RuntimeError`` when too few nodes connect or too few
-    training clients give a valid release.
-    """
-    status = Status(Path(options.report_dir) / f"run-{run_id}")
-    try:
-        n_features = public_featurizer(settings, options.repeat)[0].n_features_out
-        clients, session, timings = _start(grid, settings, options, status)
-        ids = clients.ids()
-        payload, weak = train_phase(
-            session,
-            settings,
-            ids[ids < settings.n_train],
-            n_features,
-            options.repeat,
-            timings,
-        )
-        t0 = time.perf_counter()
-        artifact = write_models(
-            models_path(options.artifact_dir, settings.server_id),
-            weak,
-            server=settings.server_id,
-            session=options.session,
-            fingerprint=session_fingerprint(settings, options.repeat),
-        )
-        timings["server_train_s"] += time.perf_counter() - t0
-        extra = {
-            "artifact": str(artifact.resolve()),
-            "train_clients": [int(c) for c in payload.client_ids],
-        }
-        return _finish(
-            clients, session, settings, options, run_id, status, extra, timings
-        )
-    except Exception as exc:
-        status("failed", error=f"{type(exc).__name__}: {exc}")
-        raise
+def _train(
+    grid: Grid,
+    settings: Settings,
+    options: FlowerOptions,
+    status: Status,
+    n_features: int,
+) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+    """Collect the training releases, fit and export M weak models."""
+    clients, session, timings = _start(grid, settings, options, status)
+    ids = clients.ids()
+    train_ids = ids[ids < settings.n_train]
+    payload, weak = train_phase(
+        session, settings, train_ids, n_features, options.repeat, timings
+    )
+    t0 = time.perf_counter()
+    fingerprint = session_fingerprint(settings, options.repeat)
+    path = models_path(options.artifact_dir, settings.server_id)
+    artifact = write_models(
+        path,
+        weak,
+        server=settings.server_id,
+        session=options.session,
+        fingerprint=fingerprint,
+    )
+    timings["server_train_s"] += time.perf_counter() - t0
+    extra = {
+        "artifact": str(artifact.resolve()),
+        "train_clients": [int(c) for c in payload.client_ids],
+    }
+    return clients, session, extra, timings
 
 
-def _session_models(
-    settings: Settings, options: FlowerOptions, n_features: int
-) -> tuple[Any, list[int], LinearModels]:
-    """The valid models artifacts of the session, their owners and all their models."""
+def _evaluate(
+    grid: Grid,
+    settings: Settings,
+    options: FlowerOptions,
+    status: Status,
+    n_features: int,
+) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+    """Every evaluation client answers for one model of the session's valid models
+    artifacts (by server id); export the estimates."""
+    fingerprint = session_fingerprint(settings, options.repeat)
     found = load_directory(
         options.artifact_dir,
         dimension=n_features,
-        fingerprint=session_fingerprint(settings, options.repeat),
+        fingerprint=fingerprint,
         session=options.session,
         estimates=False,
     )
-    for path, reason in found.rejected.items():
-        logger.warning("ldpfda: artifact %s rejected: %s", path, reason)
+    for rejected, reason in found.rejected.items():
+        logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
     if not found.models:
         raise RuntimeError(
             f"no usable models artifact in {options.artifact_dir} for session "
             f"{options.session!r}; rejected: {found.rejected}"
         )
-    owners = sorted(found.models)
-    weak = LinearModels(
-        np.vstack([found.models[r].models.coef for r in owners]),
-        np.concatenate([found.models[r].models.intercept for r in owners]),
+    owners, weak = found.stacked()
+    clients, session, timings = _start(grid, settings, options, status)
+    ids = clients.ids()
+    eval_ids = ids[ids >= settings.n_train]
+    t0 = time.perf_counter()
+    answered, estimates = evaluate_phase(
+        session, settings, eval_ids, weak, n_features, options.repeat
     )
-    return found, owners, weak
+    timings["clients_evaluate_s"] = time.perf_counter() - t0
+    bounds = np.cumsum([0] + [len(found.models[r].models) for r in owners])
+    by_server = {
+        r: ModelEstimates(
+            found.models[r].digest,
+            estimates.raw[lo:hi],
+            estimates.counts[lo:hi],
+            settings.epsilon,
+        )
+        for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
+    }
+    artifact = write_estimates(
+        estimates_path(options.artifact_dir, settings.server_id),
+        by_server,
+        server=settings.server_id,
+        session=options.session,
+        dimension=n_features,
+        fingerprint=fingerprint,
+    )
+    extra = {
+        "artifact": str(artifact.resolve()),
+        "models_evaluated": {
+            str(r): {
+                "path": str(found.models[r].path),
+                "digest": found.models[r].digest,
+                "estimated_errors": e.errors.tolist(),
+                "counts": e.counts.tolist(),
+            }
+            for r, e in by_server.items()
+        },
+        "rejected_artifacts": found.rejected,
+        "eval_clients": answered.tolist(),
+    }
+    return clients, session, extra, timings
 
 
-def run_evaluate(
+def run_phase(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> dict[str, Any]:
-    """Phase ``evaluate``: every evaluation client answers for one model of one server.
+    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``).
 
-    The models are those of the valid ``models-*.json`` artifacts of
-    ``flower.artifact-dir``, ordered by server id; rejected files are listed in the
-    report with the reason. Returns the report. Raises ``RuntimeError`` when no models
-    artifact is usable, or too few nodes or valid replies.
+    Returns the report. Raises ``RuntimeError`` when no models artifact is usable
+    (``evaluate``), or too few nodes connect or give a valid reply.
     """
+    phases = {"train": _train, "evaluate": _evaluate}
+    if options.phase not in phases:
+        raise ValueError(
+            f"run_phase runs the phases {sorted(phases)}, got {options.phase!r}"
+        )
     status = Status(Path(options.report_dir) / f"run-{run_id}")
     try:
         n_features = public_featurizer(settings, options.repeat)[0].n_features_out
-        found, owners, weak = _session_models(settings, options, n_features)
-        clients, session, timings = _start(grid, settings, options, status)
-        ids = clients.ids()
-        t0 = time.perf_counter()
-        answered, estimates = evaluate_phase(
-            session,
-            settings,
-            ids[ids >= settings.n_train],
-            weak,
-            n_features,
-            options.repeat,
+        clients, session, extra, timings = phases[options.phase](
+            grid, settings, options, status, n_features
         )
-        timings["clients_evaluate_s"] = time.perf_counter() - t0
-        bounds = np.cumsum([0] + [len(found.models[r].models) for r in owners])
-        by_server = {
-            r: ModelEstimates(
-                found.models[r].digest,
-                estimates.raw[lo:hi],
-                estimates.counts[lo:hi],
-                settings.epsilon,
-            )
-            for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
-        }
-        artifact = write_estimates(
-            estimates_path(options.artifact_dir, settings.server_id),
-            by_server,
-            server=settings.server_id,
-            session=options.session,
-            dimension=n_features,
-            fingerprint=session_fingerprint(settings, options.repeat),
-        )
-        extra = {
-            "artifact": str(artifact.resolve()),
-            "models_evaluated": {
-                str(r): {
-                    "path": str(found.models[r].path),
-                    "digest": found.models[r].digest,
-                    "estimated_errors": e.errors.tolist(),
-                    "counts": e.counts.tolist(),
-                }
-                for r, e in by_server.items()
-            },
-            "rejected_artifacts": found.rejected,
-            "eval_clients": answered.tolist(),
-        }
         return _finish(
             clients, session, settings, options, run_id, status, extra, timings
         )
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
         raise
-
-
-def run_phase(
-    grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
-) -> dict[str, Any]:
-    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``)."""
-    phases = {"train": run_train, "evaluate": run_evaluate}
-    if options.phase not in phases:
-        raise ValueError(
-            f"run_phase runs the phases {sorted(phases)}, got {options.phase!r}"
-        )
-    return phases[options.phase](grid, settings, options, run_id=run_id)

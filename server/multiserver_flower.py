@@ -1,13 +1,5 @@
-"""A multi-server session on Flower, end to end: run configs, combine step, simulation.
-
-A session of S servers is ``train`` on every server, then ``evaluate`` on every server
-(one Flower run per server and phase, :mod:`ldpfda.server.multiserver_app`), then
-:func:`combine_session`, which needs no clients: it reads the session's artifacts and
-gives every server its own final model and the global model
-(:func:`~ldpfda.server.multiserver.final_models`), with test errors, as one report.
-:func:`ldpfda.engine.multiserver.run_simulation` drives a whole session on Flower's
-simulation runtime; ``deploy/multiserver_loopback.py`` with real processes.
-"""
+"""A multi-server session on Flower: its run configs and the combine step, which
+needs no clients."""
 
 from __future__ import annotations
 
@@ -55,11 +47,8 @@ _POPULATION_KEYS = (
 def server_settings(specs: Sequence[ServerSpec], base: Settings) -> list[Settings]:
     """The settings of each server of a session (server ids ``0 .. S-1``).
 
-    Raises
-    ------
-    ValueError
-        For settings other than the reference MRMA, or a server with fewer evaluation
-        clients than the session has models.
+    Refuses settings other than the reference MRMA, and a server with fewer evaluation
+    clients than the session has models.
     """
     check_reference(base)
     if not specs:
@@ -109,12 +98,8 @@ def _estimate_matrix(
     bounds: Mapping[int, int],
     rejected: dict[str, str],
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
-    """Row r: server r's estimates of every model (NaN, variance inf, where none).
-
-    An estimate is used only if it is of the very models artifact read (same digest
-    and size); otherwise it is added to ``rejected`` with the reason. Returns the
-    estimates, their variances, and per evaluating server whose models it estimated.
-    """
+    """Row r: server r's estimates of every model (NaN, variance inf, where none),
+    their variances, and per evaluating server whose models it estimated."""
     n_models = sum(len(a.models) for a in found.models.values())
     estimates = np.full((len(configs), n_models), np.nan)
     variances = np.full_like(estimates, np.inf)
@@ -127,21 +112,21 @@ def _estimate_matrix(
             continue
         for owner, entry in sorted(artifact.estimates.items()):
             where = f"{artifact.path}#server{owner}"
-            if owner not in found.models:
+            mine = found.models.get(owner)
+            if mine is None:
                 rejected[where] = (
                     f"{artifact.path}: estimates of server {owner}, which has no "
                     "usable models artifact"
                 )
-            elif entry.models != found.models[owner].digest:
+            elif entry.models != mine.digest:
                 rejected[where] = (
                     f"{artifact.path}: estimates of server {owner} are of models "
-                    f"{entry.models}, but {found.models[owner].path} is "
-                    f"{found.models[owner].digest}"
+                    f"{entry.models}, but {mine.path} is {mine.digest}"
                 )
-            elif entry.errors.size != len(found.models[owner].models):
+            elif entry.errors.size != len(mine.models):
                 rejected[where] = (
                     f"{artifact.path}: {entry.errors.size} estimates of server "
-                    f"{owner}'s {len(found.models[owner].models)} models"
+                    f"{owner}'s {len(mine.models)} models"
                 )
             else:
                 cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
@@ -177,24 +162,15 @@ def combine_session(
     session: str,
     repeat: int = 0,
     heterogeneity: float = 0.05,
-    test: bool = True,
 ) -> dict[str, Any]:
     """The combine step: final models of every server and the global model.
 
-    Reads the ``models-*`` and ``estimates-*`` artifacts of ``artifact_dir``
-    (:func:`~ldpfda.server.artifacts.load_directory`). Row r of the estimate matrix is
-    server r's estimates (``configs[r]``), column j the j-th model in server-id order;
-    an estimate is used only if it is of the very models artifact the combine step
-    reads (same digest and size), otherwise it is rejected with the reason. A model
-    nobody estimated gets the error 1/2. With ``test``, every server's models are
-    scored on its own population's test set
-    (:func:`~ldpfda.client.data.design_test_set`).
-
-    Returns the report: ``models`` (``"global"`` and ``"server<s>"``),
-    ``test_errors`` (``multi_server``, ``global``, ``voting_all`` per server),
-    ``estimates`` (the matrix, ``null`` where missing), ``estimates_used`` (per
-    evaluating server, the servers whose models its estimates were used for) and
-    ``rejected_artifacts`` (path, or ``path#server<r>`` for one entry, -> reason).
+    Row r of the estimate matrix is server r's estimates (``configs[r]``), column j the
+    j-th model in server-id order; an estimate is used only if it is of the very models
+    artifact read here (same digest and size), otherwise it is rejected with the
+    reason, and a model nobody estimated gets the error 1/2. Every server's models are
+    scored on its own population's test set. Returns the session report (its fields
+    are in ``docs/flower.md``).
     """
     if not configs:
         raise ValueError("combine_session needs the settings of at least one server")
@@ -207,17 +183,13 @@ def combine_session(
         session=session,
     )
     rejected = dict(found.rejected)
-    owners = sorted(found.models)
-    if not owners:
+    if not found.models:
         raise RuntimeError(
             f"no usable models artifact in {artifact_dir}; rejected: {rejected}"
         )
+    owners, weak = found.stacked()
     sizes = [len(found.models[r].models) for r in owners]
     bounds = dict(zip(owners, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-    weak = LinearModels(
-        np.vstack([found.models[r].models.coef for r in owners]),
-        np.concatenate([found.models[r].models.intercept for r in owners]),
-    )
     estimates, variances, used = _estimate_matrix(found, configs, bounds, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
     models = final_models(
@@ -228,7 +200,6 @@ def combine_session(
         heterogeneity=heterogeneity,
         names=names,
     )
-    test_errors = _test_errors(configs, names, models, weak, repeat) if test else {}
     return {
         "session": session,
         "repeat": int(repeat),
@@ -239,7 +210,7 @@ def combine_session(
         },
         "model_servers": owners,
         "models": {name: _models_report(m) for name, m in models.items()},
-        "test_errors": test_errors,
+        "test_errors": _test_errors(configs, names, models, weak, repeat),
         "estimates": [
             [None if np.isnan(v) else float(v) for v in row] for row in estimates
         ],
@@ -262,14 +233,10 @@ def write_session_report(
     started: float,
     **extra: Any,
 ) -> dict[str, Any]:
-    """:func:`combine_session`, plus ``extra`` and the wall time since ``started``
-    (a :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
+    """:func:`combine_session`, ``extra`` and the wall time since ``started`` (a
+    :func:`time.perf_counter` value), written to ``<workdir>/report.json``."""
     report = combine_session(
-        artifacts,
-        configs,
-        session=session,
-        repeat=repeat,
-        heterogeneity=heterogeneity,
+        artifacts, configs, session=session, repeat=repeat, heterogeneity=heterogeneity
     )
     report.update(extra)
     report["wall_time_s"] = time.perf_counter() - started

@@ -20,39 +20,8 @@ PHASES = ("single", "train", "evaluate")
 
 @dataclass(frozen=True)
 class FlowerOptions:
-    """Flower-only settings of a run (run-config keys ``flower.<kebab-name>``).
-
-    Attributes
-    ----------
-    repeat : int
-        Which repeat's derived seeds (data, clients, server) the run uses.
-    min_nodes : int
-        Start with this many connected nodes once ``wait_timeout`` has passed;
-        0 means every configured client (``n_train + n_eval``).
-    wait_timeout : float
-        Seconds to wait for the nodes to connect.
-    reply_timeout : float
-        Seconds to wait for the replies of each query round.
-    min_reply_fraction : float
-        Smallest share of the asked training clients, and of the asked evaluation
-        clients, that must give a valid reply for the run to go on.
-    report_dir : str
-        Directory for ``run-<run id>/report.json`` and the model; relative paths are
-        taken from the ServerApp process's working directory.
-    test_data : str
-        ``"design"``: score on the embedded design's test set of this repeat (the one
-        :func:`~ldpfda.server.engine.run_repeat` uses); ``""``: no test set; otherwise
-        the path of a data file (:mod:`ldpfda.client.data` format) with test rows.
-    phase : str
-        ``"single"``: the one-server protocol above. ``"train"`` or ``"evaluate"``: one
-        phase of a multi-server session (:mod:`ldpfda.server.multiserver_app`).
-    session : str
-        Name of the multi-server session the run belongs to; nodes keep their ledger
-        per session (``""``: per run).
-    artifact_dir : str
-        Directory of the session's model and estimate artifacts
-        (:mod:`ldpfda.server.artifacts`), shared by its servers.
-    """
+    """Flower-only settings of a run (run-config keys ``flower.<kebab-name>``, each
+    described in ``docs/flower.md``)."""
 
     repeat: int = 0
     min_nodes: int = 0
@@ -66,28 +35,18 @@ class FlowerOptions:
     artifact_dir: str = "results/flower/artifacts"
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "repeat", check_int(self.repeat, "repeat", minimum=0))
-        set_(self, "min_nodes", check_int(self.min_nodes, "min_nodes", minimum=0))
-        set_(
-            self, "wait_timeout", check_real(self.wait_timeout, "wait_timeout", low=0.0)
-        )
-        set_(
-            self,
-            "reply_timeout",
-            check_real(self.reply_timeout, "reply_timeout", low=0.0, low_open=True),
-        )
-        set_(
-            self,
-            "min_reply_fraction",
-            check_real(
-                self.min_reply_fraction, "min_reply_fraction", low=0.0, high=1.0
-            ),
-        )
-        if not isinstance(self.report_dir, str) or not self.report_dir:
-            raise ValueError(
-                f"report_dir must be a non-empty path, got {self.report_dir!r}"
-            )
+        def checked(name: str, check: Any, **bounds: Any) -> None:
+            object.__setattr__(self, name, check(getattr(self, name), name, **bounds))
+
+        checked("repeat", check_int, minimum=0)
+        checked("min_nodes", check_int, minimum=0)
+        checked("wait_timeout", check_real, low=0.0)
+        checked("reply_timeout", check_real, low=0.0, low_open=True)
+        checked("min_reply_fraction", check_real, low=0.0, high=1.0)
+        for name in ("report_dir", "artifact_dir"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty path, got {value!r}")
         if not isinstance(self.test_data, str):
             raise TypeError(
                 f"test_data must be a str, got {type(self.test_data).__name__}"
@@ -103,10 +62,6 @@ class FlowerOptions:
             )
         if self.phase != "single" and not self.session:
             raise ValueError(f"phase {self.phase!r} needs a session name")
-        if not isinstance(self.artifact_dir, str) or not self.artifact_dir:
-            raise ValueError(
-                f"artifact_dir must be a non-empty path, got {self.artifact_dir!r}"
-            )
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> FlowerOptions:
@@ -114,9 +69,7 @@ class FlowerOptions:
         names = {f.name for f in dataclasses.fields(cls)}
         changes = {k.replace("-", "_"): v for k, v in mapping.items()}
         unknown = sorted(
-            f"flower.{k}"
-            for k, n in zip(mapping, changes, strict=True)
-            if n not in names
+            f"flower.{k}" for k in mapping if k.replace("-", "_") not in names
         )
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")

@@ -1,26 +1,13 @@
-r"""The protocols, each written once as a plan of queries over a :class:`Session`.
+"""The protocols, each written once as a plan of queries over a :class:`Session`.
 
 A plan asks typed queries (:mod:`ldpfda.schema.catalog`) through the session's
-transport and learns from the checked replies; it does not know whether the clients
-answer in this process (:class:`ldpfda.engine.inprocess.InProcessClients`) or as Flower
-SuperNodes (:class:`ldpfda.server.grid.GridClients`). The in-process run and the
-Flower run of the same settings and seed therefore release the same payloads and end
-with the same model, by construction.
-
-``moment`` (the default, joint release)
-    Every client releases :math:`\tilde y\,(1, x)` once (``privatize``); the server fits
-    the moment classifier on all releases.
-``mrma`` (the reference release)
-    Training clients release (``privatize``), the server fits M weak models, each
-    evaluation client answers one feedback bit on its subgroup's model (``evaluate``),
-    then model reversal, selection and averaging.
-``label`` (label-only modes, features public)
-    Every client sends its features (``features``); ``label-uniform`` and
-    ``label-cluster`` ask each client for its label randomized with a prior
-    (``label``), ``label-p2p`` asks for a bit for the relay (``p2p_randomize``) and then
-    for a peer's bit (``p2p_forward``); the server fits one corrected logistic
-    regression.
-
+transport, in process or over Flower's grid, and learns from the checked replies, so
+both runs of the same settings and seed end with the same model by construction.
+``moment``: every client releases once, the server fits the moment classifier.
+``mrma``: training clients release, the server fits M weak models, each evaluation
+client answers one feedback bit on its subgroup's model, then model reversal,
+selection and averaging. ``label``: every client sends its public features, then a
+randomized label (or, in ``label-p2p``, a bit for the relay and then a peer's bit).
 The server's randomness is drawn from ``server_rng`` in a fixed order: subsamples and
 evaluation groups (MRMA), clusters and pilots (label-only modes).
 """
@@ -38,15 +25,15 @@ from ldpfda.config import Settings
 from ldpfda.privacy.budget import split_budget
 from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.schema import catalog
-from ldpfda.schema.payloads import JointPayload, LabelPayload, TrainingPayload
-from ldpfda.schema.queries import Request
-from ldpfda.schema.releases import p2p_event
-from ldpfda.server.fitting import (
-    ProtocolResult,
-    aggregate,
-    moment_result,
-    train_weak,
+from ldpfda.schema.payloads import (
+    JointPayload,
+    LabelPayload,
+    LinearModels,
+    TrainingPayload,
 )
+from ldpfda.schema.queries import Request
+from ldpfda.schema.releases import p2p_event, uniform_priors
+from ldpfda.server.fitting import ProtocolResult, aggregate, moment_result, train_weak
 from ldpfda.server.labels import (
     N_CLASSES,
     cluster_features,
@@ -54,30 +41,21 @@ from ldpfda.server.labels import (
     p2p_blocks,
     p2p_summary,
     prior_rr_rounds,
-    uniform_priors,
 )
 from ldpfda.server.mrma import assign_groups
 from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
 
-__all__ = ["Plan", "run_plan"]
+__all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
 
 
 @dataclass(frozen=True)
 class Plan:
     """What a protocol run needs besides its session.
 
-    Attributes
-    ----------
-    settings : Settings
-    train_ids, eval_ids : ndarray of int
-        The training and evaluation clients taking part (in a ``moment`` or ``label``
-        run both simply release).
-    n_features : int
-        p, the public featurizer's output width.
-    server_rng : Generator
-        The server's own randomness.
-    public : ndarray of shape (m, p), optional
-        Public, unlabeled scaled features (the moment classifier's second moment).
+    ``train_ids`` and ``eval_ids`` take part (in a ``moment`` or ``label`` run both
+    simply release); ``n_features`` is the public featurizer's output width;
+    ``public`` holds public, unlabeled scaled features (the moment classifier's second
+    moment).
     """
 
     settings: Settings
@@ -107,21 +85,50 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     return replies.ids[order], order
 
 
+def _privatize(
+    session: Session,
+    settings: Settings,
+    n_features: int,
+    ids: NDArray[np.int64],
+    timings: dict[str, float],
+    *,
+    minimum: int,
+    what: str,
+) -> JointPayload | TrainingPayload:
+    """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
+    ordered by client id."""
+    t0 = time.perf_counter()
+    session.status("privatize", releasing_clients=int(ids.size))
+    query = catalog.privatize_query(settings, n_features)
+    got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
+    released, order = _sorted(got)
+    if settings.joint_release:
+        releases = got.values["releases"][order].astype(np.float64)
+        payload: JointPayload | TrainingPayload = JointPayload(
+            released, releases, settings.epsilon, settings.vector_mechanism
+        )
+    else:
+        split = split_budget(
+            epsilon=settings.epsilon,
+            n_coefficients=n_features,
+            label_share=settings.label_share,
+        )
+        payload = TrainingPayload(
+            released,
+            got.values["features"][order].astype(np.float64),
+            got.values["labels"][order].astype(np.int8),
+            split.coefficients,
+            split.label,
+        )
+    timings["clients_privatize_s"] = time.perf_counter() - t0
+    return payload
+
+
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
     s, p = plan.settings, plan.n_features
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
     ids = plan.every_client
-    session.status("privatize", releasing_clients=int(ids.size))
-    got = session.ask(
-        catalog.PRIVATIZE,
-        catalog.privatize_query(s, p),
-        ids,
-        minimum=2,
-        what="releasing",
-    )
-    payload = release_payload(s, p, got)
-    timings["clients_privatize_s"] = time.perf_counter() - t0
+    payload = _privatize(session, s, p, ids, timings, minimum=2, what="releasing")
     session.status("fit", payloads=len(payload))
     t0 = time.perf_counter()
     result = moment_result(
@@ -132,67 +139,53 @@ def _moment(session: Session, plan: Plan) -> ProtocolResult:
     return result
 
 
-def release_payload(
-    settings: Settings, n_features: int, got: Replies
-) -> JointPayload | TrainingPayload:
-    """The valid privatize replies as the server's payload, ordered by client id."""
-    released, order = _sorted(got)
-    if settings.joint_release:
-        return JointPayload(
-            released,
-            got.values["releases"][order].astype(np.float64),
-            settings.epsilon,
-            settings.vector_mechanism,
-        )
-    split = split_budget(
-        epsilon=settings.epsilon,
-        n_coefficients=n_features,
-        label_share=settings.label_share,
+def train_round(
+    session: Session,
+    settings: Settings,
+    n_features: int,
+    train_ids: NDArray[np.int64],
+    server_rng: np.random.Generator,
+    timings: dict[str, float],
+    public: NDArray[np.float64] | None = None,
+) -> tuple[JointPayload | TrainingPayload, LinearModels]:
+    """MRMA's training: the training clients' releases and the server's M weak models.
+
+    Stops the run when fewer than ``mrma.subsample-size`` clients give a valid release;
+    ``timings`` gets ``clients_privatize_s`` and ``server_train_s``.
+    """
+    payload = _privatize(
+        session,
+        settings,
+        n_features,
+        train_ids,
+        timings,
+        minimum=settings.subsample_size,
+        what="training",
     )
-    return TrainingPayload(
-        released,
-        got.values["features"][order].astype(np.float64),
-        got.values["labels"][order].astype(np.int8),
-        split.coefficients,
-        split.label,
-    )
+    session.status("train", payloads=len(payload))
+    t0 = time.perf_counter()
+    weak = train_weak(payload, settings, server_rng, public=public)
+    timings["server_train_s"] = time.perf_counter() - t0
+    return payload, weak
 
 
 def _mrma(session: Session, plan: Plan) -> ProtocolResult:
     s, p = plan.settings, plan.n_features
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    session.status("privatize", releasing_clients=int(plan.train_ids.size))
-    got = session.ask(
-        catalog.PRIVATIZE,
-        catalog.privatize_query(s, p),
-        plan.train_ids,
-        minimum=s.subsample_size,
-        what="training",
+    payload, weak = train_round(
+        session, s, p, plan.train_ids, plan.server_rng, timings, plan.public
     )
-    payload = release_payload(s, p, got)
-    timings["clients_privatize_s"] = time.perf_counter() - t0
-
-    session.status("train", payloads=len(payload))
-    t0 = time.perf_counter()
-    weak = train_weak(payload, s, plan.server_rng, public=plan.public)
-    timings["server_train_s"] = time.perf_counter() - t0
-
     session.status("evaluate", eval_clients=int(plan.eval_ids.size))
     t0 = time.perf_counter()
-    bits, groups = ask_feedback(session, plan, weak)
+    groups = assign_groups(plan.eval_ids.size, s.num_weak_models, plan.server_rng)
+    _, bits, groups = ask_feedback(session, s, p, plan.eval_ids, weak, groups)
     timings["clients_evaluate_s"] = time.perf_counter() - t0
 
     session.status("aggregate", feedback_bits=int(bits.size))
     t0 = time.perf_counter()
+    privacy = session.ledger.summary()
     result = aggregate(
-        weak,
-        bits,
-        groups,
-        payload,
-        s,
-        privacy=session.ledger.summary(),
-        public=plan.public,
+        weak, bits, groups, payload, s, privacy=privacy, public=plan.public
     )
     timings["server_aggregate_s"] = time.perf_counter() - t0
     result.timings = timings
@@ -200,28 +193,25 @@ def _mrma(session: Session, plan: Plan) -> ProtocolResult:
 
 
 def ask_feedback(
-    session: Session, plan: Plan, weak: Any
-) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
-    """The evaluation round: subgroup ``j`` of the evaluators is sent weak model ``j``.
+    session: Session,
+    settings: Settings,
+    n_features: int,
+    eval_ids: NDArray[np.int64],
+    weak: LinearModels,
+    groups: NDArray[np.int64],
+) -> tuple[NDArray[np.int64], NDArray[np.int8], NDArray[np.int64]]:
+    """The evaluation round: evaluator ``eval_ids[i]`` is sent model ``groups[i]``.
 
-    Returns the feedback bits that came back and the subgroup of each.
+    Returns the clients whose bit came back (by id), their bits and their subgroups.
     """
-    groups = assign_groups(
-        plan.eval_ids.size, plan.settings.num_weak_models, plan.server_rng
-    )
     request = Request(
         rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
     )
-    got = session.ask(
-        catalog.EVALUATE,
-        catalog.evaluate_query(plan.settings, plan.n_features),
-        plan.eval_ids,
-        request,
-        what="evaluation",
-    )
+    query = catalog.evaluate_query(settings, n_features)
+    got = session.ask(catalog.EVALUATE, query, eval_ids, request, what="evaluation")
     answered, order = _sorted(got)
-    _, where = locate(plan.eval_ids, answered)
-    return got.values["bit"][order].astype(np.int8), groups[where]
+    _, where = locate(eval_ids, answered)
+    return answered, got.values["bit"][order].astype(np.int8), groups[where]
 
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
@@ -229,24 +219,27 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     session.status("features", clients=int(plan.every_client.size))
-    got = session.ask(
-        catalog.FEATURES,
-        catalog.features_query(plan.n_features),
-        plan.every_client,
-        what="releasing",
-    )
+    query = catalog.features_query(plan.n_features)
+    got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
     ids, order = _sorted(got)
     x = got.values["x"][order].astype(np.float64)
     timings["clients_features_s"] = time.perf_counter() - t0
+
+    def release(
+        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
+    ) -> NDArray[np.int64]:
+        asked = ids[index]
+        query = catalog.label_query(s, N_CLASSES)
+        request = Request(rows={"q": prior_rows})
+        answers = session.ask(stage, query, asked, request, what="labelling")
+        return answers.get("label", asked, -1).astype(np.int64)
 
     session.status("labels", clients=int(ids.size))
     t0 = time.perf_counter()
     if s.mechanism == "label-p2p":
         labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
     else:
-        labels, priors, info = prior_rr_rounds(
-            s, ids, x, plan.server_rng, _label_release(session, s, ids)
-        )
+        labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
         channel_epsilon = s.epsilon
     keep = np.flatnonzero(labels >= 0)
     payload = LabelPayload(
@@ -256,31 +249,11 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
 
     session.status("fit", payloads=len(payload))
     t0 = time.perf_counter()
-    result = label_result(
-        payload,
-        s,
-        plan.server_rng,
-        privacy={**session.ledger.summary(), "labeldp": info},
-    )
+    privacy = {**session.ledger.summary(), "labeldp": info}
+    result = label_result(payload, s, plan.server_rng, privacy=privacy)
     timings["server_train_s"] = time.perf_counter() - t0
     result.timings = timings
     return result
-
-
-def _label_release(session: Session, settings: Settings, ids: NDArray[np.int64]) -> Any:
-    """The ``release`` callback of :func:`prior_rr_rounds`: a ``label`` round."""
-    query = catalog.label_query(settings, N_CLASSES)
-
-    def release(
-        stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
-    ) -> NDArray[np.int64]:
-        asked = ids[index]
-        got = session.ask(
-            stage, query, asked, Request(rows={"q": prior_rows}), what="labelling"
-        )
-        return got.get("label", asked, -1).astype(np.int64)
-
-    return release
 
 
 def _p2p_rounds(
@@ -311,13 +284,9 @@ def _p2p_rounds(
         "local-epsilon": np.array([eps0], dtype=np.float64),
         "cluster-sizes": sizes.astype(np.int64),
     }
-    got = session.ask(
-        catalog.P2P_RANDOMIZE,
-        catalog.p2p_randomize_query(),
-        ids,
-        Request(shared=shared),
-        what="randomizing",
-    )
+    query = catalog.p2p_randomize_query()
+    request = Request(shared=shared)
+    got = session.ask(catalog.P2P_RANDOMIZE, query, ids, request, what="randomizing")
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
     kept = np.bincount(clusters[has_bit], minlength=sizes.size)
@@ -340,12 +309,10 @@ def _p2p_rounds(
         )
     index = np.flatnonzero(forward)
     peers, offsets, counts = p2p_blocks(noisy[index], clusters[index])
+    query = catalog.p2p_forward_query()
+    request = Request(ragged={"labels": (peers, offsets, counts)})
     reports = session.ask(
-        catalog.P2P_FORWARD,
-        catalog.p2p_forward_query(),
-        ids[index],
-        Request(ragged={"labels": (peers, offsets, counts)}),
-        what="forwarding",
+        catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
     )
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {

@@ -1,9 +1,6 @@
-"""What a Flower run writes: its status, report, model and payload.
-
-``<report-dir>/run-<run id>/status.json`` says the current stage (``failed`` with the
-error if the run stops); ``report.json`` (strict JSON), ``model.npz`` and
-``payload.npz`` are written when the run is done.
-"""
+"""What a Flower run writes to ``<report-dir>/run-<run id>/``: ``status.json`` (the
+current stage, or ``failed`` with the error), then ``report.json``, ``model.npz`` and
+``payload.npz``."""
 
 from __future__ import annotations
 
@@ -31,6 +28,7 @@ __all__ = [
     "privacy_section",
     "rejections",
     "test_set",
+    "write_report",
     "write_run",
 ]
 
@@ -63,9 +61,7 @@ def jsonable(value: Any) -> Any:
 
 
 def rejections(
-    rounds: Mapping[str, Round],
-    node_of: Mapping[int, int],
-    claimed: Mapping[int, int],
+    rounds: Mapping[str, Round], node_of: Mapping[int, int], claimed: Mapping[int, int]
 ) -> list[dict[str, Any]]:
     """Every reply the run did not use, and every one that never came, with the reason.
 
@@ -73,23 +69,17 @@ def rejections(
     said who it is), ``node_id``, ``kind`` and ``reason``. ``claimed`` is the client id
     each node gave in the identify round.
     """
-    out = []
-    for stage, round_ in rounds.items():
-        for key, reason in sorted({**round_.missing, **round_.rejected}.items()):
-            if stage == catalog.IDENTIFY:
-                node, client = key, claimed.get(key)
-            else:
-                node, client = node_of[key], key
-            out.append(
-                {
-                    "stage": stage,
-                    "client_id": client,
-                    "node_id": node,
-                    "kind": reason_kind(reason),
-                    "reason": reason,
-                }
-            )
-    return out
+    return [
+        {
+            "stage": stage,
+            "client_id": claimed.get(key) if stage == catalog.IDENTIFY else key,
+            "node_id": key if stage == catalog.IDENTIFY else node_of[key],
+            "kind": reason_kind(reason),
+            "reason": reason,
+        }
+        for stage, round_ in rounds.items()
+        for key, reason in sorted({**round_.missing, **round_.rejected}.items())
+    ]
 
 
 def test_set(
@@ -109,17 +99,20 @@ def privacy_section(
     ledger: PrivacyLedger,
     reported: Mapping[int, Mapping[str, float]],
     clients: list[int],
+    *,
+    budgets: bool = True,
 ) -> dict[str, Any]:
-    """The report's ``privacy`` block: the server's charges and each client's word."""
+    """The report's ``privacy`` block: the server's charges and each client's word
+    (its spent budget, and with ``budgets`` its whole budget)."""
     charged = ledger.spent_all()
+    keys = ("spent", "budget") if budgets else ("spent",)
     return {
         "budget_per_client": budget,
         "server_accounting": ledger.summary(),
         "clients": {
             str(c): {
                 "charged_by_server": float(charged[c]),
-                "reported_spent": reported[c]["spent"] if c in reported else None,
-                "reported_budget": reported[c]["budget"] if c in reported else None,
+                **{f"reported_{k}": reported.get(c, {}).get(k) for k in keys},
             }
             for c in clients
         },
@@ -133,15 +126,20 @@ def write_run(
     payload: Mapping[str, NDArray],
     status: Status,
 ) -> None:
-    """Write ``report.json`` (strict JSON), ``model.npz`` and ``payload.npz``, then
-    mark the run done in its status file and the log."""
+    """Write ``model.npz``, ``payload.npz`` and the report (:func:`write_report`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
+    # savez would take a key "allow_pickle" as its flag; payload keys are array names.
+    np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
+    write_report(out, report, status)
+
+
+def write_report(out: Path, report: Mapping[str, Any], status: Status) -> None:
+    """Write ``report.json`` (strict JSON), then mark the run done."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
     path.write_text(
         json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )
-    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
-    # savez would take a key "allow_pickle" as its flag; payload keys are array names.
-    np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
     status("done", report=str(path.resolve()))
     logger.info("ldpfda: report written to %s", path.resolve())

@@ -1,26 +1,6 @@
-"""The Flower ServerApp: a protocol plan over the grid, and its report.
-
-One run is one repeat of the protocol the settings name, or one phase of a
-multi-server session (``flower.phase``, :mod:`ldpfda.server.multiserver_app`):
-
-1. wait until the expected nodes are connected (``data.n-train + data.n-eval``) and
-   ask every node who it is (:meth:`~ldpfda.server.grid.GridClients.connect`);
-2. run the plan of :mod:`ldpfda.server.plans` through the grid, the very plan the
-   in-process engine runs: clients ``0 .. n_train-1`` train and the next ``n_eval``
-   evaluate, as in :func:`~ldpfda.engine.run_repeat`;
-3. score on a test set if one is configured, and write ``report.json``, ``model.npz``
-   and ``payload.npz`` (:mod:`ldpfda.server.report`).
-
-Every reply is checked before use against the query's schema and the output range of
-the mechanism the run's settings name; a reply that fails is logged and recorded, never
-used. Nodes that do not answer within ``flower.reply-timeout`` are recorded as missing
-and the run goes on if at least ``flower.min-reply-fraction`` of each round answered.
-A client is asked each query at most once, and never for more than its budget: the
-server keeps its own :class:`~ldpfda.privacy.ledger.PrivacyLedger` of what it asked.
-
-Flower-only run-config keys (``flower.*``) are
-:class:`~ldpfda.server.options.FlowerOptions`; every other key is a
-:class:`~ldpfda.config.Settings` key.
+"""The Flower ServerApp: one repeat of the protocol (or one phase of a multi-server
+session) over the grid, running the very plan the in-process engine runs: clients
+``0 .. n_train-1`` train and the next ``n_eval`` evaluate.
 """
 
 from __future__ import annotations
@@ -56,23 +36,30 @@ __all__ = ["app", "connect", "participation", "run_server"]
 
 
 def connect(
-    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
-) -> tuple[GridClients, dict[str, float]]:
-    """Wait for the run's nodes and identify them; the transport and its timings."""
+    grid: Grid,
+    settings: Settings,
+    options: FlowerOptions,
+    status: Status,
+    timing: str = "wait_for_nodes_s",
+) -> tuple[GridClients, Session, dict[str, float]]:
+    """Wait for the run's nodes and identify them; the transport, a session over it
+    (with the server's ledger) and the time it took, as ``timing``."""
     total = settings.n_train + settings.n_eval
     clients = GridClients(grid, options.reply_timeout)
-    timings: dict[str, float] = {}
     status("waiting-for-nodes", expected=total)
     t0 = time.perf_counter()
     clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
-    timings["wait_for_nodes_s"] = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
     status("identify", nodes=len(clients.nodes))
     absent = sorted(set(range(total)) - set(clients.node_of))
     if absent:
         logger.warning(
             "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
         )
-    return clients, timings
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
+    session = Session(clients, ledger, options.min_reply_fraction, status)
+    session.reported.update(clients.reported)
+    return clients, session, {timing: elapsed}
 
 
 def participation(
@@ -98,15 +85,10 @@ def participation(
 def run_server(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> tuple[ProtocolResult, dict[str, Any]]:
-    """Run one repeat of the protocol over ``grid`` and write its report.
+    """Run one repeat of the protocol over ``grid``; its result and the report written
+    to ``<report_dir>/run-<run_id>/report.json``.
 
-    Returns the :class:`~ldpfda.server.fitting.ProtocolResult` (with the collected
-    payload) and the report written to ``<report_dir>/run-<run_id>/report.json``.
-
-    Raises
-    ------
-    RuntimeError
-        When too few nodes connect or too few valid replies arrive.
+    Raises ``RuntimeError`` when too few nodes connect or too few valid replies arrive.
     """
     out = Path(options.report_dir) / f"run-{run_id}"
     status = Status(out)
@@ -116,10 +98,7 @@ def run_server(
         public = None
         if settings.public_features and not settings.label_release:
             public = public_features(settings, options.repeat, featurizer=featurizer)
-        clients, timings = connect(grid, settings, options, status)
-        ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
-        session = Session(clients, ledger, options.min_reply_fraction, status)
-        session.reported.update(clients.reported)
+        clients, session, timings = connect(grid, settings, options, status)
         ids = clients.ids()
         train_ids, eval_ids = ids[ids < settings.n_train], ids[ids >= settings.n_train]
         server_rng = np.random.default_rng(
@@ -133,11 +112,8 @@ def run_server(
         test = test_set(settings, options)
         if test is not None:
             score(result, *test)
-        result.timings = {
-            **timings,
-            **result.timings,
-            "server_score_s": time.perf_counter() - t0,
-        }
+        scored = time.perf_counter() - t0
+        result.timings = {**timings, **result.timings, "server_score_s": scored}
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
             "eval_clients": eval_ids.tolist(),
@@ -148,16 +124,14 @@ def run_server(
             )
         report = result.report()
         report.update(
-            {
-                "ldpfda_version": __version__,
-                "run_id": int(run_id),
-                "settings": settings.to_mapping(),
-                "flower": options.to_mapping(),
-                "participation": participation(clients, session, total, **extra),
-            }
+            ldpfda_version=__version__,
+            run_id=int(run_id),
+            settings=settings.to_mapping(),
+            flower=options.to_mapping(),
+            participation=participation(clients, session, total, **extra),
         )
         report["privacy"] = privacy_section(
-            settings.epsilon, ledger, session.reported, sorted(clients.node_of)
+            settings.epsilon, session.ledger, session.reported, sorted(clients.node_of)
         )
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]

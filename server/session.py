@@ -1,14 +1,4 @@
-"""The server's side of a run over any transport: ask, account, check, record.
-
-A protocol (:mod:`ldpfda.server.plans`) is a plan that asks typed queries
-(:mod:`ldpfda.schema.catalog`) through a :class:`Clients` transport: in process
-(:class:`ldpfda.engine.inprocess.InProcessClients`) or over Flower's grid
-(:class:`ldpfda.server.grid.GridClients`). :class:`Session` wraps the transport with
-what every protocol needs around each ask: the server's own privacy accounting (a
-client is never asked more than its budget allows), a :class:`Round` record of who
-was asked, who answered, who was missing and whose reply was rejected and why, and the
-quorum check that stops a run with too few valid replies.
-"""
+"""The server's side of a run over any transport: ask, account, check, record."""
 
 from __future__ import annotations
 
@@ -47,22 +37,10 @@ def reason_kind(reason: str) -> str:
 
 @dataclass
 class Replies:
-    """What one ask brought back, aligned with the clients that gave a valid reply.
-
-    Attributes
-    ----------
-    ids : ndarray of shape (m,)
-        The clients with a valid reply, in the order they were asked.
-    values : dict of str to ndarray
-        Each reply array stacked over ``ids`` (row ``i`` is client ``ids[i]``'s).
-    missing : dict of int to str
-        Clients without a reply (``timeout: ...`` or ``unavailable: ...``).
-    rejected : dict of int to str
-        Clients whose reply failed its check, with the reason.
-    reported : dict of int to dict
-        The ledger figures (``spent``, ``budget``) each valid reply carried, where the
-        transport has them.
-    """
+    """What one ask brought back: each reply array stacked over ``ids`` (the clients
+    with a valid reply, in the order asked), who was ``missing`` (``timeout: ...`` or
+    ``unavailable: ...``) or ``rejected`` and why, and the ledger figures each valid
+    reply ``reported`` (where the transport has them)."""
 
     ids: NDArray[np.int64]
     values: dict[str, NDArray]
@@ -84,9 +62,8 @@ def locate(
 ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
     """For each needle: whether it is in ``haystack`` (unique ids), and where."""
     if haystack.size == 0:
-        return np.zeros(needles.size, dtype=bool), np.zeros(
-            needles.size, dtype=np.int64
-        )
+        nowhere = np.zeros(needles.size, dtype=np.int64)
+        return nowhere.astype(bool), nowhere
     order = np.argsort(haystack, kind="stable")
     pos = np.minimum(np.searchsorted(haystack[order], needles), haystack.size - 1)
     where = order[pos]
@@ -101,19 +78,13 @@ class Clients(Protocol):
         ...
 
     def rejoin(self, ids: NDArray[np.int64]) -> None:
-        """Wait, for a bounded time, until clients ``ids`` (unavailable a moment ago)
-        are reachable again."""
+        """Wait, for a bounded time, until clients ``ids`` are reachable again."""
         ...
 
 
 def wire_rows(query: Query, arrays: dict[str, NDArray]) -> dict[str, NDArray]:
-    """One client's reply arrays, as received, as rows of per-client shape.
-
-    Raises
-    ------
-    ReplyError
-        ``content`` for a missing or non-numeric array, ``shape`` for a wrong shape.
-    """
+    """One client's reply arrays as rows of per-client shape (:class:`ReplyError`
+    ``content`` for a missing or non-numeric array, ``shape`` for a wrong shape)."""
     rows = {}
     for spec in query.reply:
         value = arrays.get(spec.key)
@@ -131,10 +102,8 @@ def check_replies(
     values: dict[str, NDArray],
     rejected: dict[int, str] | None = None,
 ) -> Replies:
-    """Replies of ``ids`` (arrays stacked in that order) checked against ``query``.
-
-    A client with any array outside its spec is rejected with the first reason.
-    """
+    """Replies of ``ids`` (arrays stacked in that order) checked against ``query``; a
+    client with any array outside its spec is rejected with the first reason."""
     rejected = dict(rejected or {})
     ok = np.ones(ids.size, dtype=bool)
     for spec in query.reply:
@@ -152,10 +121,9 @@ def check_replies(
 class Round:
     """Who was asked one query, who answered, who did not, and what was rejected.
 
-    Keys are client ids (node ids in the identify round). ``missing`` and ``rejected``
-    give each key its reason, ``"<kind>: <detail>"``; a missing client is
-    ``timeout`` or ``unavailable``. Who was asked and who answered are kept as arrays,
-    since a round in process may hold millions of clients.
+    Keys are client ids (node ids in the identify round); ``missing`` and ``rejected``
+    give each its reason, ``"<kind>: <detail>"``. Who was asked and who answered are
+    kept as arrays, since a round in process may hold millions of clients.
     """
 
     name: str
@@ -184,13 +152,13 @@ class Round:
 
     def record(self, replies: Replies) -> None:
         """Add what one ask brought back, logging every missing and rejected reply."""
+        self.missing.update(replies.missing)
+        self.rejected.update(replies.rejected)
         for key, reason in replies.missing.items():
-            self.missing[key] = reason
             logger.warning(
                 "ldpfda: %s: no reply from %s %d (%s)", self.name, self.who, key, reason
             )
         for key, reason in replies.rejected.items():
-            self.rejected[key] = reason
             logger.warning(
                 "ldpfda: %s reply of %s %d rejected: %s",
                 self.name,
@@ -208,10 +176,6 @@ class Round:
             "rejected": {str(k): v for k, v in sorted(self.rejected.items())},
             "not_asked_budget": sorted(self.refused_by_server),
         }
-
-
-def _unavailable(replies: Replies, client: int) -> bool:
-    return replies.missing.get(client, "").startswith("unavailable")
 
 
 def _merged(first: Replies, retry: Replies) -> Replies:
@@ -249,21 +213,8 @@ def _head(items: list[Any], n: int = 5) -> str:
 
 
 class Session:
-    """One run's asks through ``clients``, with the server's accounting and records.
-
-    Parameters
-    ----------
-    clients : Clients
-        The transport.
-    ledger : PrivacyLedger
-        The server's own accounting over every client of the run: each ask is
-        charged to it first, and a client that cannot afford a query is not asked.
-    min_reply_fraction : float
-        Smallest share of the asked clients of a round that must give a valid reply.
-    status : callable, optional
-        ``status(stage, **extra)``: told each stage of the plan as it starts (the
-        Flower app writes it to ``status.json``).
-    """
+    """One run's asks through ``clients``, charged first to the server's ``ledger``;
+    ``status(stage, **extra)`` is told each stage as it starts."""
 
     def __init__(
         self,
@@ -291,12 +242,10 @@ class Session:
     ) -> Replies:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
-        Each client is first charged the query's cost in the server's ledger; one that
-        cannot afford it is not asked (``not_asked_budget``); one that was
-        unavailable is asked once more, once it is back (a restarted node answers from
-        its own ledger). Stops the run with
-        :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
-        valid replies come back.
+        A client that cannot afford the query is not asked (``not_asked_budget``), one
+        that was unavailable is asked once more once it is back (a restarted node
+        answers from its own ledger); :class:`QuorumError` when fewer than
+        ``max(minimum, ceil(fraction * asked))`` valid replies come back.
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
@@ -310,7 +259,11 @@ class Session:
         replies = self.clients.ask(query, asked, request)
         # A node that was unavailable (it crashed, or restarted) is asked once more: it
         # answers from its own ledger, with the very release it made if it made one.
-        again = [i for i, c in enumerate(asked) if _unavailable(replies, int(c))]
+        again = [
+            i
+            for i, c in enumerate(asked)
+            if replies.missing.get(int(c), "").startswith("unavailable")
+        ]
         if again:
             index = np.array(again, dtype=np.int64)
             self.status(f"{stage} rejoin", clients=asked[index].tolist())
@@ -342,14 +295,8 @@ class Session:
         return ok
 
     def require(self, round_: Round, minimum: int, what: str) -> None:
-        """Stop the run, saying why, if too few clients of ``round_`` replied validly.
-
-        Raises
-        ------
-        QuorumError
-            Naming how many were asked, answered, missing (timed out or unavailable)
-            and rejected, with the first of each.
-        """
+        """Stop the run with :class:`QuorumError` if too few clients of ``round_``
+        replied validly, naming how many were asked, answered, missing and rejected."""
         fraction = self.min_reply_fraction
         asked, answered = round_.asked.size, round_.answered.size
         needed = max(minimum, math.ceil(fraction * asked))
