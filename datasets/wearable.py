@@ -652,140 +652,195 @@ class _Block:
     duration: NDArray[np.float64]  # (rows,)
 
 
-def _simulate(params: WearableParams, draws: _Draws, irregular: bool) -> _Block:
-    days = params.n_days
-    su, du, dz = draws.su, draws.du, draws.dz
-    sz = np.repeat(draws.sz, days, axis=0)  # subject terms, one row per subject-day
-    rows = dz.shape[0]
+class _Rows:
+    """A block's draws by name, one row per subject-day (subject terms repeated)."""
 
-    def s_z(name: str) -> NDArray[np.float64]:
-        return sz[:, _SZ[name].start]
+    def __init__(self, draws: _Draws, days: int) -> None:
+        self.draws = draws
+        self.days = days
+        self.sz = np.repeat(draws.sz, days, axis=0)
+        self.n = draws.dz.shape[0]
 
-    def d_z(name: str) -> NDArray[np.float64]:
-        return dz[:, _DZ[name]]
+    def subject_u(self, name: str) -> NDArray[np.float64]:
+        """A subject uniform, one value per subject (not per row)."""
+        return self.draws.su[:, _SU[name].start]
 
-    def d_u(name: str) -> NDArray[np.float64]:
-        return du[:, _DU[name]]
+    def subject_z(self, name: str) -> NDArray[np.float64]:
+        return self.sz[:, _SZ[name].start]
 
-    # condition
-    cdf = np.cumsum(params.prior)
+    def day_u(self, name: str) -> NDArray[np.float64]:
+        return self.draws.du[:, _DU[name]]
+
+    def day_z(self, name: str) -> NDArray[np.float64]:
+        return self.draws.dz[:, _DZ[name]]
+
+
+@dataclass(frozen=True)
+class _Latent:
+    """Each subject-day's latent curve: rhythm, sleep, activity and noise level."""
+
+    labels: NDArray[np.int64]  # (n,), per subject
+    mesor: NDArray[np.float64]
+    amplitude: NDArray[np.float64]
+    acrophase: NDArray[np.float64]
+    dip: NDArray[np.float64]
+    onset: NDArray[np.float64]
+    duration: NDArray[np.float64]
+    sigma: NDArray[np.float64]  # awake noise sd
+    night: NDArray[np.float64]  # asleep / awake noise ratio
+    drive: NDArray[np.float64]  # (rows, 1440) activity drive b(t)
+    response: NDArray[np.float64]  # (rows, 1440) the HR response h * b
+
+
+def _latent(params: WearableParams, r: _Rows) -> _Latent:
+    """The condition, the rhythm and sleep, the activity, and the mean correction."""
     labels = np.minimum(
-        np.searchsorted(cdf, su[:, _SU["label"].start], side="right"),
+        np.searchsorted(np.cumsum(params.prior), r.subject_u("label"), side="right"),
         params.n_classes - 1,
     ).astype(np.int64)
-    effect = _EFFECTS[np.repeat(labels, days)] * params.separation  # (rows, 6)
+    effect = _EFFECTS[np.repeat(labels, r.days)] * params.separation  # (rows, 6)
     d_amp, d_dip, d_onset, d_acro, d_awake, d_night = effect.T
 
-    # rhythm and sleep
-    mesor = 68.0 + 6.0 * s_z("mesor") + 2.0 * d_z("mesor")[:, 0]
+    mesor = 68.0 + 6.0 * r.subject_z("mesor") + 2.0 * r.day_z("mesor")[:, 0]
     reserve = mesor - 35.0
-    amplitude = 0.2 * reserve * np.exp(0.25 * s_z("amplitude")) * (1.0 + d_amp)
-    dip0 = 0.25 * reserve * np.exp(0.25 * s_z("dip"))
-    dip = dip0 * (1.0 + d_dip)
+    amplitude = 0.2 * reserve * np.exp(0.25 * r.subject_z("amplitude")) * (1.0 + d_amp)
+    dip0 = 0.25 * reserve * np.exp(0.25 * r.subject_z("dip"))
     duration = np.clip(
-        450.0 + 50.0 * s_z("duration") + 30.0 * d_z("duration")[:, 0], 300.0, 660.0
+        450.0 + 50.0 * r.subject_z("duration") + 30.0 * r.day_z("duration")[:, 0],
+        300.0,
+        660.0,
     )
-    onset = 1380.0 + 60.0 * s_z("onset") + 30.0 * d_z("onset")[:, 0] + d_onset
+    onset = (
+        1380.0 + 60.0 * r.subject_z("onset") + 30.0 * r.day_z("onset")[:, 0] + d_onset
+    )
     acrophase = (
         onset
         + duration / 2.0
         + 720.0
-        + 45.0 * s_z("acrophase")
-        + 20.0 * d_z("acrophase")[:, 0]
+        + 45.0 * r.subject_z("acrophase")
+        + 20.0 * r.day_z("acrophase")[:, 0]
         + d_acro
     )
-
-    # daytime bursts: triangular start over the waking hours, ending before sleep
-    rate = 5.0 * np.exp(0.3 * s_z("activity"))
-    count = _poisson(d_u("n_bursts")[:, 0], rate, _MAX_BURSTS)
-    active = np.arange(_MAX_BURSTS)[None, :] < count[:, None]
-    length = np.clip(20.0 * np.exp(0.6 * d_z("burst_len")), 5.0, 120.0)
-    scale = 20.0 * np.exp(0.3 * s_z("intensity"))
-    level = np.minimum(scale[:, None] * np.exp(0.4 * d_z("burst_int")), 80.0)
-    tri = d_u("burst_time").reshape(rows, _MAX_BURSTS, 2).mean(axis=2)
-    waking = DAY_MINUTES - duration
-    start = (onset + duration + 15.0)[:, None] + tri * (waking[:, None] - 30.0 - length)
-    # nocturnal awakenings, uniform within the sleep period
-    n_awake = _poisson(d_u("n_awake")[:, 0], 0.5 + d_awake, _MAX_AWAKENINGS)
-    awake_on = np.arange(_MAX_AWAKENINGS)[None, :] < n_awake[:, None]
-    awake_len = np.clip(10.0 * np.exp(0.3 * d_z("awake_len")), 5.0, 20.0)
-    awake_level = 0.6 * scale[:, None] * np.exp(0.3 * d_z("awake_int"))
-    awake_start = (onset + 30.0)[:, None] + d_u("awake_time") * (duration - 60.0)[
-        :, None
-    ]
-    drive = _drive(
-        np.concatenate([start, awake_start], axis=1),
-        np.concatenate([length, awake_len], axis=1),
-        np.concatenate([level * active, awake_level * awake_on], axis=1),
-    )
-    response = _respond(drive)
-
+    scale = 20.0 * np.exp(0.3 * r.subject_z("intensity"))
+    drive = _activity(r, onset, duration, scale, 0.5 + d_awake)
     # The daily mean must not tell the conditions apart: remove the expected rise that
     # a weaker dip and extra awakenings bring (the response keeps each box's area;
     # E[e^{0.3 z}] = e^{0.045}).
     extra_awake = d_awake * (0.6 * scale * np.exp(0.045)) * (10.0 * np.exp(0.045))
     mesor = mesor - (-d_dip * dip0 * duration + extra_awake) / DAY_MINUTES
+    return _Latent(
+        labels=labels,
+        mesor=mesor,
+        amplitude=amplitude,
+        acrophase=acrophase,
+        dip=dip0 * (1.0 + d_dip),
+        onset=onset,
+        duration=duration,
+        sigma=params.noise_sd * np.exp(0.2 * r.subject_z("noise")),
+        night=0.5 * (1.0 + d_night),
+        drive=drive,
+        response=_respond(drive),
+    )
 
-    # sampling: the device's own clock, or the regular grid
+
+def _activity(
+    r: _Rows,
+    onset: NDArray[np.float64],
+    duration: NDArray[np.float64],
+    scale: NDArray[np.float64],
+    awake_rate: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """The activity drive b(t) of the day's bursts and nocturnal awakenings."""
+    # daytime bursts: triangular start over the waking hours, ending before sleep
+    rate = 5.0 * np.exp(0.3 * r.subject_z("activity"))
+    count = _poisson(r.day_u("n_bursts")[:, 0], rate, _MAX_BURSTS)
+    active = np.arange(_MAX_BURSTS)[None, :] < count[:, None]
+    length = np.clip(20.0 * np.exp(0.6 * r.day_z("burst_len")), 5.0, 120.0)
+    level = np.minimum(scale[:, None] * np.exp(0.4 * r.day_z("burst_int")), 80.0)
+    tri = r.day_u("burst_time").reshape(r.n, _MAX_BURSTS, 2).mean(axis=2)
+    waking = DAY_MINUTES - duration
+    start = (onset + duration + 15.0)[:, None] + tri * (waking[:, None] - 30.0 - length)
+    # nocturnal awakenings, uniform within the sleep period
+    n_awake = _poisson(r.day_u("n_awake")[:, 0], awake_rate, _MAX_AWAKENINGS)
+    awake_on = np.arange(_MAX_AWAKENINGS)[None, :] < n_awake[:, None]
+    awake_len = np.clip(10.0 * np.exp(0.3 * r.day_z("awake_len")), 5.0, 20.0)
+    awake_level = 0.6 * scale[:, None] * np.exp(0.3 * r.day_z("awake_int"))
+    awake_start = (onset + 30.0)[:, None] + r.day_u("awake_time") * (duration - 60.0)[
+        :, None
+    ]
+    return _drive(
+        np.concatenate([start, awake_start], axis=1),
+        np.concatenate([length, awake_len], axis=1),
+        np.concatenate([level * active, awake_level * awake_on], axis=1),
+    )
+
+
+def _sampling(
+    params: WearableParams, r: _Rows, irregular: bool
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Every row's candidate sample times and which of them were recorded."""
+    du = r.draws.du
     if irregular:
-        choice = np.searchsorted(_PERIOD_CDF, su[:, _SU["device"].start], side="right")
-        period = _PERIODS[choice] * (1.0 + 0.02 * draws.sz[:, _SZ["drift"].start])
-        period = np.repeat(period, days)[:, None]
+        choice = np.searchsorted(_PERIOD_CDF, r.subject_u("device"), side="right")
+        drift = 1.0 + 0.02 * r.draws.sz[:, _SZ["drift"].start]
+        period = np.repeat(_PERIODS[choice] * drift, r.days)[:, None]
         j = np.arange(_MAX_SAMPLES, dtype=np.float64)[None, :]
         jitter = du[:, _DAY_U : _DAY_U + _MAX_SAMPLES]
-        t = period * (d_u("offset") + j + 0.6 * (jitter - 0.5))
-        inside = (t >= 0.0) & (t < DAY_MINUTES)
+        t = period * (r.day_u("offset") + j + 0.6 * (jitter - 0.5))
+        kept = (t >= 0.0) & (t < DAY_MINUTES)
     else:
-        t = np.broadcast_to(np.arange(N_SLOTS) * SLOT_MINUTES, (rows, N_SLOTS))
-        inside = np.ones(t.shape, dtype=bool)
+        t = np.broadcast_to(np.arange(N_SLOTS) * SLOT_MINUTES, (r.n, N_SLOTS))
+        kept = np.ones(t.shape, dtype=bool)
+    # dropped samples, then device-off stretches (cut at the day's end)
     n = t.shape[1]
-
-    # gaps: device-off stretches (cut at the day's end), then dropped samples
-    n_gaps = _poisson(d_u("n_gaps")[:, 0], np.full(rows, params.gap_rate), _MAX_GAPS)
+    drop = np.repeat(2.0 * params.drop_rate * r.subject_u("drop"), r.days)
+    kept &= du[:, _DAY_U + _MAX_SAMPLES : _DAY_U + _MAX_SAMPLES + n] >= drop[:, None]
+    rate = np.full(r.n, params.gap_rate)
+    n_gaps = _poisson(r.day_u("n_gaps")[:, 0], rate, _MAX_GAPS)
     gap_on = np.arange(_MAX_GAPS)[None, :] < n_gaps[:, None]
-    gap_start = np.where(gap_on, d_u("gap_start") * DAY_MINUTES, np.inf)
-    gap_end = gap_start + np.clip(60.0 * np.exp(0.6 * d_z("gap_len")), 10.0, 180.0)
-    drop = np.repeat(2.0 * params.drop_rate * su[:, _SU["drop"].start], days)
-    kept = inside & (
-        du[:, _DAY_U + _MAX_SAMPLES : _DAY_U + _MAX_SAMPLES + n] >= drop[:, None]
-    )
+    gap_start = np.where(gap_on, r.day_u("gap_start") * DAY_MINUTES, np.inf)
+    gap_end = gap_start + np.clip(60.0 * np.exp(0.6 * r.day_z("gap_len")), 10.0, 180.0)
     for g in range(_MAX_GAPS):
         kept &= (t < gap_start[:, g : g + 1]) | (t >= gap_end[:, g : g + 1])
+    return t, kept
 
-    # heart rate at the recorded samples only
+
+def _simulate(params: WearableParams, draws: _Draws, irregular: bool) -> _Block:
+    """Draw a block's latent curves, sample them, and observe the recorded samples."""
+    r = _Rows(draws, params.n_days)
+    lat = _latent(params, r)
+    t, kept = _sampling(params, r, irregular)
     row, slot = np.nonzero(kept)
     tt = t[row, slot]
-    sleep = _sleep(tt, onset[row], duration[row])
+    sleep = _sleep(tt, lat.onset[row], lat.duration[row])
     wave = np.zeros(tt.shape)
-    periods = 60.0 * 4.0 ** d_u("wave_period")
-    phases = 2.0 * np.pi * d_u("wave_phase")
-    amps = np.exp(0.3 * d_z("wave_amp"))
+    periods = 60.0 * 4.0 ** r.day_u("wave_period")[row]
+    phases = 2.0 * np.pi * r.day_u("wave_phase")[row]
+    amps = np.exp(0.3 * r.day_z("wave_amp"))[row]
     for w in range(_N_WAVES):
-        wave += amps[row, w] * np.sin(
-            2.0 * np.pi * tt / periods[row, w] + phases[row, w]
-        )
+        wave += amps[:, w] * np.sin(2.0 * np.pi * tt / periods[:, w] + phases[:, w])
+    cycle = np.cos(2.0 * np.pi * (tt - lat.acrophase[row]) / DAY_MINUTES)
     mu = (
-        mesor[row]
-        + amplitude[row] * np.cos(2.0 * np.pi * (tt - acrophase[row]) / DAY_MINUTES)
-        - dip[row] * sleep
-        + _at(response, row, tt)
+        lat.mesor[row]
+        + lat.amplitude[row] * cycle
+        - lat.dip[row] * sleep
+        + _at(lat.response, row, tt)
         + wave * (1.0 - 0.5 * sleep)
     )
-    sigma = params.noise_sd * np.exp(0.2 * s_z("noise"))
-    night = 0.5 * (1.0 + d_night)
-    sd = sigma[row] * (1.0 - (1.0 - night[row]) * sleep)
+    sd = lat.sigma[row] * (1.0 - (1.0 - lat.night[row]) * sleep)
+    dz = draws.dz
     hr = np.clip(np.rint(mu + sd * dz[row, _DAY_Z + slot]), 40.0, 200.0)
     channels = [hr]
     if params.accelerometer:
-        base = 150.0 * np.exp(0.5 * s_z("acc_base"))
-        gain = 100.0 * np.exp(0.3 * s_z("acc_gain"))
-        latent = (
-            base[row] * (1.0 - sleep) + 5.0 * sleep + gain[row] * _at(drive, row, tt)
-        )
+        base = 150.0 * np.exp(0.5 * r.subject_z("acc_base"))[row]
+        gain = 100.0 * np.exp(0.3 * r.subject_z("acc_gain"))[row]
+        latent = base * (1.0 - sleep) + 5.0 * sleep + gain * _at(lat.drive, row, tt)
         noise = dz[row, _DAY_Z + _MAX_SAMPLES + slot]
         counts = np.maximum(latent, 0.0) * np.exp(0.5 * noise - 0.125)
         channels.append(np.rint(np.minimum(counts, _MAX_COUNTS)))
-    return _Block(labels, row, slot, tt, np.stack(channels, axis=-1), onset, duration)
+    return _Block(
+        lat.labels, row, slot, tt, np.stack(channels, axis=-1), lat.onset, lat.duration
+    )
 
 
 def _blocks(params: WearableParams, irregular: bool) -> list[_Block]:
