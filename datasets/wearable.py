@@ -132,8 +132,10 @@ from numpy.typing import NDArray
 from ldpfda.datasets.curves import LongCurves
 
 __all__ = [
+    "CHANNELS",
     "CONDITIONS",
     "DAY_MINUTES",
+    "N_SLOTS",
     "SLOT_MINUTES",
     "WearableGrid",
     "WearableParams",
@@ -146,9 +148,11 @@ __all__ = [
 DAY_MINUTES = 1440.0
 #: Width of a slot of the regular grid, in minutes (288 slots a day).
 SLOT_MINUTES = 5.0
+#: Slots of the regular grid in a day.
 N_SLOTS = 288
 #: The condition names, in label order; ``n_classes`` takes the first ones.
 CONDITIONS = ("healthy", "blunted", "delayed", "advanced", "fragmented")
+#: Channel names: heart rate (bpm) and, with ``accelerometer``, activity (counts/min).
 CHANNELS = ("heart_rate", "activity")
 
 # Per unit of separation, the change each condition makes (rows in CONDITIONS order):
