@@ -8,7 +8,6 @@ standard errors around the value the module's docstring documents.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -39,15 +38,8 @@ def _se(p: float, n: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def timed_default() -> tuple[LongCurves, float]:
-    start = time.perf_counter()
-    data = make_wearable()
-    return data, time.perf_counter() - start
-
-
-@pytest.fixture(scope="module")
-def default(timed_default) -> LongCurves:
-    return timed_default[0]
+def default() -> LongCurves:
+    return make_wearable()
 
 
 @pytest.fixture(scope="module")
@@ -321,14 +313,6 @@ def test_separation_sets_how_hard_the_task_is():
     for easier, harder in ((0.5, 0.0), (1.0, 0.5), (2.0, 1.0)):
         a, b = errors[easier].shape, errors[harder].shape
         assert a < b - 3 * math.hypot(_se(a, n), _se(b, n)), (easier, harder)
-
-
-# -- speed -----------------------------------------------------------------------------
-
-
-def test_ten_thousand_subject_days_take_a_few_seconds(timed_default):
-    # about 2 s on one core; a generous bound for a loaded machine
-    assert timed_default[1] < 10.0
 
 
 # -- parameters ------------------------------------------------------------------------
