@@ -208,6 +208,17 @@ class ClientFit:
     def usable(self) -> NDArray[np.bool_]:
         return self.n_curves > 0
 
+    def why_unusable(self, i: int, min_points: int) -> str:
+        """Why client ``i`` has no usable curve, in words (for an error message)."""
+        too_few, gap = int(self.n_too_few[i]), int(self.n_gap[i])
+        if self.n_points[i] == 0:
+            return "no observed point (every value is missing)"
+        return (
+            f"no usable curve: {too_few} curve(s) with fewer than min_points "
+            f"({min_points}) observed points, {gap} with a gap that leaves a "
+            "coefficient undetermined (use a roughness penalty or more points)"
+        )
+
 
 def _check_observations(
     times: ArrayLike, values: ArrayLike
@@ -395,7 +406,7 @@ class IrregularProjection:
             t, y, np.zeros(t.size, np.int64), c, 1, min_points=min_points
         )
         if not fit.usable[0]:
-            raise ValueError(_no_usable_curve(fit, 0, min_points))
+            raise ValueError(fit.why_unusable(0, min_points))
         return fit.coefficients[0]
 
     def fit_curves(
@@ -559,18 +570,6 @@ class IrregularProjection:
             per_client(fit.status == TOO_FEW_POINTS),
             per_client(fit.status == GAP),
         )
-
-
-def _no_usable_curve(fit: ClientFit, i: int, min_points: int) -> str:
-    """Why client ``i`` has no usable curve, for an error message."""
-    too_few, gap = int(fit.n_too_few[i]), int(fit.n_gap[i])
-    if fit.n_points[i] == 0:
-        return "no observed point (every value is missing)"
-    return (
-        f"no usable curve: {too_few} curve(s) with fewer than min_points "
-        f"({min_points}) observed points, {gap} with a gap that leaves a "
-        "coefficient undetermined (use a roughness penalty or more points)"
-    )
 
 
 def _check_domain(domain_range: Any) -> tuple[float, float]:
