@@ -126,7 +126,7 @@ class SpecTypeError(SpecError, TypeError):
     """A key of a federation spec holds a value of the wrong type."""
 
 
-# -- the parsed content ---------------------------------------------------------------
+# -- the parsed content ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class Release:
     epsilon: float
 
 
-# -- validation -----------------------------------------------------------------------
+# -- validation ------------------------------------------------------------------------
 
 
 def _show(value: Any) -> str:
@@ -656,7 +656,7 @@ def _check_times(domain: Domain, curves: LongCurves) -> None:
         )
 
 
-# -- the spec -------------------------------------------------------------------------
+# -- the spec --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -924,7 +924,7 @@ class FederationSpec:
         return "\n".join(lines)
 
 
-# -- TOML writing ---------------------------------------------------------------------
+# -- TOML writing ----------------------------------------------------------------------
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n"}
 _ESCAPES |= {"\f": "\\f", "\r": "\\r"}
@@ -971,7 +971,7 @@ def _toml_pair(key: str, value: Any) -> str:
     return "\n".join([*lines, "]"])
 
 
-# -- features -------------------------------------------------------------------------
+# -- features --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -1116,7 +1116,7 @@ class SpecFeaturizer:
         return out
 
 
-# -- deriving a spec from public calibration curves ---------------------------------
+# -- deriving a spec from public calibration curves ------------------------------------
 
 
 def _per_channel(value: Any, names: tuple[str, ...], what: str) -> list[Any]:
@@ -1264,7 +1264,7 @@ def init_spec(
     )
 
 
-# -- command line ---------------------------------------------------------------------
+# -- command line ----------------------------------------------------------------------
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
