@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,7 +170,7 @@ class _Builder:
 # -- CSV -------------------------------------------------------------------------------
 
 
-def _rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def _rows(path: Path, delimiter: str) -> Generator[tuple[int, list[str]], None, None]:
     """(spreadsheet row, stripped cells) of every non-blank record; the header is
     row 1. A UTF-8 byte order mark (as spreadsheets write) is skipped."""
     with path.open(newline="", encoding="utf-8-sig") as handle:
@@ -180,7 +180,9 @@ def _rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
                 yield row, stripped
 
 
-def _header(path: Path, rows: Iterator[tuple[int, list[str]]]) -> list[str]:
+def _header(
+    path: Path, rows: Generator[tuple[int, list[str]], None, None]
+) -> list[str]:
     first = next(rows, None)
     if first is None:
         raise ValueError(f"{path.name} is empty: it needs a header row")
@@ -600,13 +602,13 @@ def _npz_long(
             "a 'channels' key"
         )
     label_names = _label_names(labels, spec_labels)
-    index = {name: k for k, name in enumerate(label_names)}
+    position = {name: k for k, name in enumerate(label_names)}
     return LongCurves(
         subjects,
         curves,
         times,
         values,
-        np.array([index[t] for t in labels], dtype=np.int64),
+        np.array([position[t] for t in labels], dtype=np.int64),
         tuple(ids) if ids is not None else tuple(str(i) for i in range(n)),
         tuple(names) if names is not None else (channel,),
         label_names,
@@ -658,13 +660,13 @@ def _npz_wide(
     values = data.transpose(0, 2, 1).reshape(rows * n_times, n_channels)
     observed = ~np.all(np.isnan(values), axis=1)
     label_names = _label_names(builder.labels, spec_labels)
-    index = {name: k for k, name in enumerate(label_names)}
+    position = {name: k for k, name in enumerate(label_names)}
     return LongCurves(
         np.repeat(subject, n_times)[observed],
         np.repeat(curve, n_times)[observed],
         np.tile(grid, rows)[observed],
         values[observed],
-        np.array([index[label] for label in builder.labels], dtype=np.int64),
+        np.array([position[label] for label in builder.labels], dtype=np.int64),
         tuple(builder.subjects),
         builder.channels,
         label_names,

@@ -693,11 +693,11 @@ class FederationSpec:
                     f"channels[{i}]",
                     f"channels[{i}] must be a Channel, got {_got(channel)}",
                 )
-            for part, kind in (("basis", Basis), ("bounds", Bounds)):
-                if not isinstance(getattr(channel, part), kind):
+            for part, part_kind in (("basis", Basis), ("bounds", Bounds)):
+                if not isinstance(getattr(channel, part), part_kind):
                     raise SpecTypeError(
                         f"channels[{i}].{part}",
-                        f"channels[{i}].{part} must be a {kind.__name__}, got "
+                        f"channels[{i}].{part} must be a {part_kind.__name__}, got "
                         f"{_got(getattr(channel, part))}",
                     )
         for name, value in _parse(self.to_mapping()).items():
