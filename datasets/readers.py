@@ -700,6 +700,7 @@ def read_curves(
     if layout == "long":
         return read_long_csv(path, spec_labels=spec_labels, **options)
     if layout == "wide":
+        options.pop("time_column", None)  # a wide file's times are its headers
         return read_wide_csv(path, spec_labels=spec_labels, channel=channel, **options)
     raise ValueError(f"layout must be 'wide' or 'long', got {layout!r}")
 

@@ -545,6 +545,8 @@ class IrregularProjection:
             raise ValueError(f"clients must lie in 0 .. {n_clients - 1}")
         if day.size and day.min() < 0:
             raise ValueError(f"curves must be >= 0, got {int(day.min())}")
+        if day.size and int(day.max()) >= (1 << 62) // max(n_clients, 1):
+            day = np.unique(day, return_inverse=True)[1].ravel()  # keys fit int64
         stride = int(day.max()) + 1 if day.size else 1
         fit = self.fit_curves(t, y, who * stride + day, min_points=min_points)
         owner = fit.curve_ids // stride

@@ -73,6 +73,7 @@ import difflib
 import hashlib
 import json
 import math
+import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,7 @@ __all__ = [
     "SpecTypeError",
     "SubjectFeatures",
     "init_spec",
+    "main",
     "spec_main",
 ]
 
@@ -207,8 +209,12 @@ class Release:
 
 def _show(value: Any) -> str:
     """A value as a spec author wrote it (TOML spelling for booleans)."""
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_):
         return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return repr(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
     if isinstance(value, Mapping):
         return "a table"
     text = repr(list(value) if isinstance(value, tuple) else value)
@@ -217,9 +223,9 @@ def _show(value: Any) -> str:
 
 def _kind(value: Any) -> str:
     for kind, name in (
-        (bool, "a boolean"),
-        (int, "an integer"),
-        (float, "a float"),
+        (bool | np.bool_, "a boolean"),
+        (numbers.Integral, "an integer"),
+        (numbers.Real, "a float"),
         (str, "a string"),
         (Mapping, "a table"),
         (list, "an array"),
@@ -237,7 +243,13 @@ def _got(value: Any) -> str:
 
 
 def _is_real(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(
+        value, bool | np.bool_
+    )
 
 
 def _any(_: float) -> bool:
@@ -246,7 +258,7 @@ def _any(_: float) -> bool:
 
 def _integer(value: Any, key: str, minimum: int) -> int:
     allowed = f"an integer >= {minimum}"
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not _is_integer(value):
         raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
     if value < minimum:
         raise SpecError(key, f"{key} must be {allowed}, got {value}")
@@ -381,7 +393,7 @@ def _parse(data: Any) -> dict[str, Any]:
     """Validate a spec's content (parsed TOML) into :class:`FederationSpec` fields."""
     root = _Table(data, "", _ROOT_KEYS)
     version = root["format-version"]
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not _is_integer(version):
         raise SpecTypeError(
             "format-version",
             f"format-version must be the integer {FORMAT_VERSION}, got {_got(version)}",
@@ -439,7 +451,7 @@ def _parse(data: Any) -> dict[str, Any]:
         "labels": labels,
         "release": release,
         "min_points": min_points,
-        "format_version": version,
+        "format_version": int(version),
     }
 
 
@@ -682,11 +694,12 @@ class FederationSpec:
                 raise SpecTypeError(
                     name, f"{name} must be a {kind.__name__}, got {_got(value)}"
                 )
-        if not isinstance(self.channels, Sequence) or isinstance(self.channels, str):
-            raise SpecTypeError(
-                "channels",
-                f"channels must be Channel objects, got {_got(self.channels)}",
-            )
+        for name in ("channels", "labels"):
+            value = getattr(self, name)
+            if not isinstance(value, Sequence) or isinstance(value, str):
+                raise SpecTypeError(
+                    name, f"{name} must be a sequence (a tuple), got {_got(value)}"
+                )
         for i, channel in enumerate(self.channels):
             if not isinstance(channel, Channel):
                 raise SpecTypeError(
@@ -1400,6 +1413,11 @@ def _init(args: argparse.Namespace) -> str:
         f"wrote {args.out} from {calibration.n_subjects} calibration subjects\n"
         + spec.summary()
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ldpfda spec ...``: :func:`spec_main` under the package's command."""
+    return spec_main(argv)
 
 
 def spec_main(argv: Sequence[str] | None = None, *, prog: str = "ldpfda spec") -> int:

@@ -452,3 +452,19 @@ def test_ten_thousand_subjects_project_in_well_under_ten_seconds(irregular):
     elapsed = time.perf_counter() - start
     assert fit.usable.all() and fit.coefficients.shape == (n, 12)
     assert elapsed < 10.0, f"{elapsed:.2f} s"
+
+
+def test_curve_ids_of_any_size_name_the_same_curves():
+    # Days may be named by large numbers (an epoch in milliseconds, say); the ids
+    # only group observations, so any ids give the same clients.
+    projection = IrregularProjection.equispaced(DAY, 8, 4)
+    rng = np.random.default_rng(8)
+    t = rng.uniform(*DAY, size=400)
+    y = rng.normal(size=400)
+    who = np.repeat(np.arange(4), 100)
+    small = rng.integers(0, 2, size=400)
+    large = small * (1 << 61) + (1 << 60)
+    np.testing.assert_array_equal(
+        projection.fit_clients(t, y, who, large, 4).coefficients,
+        projection.fit_clients(t, y, who, small, 4).coefficients,
+    )

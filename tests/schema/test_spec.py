@@ -1211,3 +1211,22 @@ def test_a_host_featurizes_its_file_with_numpy_and_scipy_only(tmp_path):
     np.testing.assert_array_equal(
         result["features"], spec.featurizer().transform(curves)
     )
+
+
+def test_numpy_numbers_are_numbers_and_a_string_is_not_a_label_set(spec):
+    built = FederationSpec(
+        Domain(np.float64(0.0), np.int64(24), "h", tuple(np.arange(25.0))),
+        (
+            Channel(
+                "hr", "bpm", Basis(np.int64(4), np.int64(12)), Bounds.values(30, 220)
+            ),
+            spec.channels[1],
+        ),
+        ("healthy", "condition"),
+        Release("default", np.float32(4.0)),
+        np.int64(24),
+    )
+    assert built == spec and built.hash == spec.hash
+    assert type(built.min_points) is int and type(built.domain.end) is float
+    with pytest.raises(SpecTypeError, match=r"^labels must be a sequence \(a tuple\)"):
+        FederationSpec(spec.domain, spec.channels, "ab", spec.release, 24)
