@@ -1230,3 +1230,10 @@ def test_numpy_numbers_are_numbers_and_a_string_is_not_a_label_set(spec):
     assert type(built.min_points) is int and type(built.domain.end) is float
     with pytest.raises(SpecTypeError, match=r"^labels must be a sequence \(a tuple\)"):
         FederationSpec(spec.domain, spec.channels, "ab", spec.release, 24)
+
+
+def test_the_documented_example_is_this_example(spec):
+    docs = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
+    text = docs.read_text(encoding="utf-8")
+    block = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    assert FederationSpec.loads(block) == spec
