@@ -75,6 +75,7 @@ import json
 import math
 import numbers
 import sys
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -726,8 +727,6 @@ class FederationSpec:
     @classmethod
     def loads(cls, text: str) -> FederationSpec:
         """Parse and validate a spec from TOML text."""
-        import tomllib
-
         if not isinstance(text, str):
             raise TypeError(f"a spec's text must be a str, got {type(text).__name__}")
         try:
