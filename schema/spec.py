@@ -1,0 +1,1438 @@
+r"""The federation spec: what every party agrees on before any private data is seen.
+
+A federation spec is one public, versioned TOML file. It fixes everything that turns a
+client's own curves into the vector it releases: the time domain, the channels and
+their units, the B-spline basis of every channel, the data-independent rescaling
+bounds, the label set, the release protocol with its epsilon, and how many observed
+points a curve needs. Clients, servers and auditors load the same file and compare its
+:attr:`FederationSpec.hash`; nothing in it may depend on private data.
+
+File format (``format-version = 1``)
+------------------------------------
+::
+
+    format-version = 1
+    labels = ["healthy", "condition"]     # the label set, >= 2 distinct names
+    min-points = 24                       # observed points a curve needs, per channel
+
+    [domain]
+    start = 0.0
+    end = 24.0
+    unit = "h"
+    grid = [0.0, 0.5, ...]                # optional: the common sampling grid
+
+    [release]
+    protocol = "default"                  # or "reference"
+    epsilon = 4.0                         # each client's epsilon per release
+
+    [[channels]]                          # one table per channel: channels[0], ...
+    name = "hr"
+    unit = "bpm"
+
+    [channels.basis]
+    order = 4                             # 4 = cubic
+    n-basis = 12                          # equispaced knots, as scikit-fda's
+    # interior-knots = [6.0, 12.0, 18.0]  # or explicit interior knots (not both)
+    penalty = 0.0                         # roughness penalty lambda (optional)
+
+    [channels.bounds]
+    value-low = 30.0                      # data-independent bounds of the curve's
+    value-high = 220.0                    # values, in the channel's unit, or:
+    # coefficient-low = [...]             # explicit bounds of every coefficient
+    # coefficient-high = [...]            # (n-basis values each; `spec init`)
+
+Keys are kebab-case; every key is required unless marked optional above. Channels are
+numbered from 0 in the order of their ``[[channels]]`` tables, and that order is the
+order of the features: the feature vector is the concatenation of the channels'
+scaled coefficients, :math:`p = \sum_c n_c`.
+
+Meaning
+-------
+Channel :math:`c`'s coefficients are the penalised least-squares fit of
+:mod:`ldpfda.fda.irregular` with its basis and penalty; a client's several curves
+(days) are averaged. Coefficient :math:`k` is then mapped from
+:math:`[\ell_k, h_k]` onto :math:`[-1, 1]` and clipped
+(:class:`~ldpfda.fda.scaling.CoefficientScaler`). With value bounds
+:math:`[a, b]`, :math:`[\ell_k, h_k]` is the exact range of coefficient :math:`k`
+over every curve with values in :math:`[a, b]` at the points of ``domain.grid``
+(at :data:`VALUE_BOUND_POINTS` equispaced points of the domain when the spec has no
+grid): data-independent, as
+:meth:`~ldpfda.fda.bspline.BSplineProjection.coefficient_bound`. A curve sampled
+elsewhere may exceed them, and is clipped. ``min-points`` must be at least
+``n-basis`` for a channel without penalty (fewer points cannot determine its
+coefficients) and at least 2 otherwise.
+
+Errors name the dotted key, the value and what is allowed, e.g.
+``channels[1].basis.order must be an integer >= 1, got 0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import math
+import numbers
+import sys
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.datasets.curves import LongCurves
+from ldpfda.fda.irregular import IrregularProjection
+from ldpfda.fda.scaling import CoefficientScaler
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PROTOCOLS",
+    "VALUE_BOUND_POINTS",
+    "Basis",
+    "Bounds",
+    "Channel",
+    "Domain",
+    "FederationSpec",
+    "Release",
+    "SpecError",
+    "SpecFeaturizer",
+    "SpecTypeError",
+    "SubjectFeatures",
+    "init_spec",
+    "main",
+    "spec_main",
+]
+
+#: The one format version this module reads and writes.
+FORMAT_VERSION = 1
+#: Release protocols: ``default`` (the joint release) and ``reference`` (MRMA).
+PROTOCOLS = ("default", "reference")
+#: Points of the equispaced grid on which value bounds become coefficient bounds
+#: when the spec has no common grid (a dense stand-in for a continuous curve).
+VALUE_BOUND_POINTS = 1001
+
+
+class SpecError(ValueError):
+    """A federation spec is invalid; ``key`` is the dotted key at fault."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class SpecTypeError(SpecError, TypeError):
+    """A key of a federation spec holds a value of the wrong type."""
+
+
+# -- the parsed content ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The time domain ``[start, end]`` in ``unit``, with an optional common grid."""
+
+    start: float
+    end: float
+    unit: str
+    grid: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Basis:
+    """A channel's B-spline basis: ``order`` and either ``n_basis`` equispaced
+    knots or explicit ``interior_knots``; ``penalty`` is the roughness penalty."""
+
+    order: int
+    n_basis: int | None = None
+    interior_knots: tuple[float, ...] | None = None
+    penalty: float = 0.0
+
+    @property
+    def size(self) -> int:
+        """Number of basis functions."""
+        if self.interior_knots is not None:
+            return len(self.interior_knots) + self.order
+        return int(self.n_basis or 0)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Rescaling bounds of a channel: value bounds of the curve, or explicit
+    per-coefficient bounds (exactly one pair)."""
+
+    value_low: float | None = None
+    value_high: float | None = None
+    coefficient_low: tuple[float, ...] | None = None
+    coefficient_high: tuple[float, ...] | None = None
+
+    @classmethod
+    def values(cls, low: float, high: float) -> Bounds:
+        return cls(value_low=low, value_high=high)
+
+    @classmethod
+    def coefficients(cls, low: Sequence[float], high: Sequence[float]) -> Bounds:
+        return cls(
+            coefficient_low=tuple(float(v) for v in low),
+            coefficient_high=tuple(float(v) for v in high),
+        )
+
+    @property
+    def kind(self) -> str:
+        """``"values"`` or ``"coefficients"``."""
+        return "values" if self.coefficient_low is None else "coefficients"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One channel: its name, unit, basis and rescaling bounds."""
+
+    name: str
+    unit: str
+    basis: Basis
+    bounds: Bounds
+
+
+@dataclass(frozen=True)
+class Release:
+    """The release protocol and each client's epsilon per release."""
+
+    protocol: str
+    epsilon: float
+
+
+# -- validation ------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    """A value as a spec author wrote it (TOML spelling for booleans)."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return repr(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    if isinstance(value, Mapping):
+        return "a table"
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(value: Any) -> str:
+    for kind, name in (
+        (bool | np.bool_, "a boolean"),
+        (numbers.Integral, "an integer"),
+        (numbers.Real, "a float"),
+        (str, "a string"),
+        (Mapping, "a table"),
+        (list, "an array"),
+        (tuple, "an array"),
+    ):
+        if isinstance(value, kind):
+            return name
+    return f"a {type(value).__name__}"
+
+
+def _got(value: Any) -> str:
+    """``'12' (a string)``: the value and its type, for a type error."""
+    shown = _show(value)
+    return shown if shown == "a table" else f"{shown} ({_kind(value)})"
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def _any(_: float) -> bool:
+    return True
+
+
+def _integer(value: Any, key: str, minimum: int) -> int:
+    allowed = f"an integer >= {minimum}"
+    if not _is_integer(value):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    if value < minimum:
+        raise SpecError(key, f"{key} must be {allowed}, got {value}")
+    return int(value)
+
+
+def _real(value: Any, key: str, allowed: str, ok: Callable[[float], bool]) -> float:
+    """A finite real number (an integer is accepted) for which ``ok`` holds."""
+    if not _is_real(value):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    number = float(value)
+    if not math.isfinite(number) or not ok(number):
+        raise SpecError(key, f"{key} must be {allowed}, got {_show(number)}")
+    return number + 0.0  # -0.0 and 0.0 are one value
+
+
+def _reals(value: Any, key: str, allowed: str, minimum: int = 0) -> tuple[float, ...]:
+    """An array of finite real numbers with at least ``minimum`` entries."""
+    if not isinstance(value, list | tuple):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    numbers = tuple(
+        _real(v, f"{key}[{i}]", "a finite real number", _any)
+        for i, v in enumerate(value)
+    )
+    if len(numbers) < minimum:
+        raise SpecError(key, f"{key} must be {allowed}, got {len(numbers)} value(s)")
+    return numbers
+
+
+def _increasing(values: tuple[float, ...], key: str, allowed: str) -> None:
+    for i in range(1, len(values)):
+        if not values[i] > values[i - 1]:
+            raise SpecError(
+                key,
+                f"{key} must be {allowed}, got {_show(values[i])} at {key}[{i}] after "
+                f"{_show(values[i - 1])}",
+            )
+
+
+def _text(value: Any, key: str) -> str:
+    allowed = "a non-empty string without leading or trailing spaces"
+    if not isinstance(value, str):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    if not value or value != value.strip() or not value.isprintable():
+        raise SpecError(key, f"{key} must be {allowed}, got {value!r}")
+    return value
+
+
+def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
+    allowed = "one of " + ", ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    if value not in choices:
+        raise SpecError(key, f"{key} must be {allowed}, got {value!r}")
+    return value
+
+
+class _Table:
+    """A TOML table at a dotted key; unknown keys are refused on sight."""
+
+    def __init__(self, data: Any, key: str, keys: dict[str, str]) -> None:
+        if not isinstance(data, Mapping):
+            raise SpecTypeError(key, f"{key} must be a table, got {_got(data)}")
+        self.data, self.key, self.keys = data, key, keys
+        for name in data:
+            if name not in keys:
+                close = difflib.get_close_matches(str(name), list(keys), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                where = self.key or "the spec's top level"
+                raise SpecError(
+                    self.path(str(name)),
+                    f"unknown key {self.path(str(name))!r} = {_show(data[name])}: "
+                    f"the keys of {where} are {', '.join(keys)}{hint}",
+                )
+
+    def path(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.data:
+            raise SpecError(
+                self.path(name),
+                f"missing key {self.path(name)!r}: it must be {self.keys[name]}",
+            )
+        return self.data[name]
+
+
+_ROOT_KEYS = {
+    "format-version": f"the integer {FORMAT_VERSION}",
+    "labels": "an array of >= 2 distinct label names",
+    "min-points": "an integer >= 1",
+    "domain": "a table (start, end, unit, optional grid)",
+    "release": "a table (protocol, epsilon)",
+    "channels": "an array of >= 1 channel tables ([[channels]])",
+}
+_DOMAIN_KEYS = {
+    "start": "a finite real number",
+    "end": "a finite real number > domain.start",
+    "unit": "a non-empty string",
+    "grid": "an optional array of >= 2 strictly increasing times in the domain",
+}
+_RELEASE_KEYS = {
+    "protocol": "one of " + ", ".join(repr(c) for c in PROTOCOLS),
+    "epsilon": "a finite real number > 0",
+}
+_CHANNEL_KEYS = {
+    "name": "a non-empty string",
+    "unit": "a non-empty string",
+    "basis": "a table (order, n-basis or interior-knots, optional penalty)",
+    "bounds": "a table (value-low and value-high, or coefficient-low and "
+    "coefficient-high)",
+}
+_BASIS_KEYS = {
+    "order": "an integer >= 1",
+    "n-basis": "an integer >= order (equispaced knots)",
+    "interior-knots": "an array of strictly increasing knots inside the domain",
+    "penalty": "a finite real number >= 0 (optional, default 0.0)",
+}
+_BOUNDS_KEYS = {
+    "value-low": "a finite real number in the channel's unit",
+    "value-high": "a finite real number > value-low",
+    "coefficient-low": "an array of one finite real number per basis function",
+    "coefficient-high": "an array of one finite real number per basis function, "
+    "each > coefficient-low's",
+}
+
+
+def _parse(data: Any) -> dict[str, Any]:
+    """Validate a spec's content (parsed TOML) into :class:`FederationSpec` fields."""
+    root = _Table(data, "", _ROOT_KEYS)
+    version = root["format-version"]
+    if not _is_integer(version):
+        raise SpecTypeError(
+            "format-version",
+            f"format-version must be the integer {FORMAT_VERSION}, got {_got(version)}",
+        )
+    if version != FORMAT_VERSION:
+        raise SpecError(
+            "format-version",
+            f"format-version must be {FORMAT_VERSION} (the only version this ldpfda "
+            f"reads), got {version}",
+        )
+    labels = _parse_labels(root["labels"])
+    domain = _parse_domain(root["domain"])
+    release = _parse_release(root["release"])
+    raw_channels = root["channels"]
+    if not isinstance(raw_channels, list | tuple):
+        raise SpecTypeError(
+            "channels",
+            f"channels must be {_ROOT_KEYS['channels']}, got {_got(raw_channels)}",
+        )
+    if not raw_channels:
+        raise SpecError(
+            "channels", f"channels must be {_ROOT_KEYS['channels']}, got []"
+        )
+    channels = tuple(
+        _parse_channel(c, f"channels[{i}]", domain) for i, c in enumerate(raw_channels)
+    )
+    for i, channel in enumerate(channels):
+        for j in range(i):
+            if channels[j].name == channel.name:
+                raise SpecError(
+                    f"channels[{i}].name",
+                    f"channels[{i}].name must differ from every other channel's, got "
+                    f"{channel.name!r}, the name of channels[{j}]",
+                )
+    min_points = _integer(root["min-points"], "min-points", 1)
+    for i, channel in enumerate(channels):
+        need = channel.basis.size if channel.basis.penalty == 0 else 2
+        if min_points < need:
+            why = (
+                f"the {need} coefficients of channels[{i}] ({channel.name!r}), "
+                "which has no penalty"
+                if channel.basis.penalty == 0
+                else f"the linear part of channels[{i}] ({channel.name!r})"
+            )
+            raise SpecError(
+                "min-points",
+                f"min-points must be >= {need}: fewer points cannot determine {why}; "
+                f"got {min_points}",
+            )
+    for i, channel in enumerate(channels):
+        _check_numerics(channel, f"channels[{i}]", domain)
+    return {
+        "domain": domain,
+        "channels": channels,
+        "labels": labels,
+        "release": release,
+        "min_points": min_points,
+        "format_version": int(version),
+    }
+
+
+def _parse_labels(value: Any) -> tuple[str, ...]:
+    allowed = _ROOT_KEYS["labels"]
+    if not isinstance(value, list | tuple):
+        raise SpecTypeError("labels", f"labels must be {allowed}, got {_got(value)}")
+    labels = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            hint = f' (quote it: "{item}")' if _is_real(item) else ""
+            raise SpecTypeError(
+                f"labels[{i}]",
+                f"labels[{i}] must be a string (a label name), got {_got(item)}{hint}",
+            )
+        labels.append(_text(item, f"labels[{i}]"))
+        if item in labels[:-1]:
+            raise SpecError(
+                f"labels[{i}]",
+                f"labels[{i}] must differ from every other label, got {item!r} again",
+            )
+    if len(labels) < 2:
+        raise SpecError("labels", f"labels must be {allowed}, got {_show(value)}")
+    return tuple(labels)
+
+
+def _parse_domain(value: Any) -> Domain:
+    table = _Table(value, "domain", _DOMAIN_KEYS)
+    start = _real(table["start"], "domain.start", "a finite real number", _any)
+    start_ok = f"a finite real number > domain.start ({_show(start)})"
+    end = _real(table["end"], "domain.end", start_ok, lambda v: v > start)
+    unit = _text(table["unit"], "domain.unit")
+    grid = None
+    if table.has("grid"):
+        allowed = (
+            f"an array of >= 2 strictly increasing times in [{_show(start)}, "
+            f"{_show(end)}]"
+        )
+        grid = _reals(table["grid"], "domain.grid", allowed, minimum=2)
+        _increasing(grid, "domain.grid", allowed)
+        for i in (0, len(grid) - 1):
+            if not start <= grid[i] <= end:
+                raise SpecError(
+                    "domain.grid",
+                    f"domain.grid must be {allowed}, got {_show(grid[i])} at "
+                    f"domain.grid[{i}]",
+                )
+    return Domain(start, end, unit, grid)
+
+
+def _parse_release(value: Any) -> Release:
+    table = _Table(value, "release", _RELEASE_KEYS)
+    protocol = _choice(table["protocol"], "release.protocol", PROTOCOLS)
+    epsilon = _real(
+        table["epsilon"],
+        "release.epsilon",
+        "a finite real number > 0 (inf, no noise, is for simulations only)",
+        lambda v: v > 0,
+    )
+    return Release(protocol, epsilon)
+
+
+def _parse_channel(value: Any, key: str, domain: Domain) -> Channel:
+    table = _Table(value, key, _CHANNEL_KEYS)
+    name = _text(table["name"], f"{key}.name")
+    unit = _text(table["unit"], f"{key}.unit")
+    basis = _parse_basis(table["basis"], f"{key}.basis", domain)
+    bounds = _parse_bounds(table["bounds"], f"{key}.bounds", basis.size)
+    return Channel(name, unit, basis, bounds)
+
+
+def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
+    table = _Table(value, key, _BASIS_KEYS)
+    order = _integer(table["order"], f"{key}.order", 1)
+    if table.has("n-basis") == table.has("interior-knots"):
+        raise SpecError(
+            f"{key}.n-basis",
+            f"{key} must give exactly one of n-basis (equispaced knots) and "
+            f"interior-knots, got {'both' if table.has('n-basis') else 'neither'}",
+        )
+    n_basis = knots = None
+    if table.has("n-basis"):
+        n_basis = _integer(table["n-basis"], f"{key}.n-basis", order)
+    else:
+        allowed = (
+            f"an array of strictly increasing knots inside ({_show(domain.start)}, "
+            f"{_show(domain.end)})"
+        )
+        knots = _reals(table["interior-knots"], f"{key}.interior-knots", allowed)
+        _increasing(knots, f"{key}.interior-knots", allowed)
+        for i, knot in enumerate(knots):
+            if not domain.start < knot < domain.end:
+                raise SpecError(
+                    f"{key}.interior-knots",
+                    f"{key}.interior-knots must be {allowed}, got {_show(knot)} at "
+                    f"{key}.interior-knots[{i}]",
+                )
+    penalty = 0.0
+    if table.has("penalty"):
+        penalty = _real(
+            table["penalty"], f"{key}.penalty", _BASIS_KEYS["penalty"], lambda v: v >= 0
+        )
+    if penalty > 0 and order < 3:
+        raise SpecError(
+            f"{key}.penalty",
+            f"{key}.penalty must be 0 for order < 3 (the second derivative of a "
+            f"piecewise linear spline vanishes), got {_show(penalty)} with order "
+            f"{order}",
+        )
+    return Basis(order, n_basis, knots, penalty)
+
+
+def _parse_bounds(value: Any, key: str, size: int) -> Bounds:
+    table = _Table(value, key, _BOUNDS_KEYS)
+    values = table.has("value-low") or table.has("value-high")
+    coefficients = table.has("coefficient-low") or table.has("coefficient-high")
+    if values == coefficients:
+        raise SpecError(
+            key,
+            f"{key} must give either value-low and value-high or coefficient-low and "
+            f"coefficient-high, got {'both' if values else 'neither'}",
+        )
+    if values:
+        low = _real(
+            table["value-low"], f"{key}.value-low", "a finite real number", _any
+        )
+        high = _real(
+            table["value-high"],
+            f"{key}.value-high",
+            f"a finite real number > value-low ({_show(low)})",
+            lambda v: v > low,
+        )
+        return Bounds.values(low, high)
+    allowed = f"an array of {size} finite real numbers (one per basis function)"
+    lows = _reals(table["coefficient-low"], f"{key}.coefficient-low", allowed)
+    highs = _reals(table["coefficient-high"], f"{key}.coefficient-high", allowed)
+    for name, array in (("coefficient-low", lows), ("coefficient-high", highs)):
+        if len(array) != size:
+            raise SpecError(
+                f"{key}.{name}",
+                f"{key}.{name} must be {allowed}, got {len(array)} value(s)",
+            )
+    for k, (lo, hi) in enumerate(zip(lows, highs, strict=True)):
+        if not hi > lo:
+            raise SpecError(
+                f"{key}.coefficient-high",
+                f"{key}.coefficient-high[{k}] must be > coefficient-low[{k}] "
+                f"({_show(lo)}), got {_show(hi)}",
+            )
+    return Bounds.coefficients(lows, highs)
+
+
+def _projection(channel: Channel, domain: Domain) -> IrregularProjection:
+    basis = channel.basis
+    if basis.interior_knots is not None:
+        return IrregularProjection.with_knots(
+            (domain.start, domain.end),
+            basis.interior_knots,
+            basis.order,
+            penalty=basis.penalty,
+        )
+    return IrregularProjection.equispaced(
+        (domain.start, domain.end), basis.size, basis.order, penalty=basis.penalty
+    )
+
+
+def _bound_grid(domain: Domain) -> NDArray[np.float64]:
+    if domain.grid is not None:
+        return np.array(domain.grid)
+    return np.linspace(domain.start, domain.end, VALUE_BOUND_POINTS)
+
+
+def _determines(projection: IrregularProjection, grid: Any) -> bool:
+    try:
+        projection.projection_matrix(grid)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_numerics(channel: Channel, key: str, domain: Domain) -> None:
+    """The common grid, and the grid on which value bounds become coefficient
+    bounds, determine every coefficient of the channel."""
+    projection = _projection(channel, domain)
+    size, name = channel.basis.size, channel.name
+    if domain.grid is not None and not _determines(projection, domain.grid):
+        raise SpecError(
+            "domain.grid",
+            f"domain.grid ({len(domain.grid)} points) must determine the {size} "
+            f"coefficients of {key} ({name!r}), but a gap leaves a basis function "
+            "without grid points; move the knots, add points or a penalty",
+        )
+    if channel.bounds.kind == "values" and not _determines(
+        projection, _bound_grid(domain)
+    ):
+        raise SpecError(
+            f"{key}.basis",
+            f"{key}.basis must be determined by the {VALUE_BOUND_POINTS} equispaced "
+            f"points on which {key}.bounds become coefficient bounds, but its knots "
+            "are too close together; move the knots or add a penalty",
+        )
+
+
+def _check_times(domain: Domain, curves: LongCurves) -> None:
+    outside = (curves.times < domain.start) | (curves.times > domain.end)
+    if np.any(outside):
+        row = int(np.argmax(outside))
+        subject = curves.subject_ids[int(curves.subjects[row])]
+        raise ValueError(
+            f"subject {subject!r}, curve {int(curves.curves[row])}: time "
+            f"{float(curves.times[row])!r} is outside the spec's domain "
+            f"[{_show(domain.start)}, {_show(domain.end)}] {domain.unit} "
+            f"({int(outside.sum())} observation(s) outside)"
+        )
+
+
+# -- the spec --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    """A validated federation spec (see the module docstring for the file format).
+
+    Build it with :meth:`load`, :meth:`loads`, :meth:`from_mapping`,
+    :func:`init_spec` or directly from its parts; every way validates the content
+    and names the key at fault.
+    """
+
+    domain: Domain
+    channels: tuple[Channel, ...]
+    labels: tuple[str, ...]
+    release: Release
+    min_points: int
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        for name, kind in (("domain", Domain), ("release", Release)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise SpecTypeError(
+                    name, f"{name} must be a {kind.__name__}, got {_got(value)}"
+                )
+        for name in ("channels", "labels"):
+            value = getattr(self, name)
+            if not isinstance(value, Sequence) or isinstance(value, str):
+                raise SpecTypeError(
+                    name, f"{name} must be a sequence (a tuple), got {_got(value)}"
+                )
+        for i, channel in enumerate(self.channels):
+            if not isinstance(channel, Channel):
+                raise SpecTypeError(
+                    f"channels[{i}]",
+                    f"channels[{i}] must be a Channel, got {_got(channel)}",
+                )
+            for part, part_kind in (("basis", Basis), ("bounds", Bounds)):
+                if not isinstance(getattr(channel, part), part_kind):
+                    raise SpecTypeError(
+                        f"channels[{i}].{part}",
+                        f"channels[{i}].{part} must be a {part_kind.__name__}, got "
+                        f"{_got(getattr(channel, part))}",
+                    )
+        for name, value in _parse(self.to_mapping()).items():
+            object.__setattr__(self, name, value)
+
+    # -- reading and writing --------------------------------------------------------
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> FederationSpec:
+        """The spec of parsed TOML content (a nested mapping)."""
+        return cls(**_parse(data))
+
+    @classmethod
+    def loads(cls, text: str) -> FederationSpec:
+        """Parse and validate a spec from TOML text."""
+        if not isinstance(text, str):
+            raise TypeError(f"a spec's text must be a str, got {type(text).__name__}")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError("", f"not valid TOML: {exc}") from None
+        return cls.from_mapping(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> FederationSpec:
+        """Read a spec file; errors start with the file's name."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such spec file") from None
+        try:
+            return cls.loads(text)
+        except SpecError as exc:
+            raise type(exc)(exc.key, f"{path.name}: {exc}") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The content as plain TOML data (kebab-case keys, lists), as :meth:`dumps`
+        writes it."""
+        domain: dict[str, Any] = {
+            "start": self.domain.start,
+            "end": self.domain.end,
+            "unit": self.domain.unit,
+        }
+        if self.domain.grid is not None:
+            domain["grid"] = list(self.domain.grid)
+        channels = []
+        for channel in self.channels:
+            basis: dict[str, Any] = {"order": channel.basis.order}
+            if channel.basis.n_basis is not None:
+                basis["n-basis"] = channel.basis.n_basis
+            if channel.basis.interior_knots is not None:
+                basis["interior-knots"] = list(channel.basis.interior_knots)
+            basis["penalty"] = channel.basis.penalty
+            b = channel.bounds
+            bounds: dict[str, Any] = {}
+            for key, value in (
+                ("value-low", b.value_low),
+                ("value-high", b.value_high),
+                ("coefficient-low", b.coefficient_low),
+                ("coefficient-high", b.coefficient_high),
+            ):
+                if value is not None:
+                    bounds[key] = list(value) if isinstance(value, tuple) else value
+            channels.append(
+                {
+                    "name": channel.name,
+                    "unit": channel.unit,
+                    "basis": basis,
+                    "bounds": bounds,
+                }
+            )
+        return {
+            "format-version": self.format_version,
+            "labels": list(self.labels),
+            "min-points": self.min_points,
+            "domain": domain,
+            "release": {
+                "protocol": self.release.protocol,
+                "epsilon": self.release.epsilon,
+            },
+            "channels": channels,
+        }
+
+    def dumps(self) -> str:
+        """The spec as TOML text; :meth:`loads` of it gives this spec back exactly."""
+        data = self.to_mapping()
+        lines = [
+            "# Federation spec of ldpfda: what every party agrees on before any",
+            "# private data is seen. Its hash identifies it: ldpfda spec check FILE",
+        ]
+        lines += [
+            _toml_pair(key, data[key])
+            for key in ("format-version", "labels", "min-points")
+        ]
+        for table in ("domain", "release"):
+            lines += ["", f"[{table}]"]
+            lines += [_toml_pair(k, v) for k, v in data[table].items()]
+        for channel in data["channels"]:
+            lines += ["", "[[channels]]"]
+            lines += [_toml_pair(k, channel[k]) for k in ("name", "unit")]
+            for table in ("basis", "bounds"):
+                lines += ["", f"[channels.{table}]"]
+                lines += [_toml_pair(k, v) for k, v in channel[table].items()]
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`dumps` to ``path``."""
+        path = Path(path)
+        path.write_text(self.dumps(), encoding="utf-8")
+        return path
+
+    # -- identity -------------------------------------------------------------------
+
+    @cached_property
+    def hash(self) -> str:
+        """SHA-256 (hex) of the canonical serialisation of the content: comments,
+        key order and layout of the file do not change it; every value does."""
+        canonical = json.dumps(
+            self.to_mapping(),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        payload = b"ldpfda-federation-spec\n" + canonical.encode("utf-8")
+        return hashlib.sha256(payload).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        """The first 16 hex digits of :attr:`hash`."""
+        return self.hash[:16]
+
+    # -- what follows from the content ------------------------------------------------
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.channels)
+
+    @property
+    def n_features(self) -> int:
+        """p: the sum of the channels' basis sizes."""
+        return sum(c.basis.size for c in self.channels)
+
+    def channel_index(self, channel: int | str) -> int:
+        """Position of a channel given by name or position."""
+        if isinstance(channel, str):
+            if channel not in self.channel_names:
+                raise ValueError(
+                    f"channel {channel!r} is not in the spec's channels "
+                    f"{self.channel_names}"
+                )
+            return self.channel_names.index(channel)
+        if not 0 <= int(channel) < len(self.channels):
+            raise ValueError(
+                f"channel must be in 0 .. {len(self.channels) - 1}, got {channel}"
+            )
+        return int(channel)
+
+    @cached_property
+    def _projections(self) -> tuple[IrregularProjection, ...]:
+        return tuple(_projection(c, self.domain) for c in self.channels)
+
+    def projection(self, channel: int | str) -> IrregularProjection:
+        """The channel's basis with its penalty, as a projection of observed points."""
+        return self._projections[self.channel_index(channel)]
+
+    def coefficient_bounds(
+        self, channel: int | str
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The channel's rescaling bounds ``(low, high)`` per coefficient."""
+        i = self.channel_index(channel)
+        bounds = self.channels[i].bounds
+        if bounds.coefficient_low is not None and bounds.coefficient_high is not None:
+            return np.array(bounds.coefficient_low), np.array(bounds.coefficient_high)
+        assert bounds.value_low is not None and bounds.value_high is not None
+        return self._projections[i].coefficient_range(
+            bounds.value_low, bounds.value_high, _bound_grid(self.domain)
+        )
+
+    def feature_bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(low, high)`` of all p coefficients, channels in spec order."""
+        pairs = [self.coefficient_bounds(i) for i in range(len(self.channels))]
+        return np.concatenate([lo for lo, _ in pairs]), np.concatenate(
+            [hi for _, hi in pairs]
+        )
+
+    def featurizer(self) -> SpecFeaturizer:
+        """The map from a host's curves to its features in [-1, 1]^p."""
+        return SpecFeaturizer(self)
+
+    def summary(self) -> str:
+        """A few lines that describe the spec, for ``spec check``."""
+        d = self.domain
+        grid = f"a common grid of {len(d.grid)} points" if d.grid else "no common grid"
+        lines = [
+            f"hash: {self.hash}",
+            f"domain: [{_show(d.start)}, {_show(d.end)}] {d.unit}, {grid}",
+            f"labels: {', '.join(self.labels)}",
+            f"release: {self.release.protocol}, epsilon {_show(self.release.epsilon)} "
+            "per release",
+            f"min-points: {self.min_points} per curve and channel",
+        ]
+        for c in self.channels:
+            knots = (
+                "equispaced knots"
+                if c.basis.interior_knots is None
+                else f"{len(c.basis.interior_knots)} interior knots"
+            )
+            bounds = (
+                f"values in [{_show(c.bounds.value_low)}, "
+                f"{_show(c.bounds.value_high)}] {c.unit}"
+                if c.bounds.kind == "values"
+                else "explicit coefficient bounds"
+            )
+            lines.append(
+                f"channel {c.name!r} ({c.unit}): order {c.basis.order}, "
+                f"{c.basis.size} basis functions ({knots}), penalty "
+                f"{_show(c.basis.penalty)}, bounds from {bounds}"
+            )
+        lines.append(f"features: p = {self.n_features}")
+        return "\n".join(lines)
+
+
+# -- TOML writing ----------------------------------------------------------------------
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n"}
+_ESCAPES |= {"\f": "\\f", "\r": "\\r"}
+
+
+def _toml_string(text: str) -> str:
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # shortest text that reads back as the same float
+    if isinstance(value, str):
+        return _toml_string(value)
+    raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
+
+
+def _toml_pair(key: str, value: Any) -> str:
+    if not isinstance(value, list):
+        return f"{key} = {_toml_value(value)}"
+    items = [_toml_value(v) for v in value]
+    inline = f"{key} = [{', '.join(items)}]"
+    if len(inline) <= 88:
+        return inline
+    lines, line = [f"{key} = ["], "   "
+    for item in items:
+        if len(line) + len(item) + 2 > 88:
+            lines.append(line.rstrip())
+            line = "   "
+        line += f" {item},"
+    lines.append(line.rstrip())
+    return "\n".join([*lines, "]"])
+
+
+# -- features --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class SubjectFeatures:
+    """What :meth:`SpecFeaturizer.featurize` computes for every subject.
+
+    Attributes
+    ----------
+    features : ndarray of shape (n_subjects, p)
+        Scaled coefficients in [-1, 1], channels concatenated in spec order.
+    labels : ndarray of shape (n_subjects,)
+        Each subject's label, an index into the spec's labels.
+    subject_ids : tuple of str
+    n_points : ndarray of shape (n_subjects, n_channels)
+        Observed (non-missing) points per channel, over all of a subject's curves.
+    n_curves, n_dropped : ndarray of shape (n_subjects, n_channels)
+        Curves averaged, and curves dropped (too few points or a gap), per channel.
+    clipped : ndarray of shape (n_subjects,)
+        Fraction of the p coefficients outside the spec's bounds, clipped to +-1.
+    """
+
+    features: NDArray[np.float64]
+    labels: NDArray[np.int64]
+    subject_ids: tuple[str, ...]
+    n_points: NDArray[np.int64]
+    n_curves: NDArray[np.int64]
+    n_dropped: NDArray[np.int64]
+    clipped: NDArray[np.float64]
+
+
+class SpecFeaturizer:
+    """Maps a host's curves (:class:`~ldpfda.datasets.curves.LongCurves`) to scaled
+    features in [-1, 1]^p with the spec's bases and bounds, numpy and scipy only.
+
+    Every channel is projected with :class:`~ldpfda.fda.irregular.IrregularProjection`
+    (curves with fewer than ``min-points`` points, or a gap, are dropped; a subject's
+    curves are averaged), the p coefficients are rescaled with the spec's bounds and
+    clipped.
+    """
+
+    def __init__(self, spec: FederationSpec) -> None:
+        if not isinstance(spec, FederationSpec):
+            raise TypeError(f"spec must be a FederationSpec, got {type(spec).__name__}")
+        self.spec = spec
+        low, high = spec.feature_bounds()
+        self.low, self.high = low, high
+        self.scaler = CoefficientScaler(low, high).fit(spec.n_features)
+
+    @property
+    def n_features_out(self) -> int:
+        return self.spec.n_features
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """``"<channel>[<k>]"`` for every feature, in order."""
+        return tuple(
+            f"{c.name}[{k}]" for c in self.spec.channels for k in range(c.basis.size)
+        )
+
+    def featurize(self, curves: LongCurves) -> SubjectFeatures:
+        """Features, labels and per-subject diagnostics of every subject.
+
+        Raises a ``ValueError`` naming the subject for channels or labels that the
+        spec does not declare, times outside the domain and a channel without a
+        usable curve.
+        """
+        if not isinstance(curves, LongCurves):
+            raise TypeError(f"curves must be LongCurves, got {type(curves).__name__}")
+        spec = self.spec
+        columns = self._channel_columns(curves)
+        labels = self._labels(curves)
+        _check_times(spec.domain, curves)
+        n, n_channels = curves.n_subjects, len(spec.channels)
+        coefficients = []
+        counts = np.zeros((3, n, n_channels), dtype=np.int64)
+        for c, column in enumerate(columns):
+            fit = spec.projection(c).fit_clients(
+                curves.times,
+                curves.values[:, column],
+                curves.subjects,
+                curves.curves,
+                n,
+                min_points=spec.min_points,
+            )
+            if not fit.usable.all():
+                i = int(np.argmin(fit.usable))
+                raise ValueError(
+                    f"subject {curves.subject_ids[i]!r}, channel "
+                    f"{spec.channels[c].name!r}: "
+                    f"{fit.why_unusable(i, spec.min_points)}"
+                )
+            coefficients.append(fit.coefficients)
+            counts[:, :, c] = fit.n_points, fit.n_curves, fit.n_too_few + fit.n_gap
+        coef = np.hstack(coefficients)
+        clipped = ((coef < self.low) | (coef > self.high)).mean(axis=1)
+        return SubjectFeatures(
+            self.scaler.transform(coef),
+            labels,
+            curves.subject_ids,
+            counts[0],
+            counts[1],
+            counts[2],
+            clipped,
+        )
+
+    def transform(self, X: LongCurves) -> NDArray[np.float64]:
+        """Features only, shape (n_subjects, p)."""
+        return self.featurize(X).features
+
+    def _channel_columns(self, curves: LongCurves) -> list[int]:
+        names = self.spec.channel_names
+        given = tuple(curves.channels)
+        if len(set(given)) != len(given):
+            twice = sorted({c for c in given if given.count(c) > 1})
+            raise ValueError(f"the curves name channel(s) {twice} more than once")
+        missing = [c for c in names if c not in given]
+        extra = [c for c in given if c not in names]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(map(repr, missing))}")
+            if extra:
+                parts.append(f"not in the spec: {', '.join(map(repr, extra))}")
+            raise ValueError(
+                f"the curves have {len(given)} channel(s) {given} but the spec "
+                f"declares {len(names)}: {names} ({'; '.join(parts)})"
+            )
+        return [given.index(c) for c in names]
+
+    def _labels(self, curves: LongCurves) -> NDArray[np.int64]:
+        spec_labels = self.spec.labels
+        index = {name: k for k, name in enumerate(spec_labels)}
+        out = np.empty(curves.n_subjects, dtype=np.int64)
+        for i, label in enumerate(curves.labels.tolist()):
+            name = curves.label_names[label]
+            if name not in index:
+                raise ValueError(
+                    f"subject {curves.subject_ids[i]!r}: label {name!r} is not in the "
+                    f"spec's labels {spec_labels}"
+                )
+            out[i] = index[name]
+        return out
+
+
+# -- deriving a spec from public calibration curves ------------------------------------
+
+
+def _per_channel(value: Any, names: tuple[str, ...], what: str) -> list[Any]:
+    """A scalar for every channel, or one value per channel (sequence or mapping)."""
+    if isinstance(value, Mapping):
+        missing = [n for n in names if n not in value]
+        extra = [k for k in value if k not in names]
+        if missing or extra:
+            raise ValueError(
+                f"{what} must give every channel of {names}, got keys {sorted(value)}"
+            )
+        return [value[n] for n in names]
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != len(names):
+            raise ValueError(
+                f"{what} must have one entry per channel {names}, got {len(value)}"
+            )
+        return list(value)
+    return [value] * len(names)
+
+
+def init_spec(
+    calibration: LongCurves,
+    *,
+    domain: tuple[float, float],
+    unit: str,
+    channel_units: str | Sequence[str] | Mapping[str, str],
+    epsilon: float,
+    n_basis: int | Sequence[int] | Mapping[str, int] = 10,
+    order: int | Sequence[int] | Mapping[str, int] = 4,
+    penalty: float | Sequence[float] | Mapping[str, float] = 0.0,
+    labels: Sequence[str] | None = None,
+    protocol: str = "default",
+    min_points: int | None = None,
+    grid: Sequence[float] | None = None,
+    quantile: float = 0.0,
+    margin: float = 0.0,
+) -> FederationSpec:
+    r"""A spec whose per-coefficient bounds come from public calibration curves.
+
+    Every calibration subject is projected as a client would be (its channels'
+    penalised least-squares coefficients, averaged over its curves); coefficient
+    :math:`k` spans the ``quantile`` .. ``1 - quantile`` range of the calibration
+    subjects, widened by ``margin`` times its width on both sides (as
+    :meth:`~ldpfda.fda.scaling.CoefficientScaler.from_public`).
+
+    The calibration curves must be public (a reference cohort, synthetic or
+    previously published data), never the federation's private data: the bounds are
+    written into a public file and are not covered by any epsilon.
+
+    Parameters
+    ----------
+    calibration : LongCurves
+        Public curves; their channels become the spec's channels, in order.
+    domain : (float, float)
+        Start and end of the time domain; ``unit`` is its unit.
+    channel_units : str, sequence or mapping
+        Unit of every channel (one string for all, one per channel, or by name).
+    epsilon, protocol : float, str
+        Each client's epsilon per release and the release protocol.
+    n_basis, order, penalty
+        Basis of every channel (a scalar for all, or one per channel).
+    labels : sequence of str, optional
+        The label set; the calibration's label names if None.
+    min_points : int, optional
+        Observed points a curve needs per channel; the largest basis size if None
+        (2 if every channel is penalised).
+    grid : sequence of float, optional
+        The common sampling grid, if the federation has one.
+    quantile, margin : float
+        Robust range and widening of the calibration coefficients.
+    """
+    if not isinstance(calibration, LongCurves):
+        raise TypeError(
+            f"calibration must be LongCurves, got {type(calibration).__name__}"
+        )
+    if calibration.n_subjects < 2:
+        raise ValueError(
+            f"calibration must hold at least 2 subjects, got {calibration.n_subjects}"
+        )
+    if not (isinstance(quantile, int | float) and 0.0 <= quantile < 0.5):
+        raise ValueError(f"quantile must be in [0, 0.5), got {quantile!r}")
+    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite real number >= 0, got {margin!r}")
+    names = tuple(calibration.channels)
+    sizes = _per_channel(n_basis, names, "n_basis")
+    orders = _per_channel(order, names, "order")
+    penalties = _per_channel(penalty, names, "penalty")
+    units = _per_channel(channel_units, names, "channel_units")
+    start, end = domain
+    dom = Domain(start, end, unit, None if grid is None else tuple(grid))
+    # Provisional channels with unit bounds: validated, and they give the bases.
+    provisional = tuple(
+        Channel(name, u, Basis(k, n, None, lam), Bounds.values(-1.0, 1.0))
+        for name, u, k, n, lam in zip(
+            names, units, orders, sizes, penalties, strict=True
+        )
+    )
+    if min_points is None:
+        min_points = max(
+            [2] + [c.basis.size for c in provisional if c.basis.penalty == 0]
+        )
+    label_set = tuple(calibration.label_names if labels is None else labels)
+    draft = FederationSpec(
+        dom, provisional, label_set, Release(protocol, epsilon), min_points
+    )
+    _check_times(draft.domain, calibration)
+    channels = []
+    for c, channel in enumerate(draft.channels):
+        fit = draft.projection(c).fit_clients(
+            calibration.times,
+            calibration.values[:, c],
+            calibration.subjects,
+            calibration.curves,
+            calibration.n_subjects,
+            min_points=min_points,
+        )
+        if not fit.usable.all():
+            i = int(np.argmin(fit.usable))
+            raise ValueError(
+                f"calibration subject {calibration.subject_ids[i]!r}, channel "
+                f"{channel.name!r}: {fit.why_unusable(i, min_points)}"
+            )
+        coef = fit.coefficients
+        lo = np.quantile(coef, quantile, axis=0)
+        hi = np.quantile(coef, 1.0 - quantile, axis=0)
+        width = hi - lo
+        if np.any(width <= 0):
+            k = int(np.argmin(width))
+            raise ValueError(
+                f"calibration coefficient {k} of channel {channel.name!r} has no "
+                f"spread (all {calibration.n_subjects} subjects give {lo[k]!r}); "
+                "give more varied calibration curves"
+            )
+        channels.append(
+            Channel(
+                channel.name,
+                channel.unit,
+                channel.basis,
+                Bounds.coefficients(lo - margin * width, hi + margin * width),
+            )
+        )
+    return FederationSpec(
+        draft.domain, tuple(channels), draft.labels, draft.release, draft.min_points
+    )
+
+
+# -- command line ----------------------------------------------------------------------
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        allow_abbrev=False,
+        description="Write or check a federation spec: the public TOML file that "
+        "fixes the domain, channels, bases, rescaling bounds, labels and release of "
+        "a federation before any private data is seen.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    init = sub.add_parser(
+        "init",
+        allow_abbrev=False,
+        help="derive a spec from public calibration curves",
+        description="Project public calibration curves onto the bases and write a "
+        "spec whose per-coefficient bounds span their range. The calibration file "
+        "must be public data, never the federation's private data.",
+    )
+    init.add_argument("--calibration", required=True, type=Path, metavar="FILE")
+    init.add_argument("--out", required=True, type=Path, metavar="SPEC")
+    init.add_argument(
+        "--domain", required=True, nargs=2, type=float, metavar=("START", "END")
+    )
+    init.add_argument("--unit", required=True, help="unit of the time domain")
+    init.add_argument(
+        "--channel-unit",
+        action="append",
+        required=True,
+        metavar="NAME=UNIT",
+        help="unit of a channel (repeat per channel; UNIT alone for all channels)",
+    )
+    init.add_argument("--epsilon", required=True, type=float)
+    init.add_argument("--protocol", choices=PROTOCOLS, default="default")
+    init.add_argument("--n-basis", type=int, default=10)
+    init.add_argument("--order", type=int, default=4)
+    init.add_argument("--penalty", type=float, default=0.0)
+    init.add_argument(
+        "--labels",
+        help="comma-separated label set (default: the calibration file's labels)",
+    )
+    init.add_argument("--min-points", type=int)
+    init.add_argument("--quantile", type=float, default=0.0)
+    init.add_argument("--margin", type=float, default=0.0)
+    init.add_argument(
+        "--common-grid",
+        action="store_true",
+        help="declare the calibration curves' shared timestamps as the common grid",
+    )
+    init.add_argument(
+        "--layout",
+        choices=("wide", "long"),
+        help="layout of a CSV calibration file (default: long if it has a time "
+        "column, else wide)",
+    )
+    init.add_argument(
+        "--channel",
+        default="value",
+        help="channel name of a single-channel file without channel names",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite --out")
+    check = sub.add_parser(
+        "check",
+        allow_abbrev=False,
+        help="validate a spec and print its hash",
+        description="Validate a spec file; print its summary and hash.",
+    )
+    check.add_argument("spec", type=Path, metavar="SPEC")
+    return parser
+
+
+def _channel_units(items: list[str], names: tuple[str, ...]) -> dict[str, str]:
+    if len(items) == 1 and "=" not in items[0]:
+        return dict.fromkeys(names, items[0])
+    units = {}
+    for item in items:
+        name, sep, unit = item.partition("=")
+        if not sep:
+            raise ValueError(f"--channel-unit must be NAME=UNIT, got {item!r}")
+        units[name] = unit
+    missing = [n for n in names if n not in units]
+    extra = [n for n in units if n not in names]
+    if missing or extra:
+        raise ValueError(
+            f"--channel-unit must name every channel of the calibration file {names}"
+            f" exactly (missing {missing}, unknown {extra})"
+        )
+    return units
+
+
+def _common_grid(curves: LongCurves) -> tuple[float, ...]:
+    keys = curves.subjects * (int(curves.curves.max()) + 1) + curves.curves
+    grids = {
+        tuple(np.sort(curves.times[keys == key]).tolist()) for key in np.unique(keys)
+    }
+    if len(grids) != 1:
+        raise ValueError(
+            f"--common-grid: the calibration curves are sampled on {len(grids)} "
+            "different sets of timestamps, not one"
+        )
+    return grids.pop()
+
+
+def _init(args: argparse.Namespace) -> str:
+    from ldpfda.datasets.readers import read_curves
+
+    if args.out.exists() and not args.force:
+        raise ValueError(f"{args.out} exists; pass --force to overwrite it")
+    calibration = read_curves(
+        args.calibration, layout=args.layout, channel=args.channel
+    )
+    labels = (
+        None if args.labels is None else [s.strip() for s in args.labels.split(",")]
+    )
+    spec = init_spec(
+        calibration,
+        domain=tuple(args.domain),
+        unit=args.unit,
+        channel_units=_channel_units(args.channel_unit, calibration.channels),
+        epsilon=args.epsilon,
+        n_basis=args.n_basis,
+        order=args.order,
+        penalty=args.penalty,
+        labels=labels,
+        protocol=args.protocol,
+        min_points=args.min_points,
+        grid=_common_grid(calibration) if args.common_grid else None,
+        quantile=args.quantile,
+        margin=args.margin,
+    )
+    spec.save(args.out)
+    return (
+        f"wrote {args.out} from {calibration.n_subjects} calibration subjects\n"
+        + spec.summary()
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ldpfda spec ...``: :func:`spec_main` under the package's command."""
+    return spec_main(argv)
+
+
+def spec_main(argv: Sequence[str] | None = None, *, prog: str = "ldpfda spec") -> int:
+    """``spec init --calibration FILE --out SPEC [options]`` and ``spec check SPEC``.
+
+    Returns the exit status: 0 on success, 1 if the spec or the calibration data is
+    invalid (the reason goes to stderr); argparse exits with 2 on bad usage.
+    """
+    args = _parser(prog).parse_args(None if argv is None else list(argv))
+    try:
+        if args.action == "init":
+            print(_init(args))
+        else:
+            spec = FederationSpec.load(args.spec)
+            print(f"{args.spec}: a valid federation spec\n{spec.summary()}")
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"{prog} {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
