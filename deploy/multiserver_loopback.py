@@ -5,7 +5,7 @@ processes (:class:`loopback.LoopbackFederation`), each node with its data file a
 ledger directory that outlives the session's runs. The script
 
 1. writes one data file per client of every server: client ``i`` of server ``s`` gets
-   the row :func:`ldpfda.server.multiserver.run_multiserver_repeat` gives it;
+   the row :func:`ldpfda.engine.multiserver.run_multiserver_repeat` gives it;
 2. starts all federations and waits until every SuperNode is connected and ready to
    run its ClientApp;
 3. submits the ``train`` run to every server and waits for all of them, then the
@@ -34,9 +34,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from loopback import LoopbackFederation, wait_for_report
+from loopback import LoopbackFederation, make_node_files, wait_for_report
 
-__all__ = ["make_server_node_files", "run_loopback_session"]
+__all__ = ["run_loopback_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,33 +48,6 @@ LOOPBACK_RUN_CONFIG: dict[str, Any] = {
     "flower.wait-timeout": 120.0,
     "flower.min-reply-fraction": 0.5,
 }
-
-
-def make_server_node_files(
-    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
-) -> list[Path]:
-    """One data file per client of server ``settings.server_id`` (training first).
-
-    File ``i`` holds the raw row of client ``i`` of
-    :func:`ldpfda.client.data.population_data`.
-    """
-    import numpy as np
-
-    from ldpfda.datasets.files import save_node_data
-    from ldpfda.datasets.population import population_data
-    from ldpfda.datasets.synthetic import make_design
-
-    data = population_data(settings, repeat, with_test=False)
-    raw = np.vstack([data.train[0], data.evaluation[0]])
-    labels = np.concatenate([data.train[1], data.evaluation[1]])
-    design = make_design(settings.dataset)
-    grid = design.grid_points if design.is_functional else None
-    return [
-        save_node_data(
-            outdir / f"client-{i}{suffix}", raw[i : i + 1], labels[i : i + 1], grid
-        )
-        for i in range(raw.shape[0])
-    ]
 
 
 def run_loopback_session(
@@ -114,16 +87,15 @@ def run_loopback_session(
         federations = []
         for cfg in configs:
             name = f"server{cfg.server_id}"
-            files = make_server_node_files(cfg, workdir / name / "data", repeat=repeat)
+            files = make_node_files(cfg, workdir / name / "data", repeat=repeat)
             # Each node keeps its lifetime ledger in <workdir>/<server>/state-<i>,
             # whatever the session's runs.
             federations.append(
                 stack.enter_context(LoopbackFederation(workdir / name, files))
             )
         pids = {
-            f"server{cfg.server_id}": [f.superlink.pid] + [p.pid for p in f.supernodes]
+            f"server{cfg.server_id}": [p.pid for p in [f.superlink, *f.supernodes] if p]
             for cfg, f in zip(configs, federations, strict=True)
-            if f.superlink is not None
         }
         # A server lists a node as soon as it connects, before the node can run its
         # ClientApp; a run submitted earlier spends its reply timeout on node start-up
@@ -161,9 +133,8 @@ def run_loopback_session(
                 )
         # Signal every process at once; leaving the stack then waits for each by PID.
         for federation in federations:
-            for process in [*federation.supernodes, federation.superlink]:
-                if process is not None:
-                    process.terminate()
+            for process in federation.processes():
+                process.terminate()
     return write_session_report(
         workdir,
         artifacts,
