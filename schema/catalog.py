@@ -1,23 +1,9 @@
-r"""Every query of ldpfda's protocols, built from the run's public parameters.
+"""Every query of ldpfda's protocols, built from the run's public parameters.
 
-==================  ============================  ====================================
-query               request                       reply
-==================  ============================  ====================================
-``identify``        --                            ``ConfigRecord "identity"`` only
-``privatize``       --                            joint: ``payload.releases`` (1, p+1);
-                                                  reference: ``payload.features``
-                                                  (1, p), ``payload.labels`` (1,)
-``evaluate``        ``model.coef`` (p,),          ``feedback.bit`` (1,)
-                    ``model.intercept`` (1,)
-``features``        --                            ``features.x`` (1, p), in the clear
-``label``           ``prior.q`` (K,)              ``label.label`` (1,) int64
-``p2p_randomize``   ``p2p.local-epsilon`` (1,),   ``label.label`` (1,) int8
-                    ``p2p.cluster-sizes`` (C,)
-``p2p_forward``     ``peers.labels`` (s,)         ``label.label`` (1,) int8
-==================  ============================  ====================================
-
-The costs are the events of :mod:`ldpfda.schema.releases`, the output ranges those of
-the mechanisms the settings name.
+Each query declares its request and reply arrays as
+:class:`~ldpfda.schema.queries.ArraySpec` (docs/flower.md tabulates the rounds of every
+protocol); the costs are the events of :mod:`ldpfda.schema.releases`, the output ranges
+those of the mechanisms the settings name.
 """
 
 from __future__ import annotations

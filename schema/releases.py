@@ -1,11 +1,8 @@
 r"""Release descriptions: what each release costs a client and what it may output.
 
-Pure functions of public parameters (epsilon, the feature count p, the mechanism), the
-same on the client, which charges these events to its ledger before it releases, and
-on the server, which charges them to its own accounting before it asks and checks every
-reply against the output range. Label-only releases are described here too: the
-resampling probability :math:`\lambda` of randomized response with a prior, and the
-:math:`(\varepsilon, \delta)` of the peer-to-peer bits.
+Pure functions of public parameters (epsilon, the feature count p, the mechanism): the
+client charges these events to its ledger before it releases, the server to its own
+accounting before it asks, and it checks every reply against the output range.
 """
 
 from __future__ import annotations
@@ -196,13 +193,12 @@ def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
 def p2p_relay_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
     r"""What a peer-to-peer bit costs its client when the relay is the server.
 
-    The relay receives each client's bit by randomized response at
-    :math:`\varepsilon_0`; in the Flower app the relay is the ServerApp, so the client
-    is charged :math:`\varepsilon_0` (pure, :math:`\delta = 0` toward the server),
-    whatever the cluster sizes the server claims (a client cannot check them). The
-    stronger :math:`(\varepsilon, \delta)` toward an analyst who sees only the
-    forwarded bits (:func:`p2p_event`) is recorded as ``analyst_epsilon`` and
-    ``analyst_delta``.
+    The relay (the ServerApp) receives the bit by randomized response at
+    :math:`\varepsilon_0`, so the client is charged :math:`\varepsilon_0` (pure,
+    :math:`\delta = 0`), whatever cluster sizes the server claims (a client cannot
+    check them); the stronger :math:`(\varepsilon, \delta)` toward an analyst who
+    sees only the forwarded bits (:func:`p2p_event`) is recorded as
+    ``analyst_epsilon`` and ``analyst_delta``.
     """
     analyst = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
     return ReleaseEvent.of(
