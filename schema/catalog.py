@@ -8,6 +8,8 @@ those of the mechanisms the settings name.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -17,13 +19,11 @@ from ldpfda.schema.queries import ArraySpec, Cost, Query, Request
 from ldpfda.schema.releases import (
     check_priors,
     evaluation_events,
-    joint_events,
-    joint_output_range,
+    joint_mechanism,
     label_event,
     p2p_relay_event,
     prior_groups,
-    privatize_events,
-    training_output_range,
+    training_mechanisms,
 )
 
 __all__ = [
@@ -69,39 +69,29 @@ def identify_query() -> Query:
     return Query(IDENTIFY, ledger_record="identity")
 
 
+def _privatize_mechanisms(settings: Settings, n_features: int) -> list[Any]:
+    """The mechanisms of a privatize release: the joint one, or Laplace on x and
+    randomized response on y (the reference release)."""
+    if settings.joint_release:
+        mechanism = settings.vector_mechanism
+        return [joint_mechanism(settings.epsilon, n_features, mechanism)]
+    return list(training_mechanisms(settings.epsilon, n_features, settings.label_share))
+
+
 def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
     """The declared range of every value a privatize reply releases."""
-    if settings.joint_release:
-        return joint_output_range(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            mechanism=settings.vector_mechanism,
-        )
-    return training_output_range(
-        epsilon=settings.epsilon,
-        n_features=n_features,
-        label_share=settings.label_share,
-    )
+    return _privatize_mechanisms(settings, n_features)[0].output_range()
 
 
 def privatize_query(settings: Settings, n_features: int) -> Query:
     """A client's one release of its features and label, as the settings name it."""
-    low, high = release_range(settings, n_features)
+    mechanisms = _privatize_mechanisms(settings, n_features)
+    low, high = mechanisms[0].output_range()
     if settings.joint_release:
-        events = joint_events(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            mechanism=settings.vector_mechanism,
-        )
         reply: tuple[ArraySpec, ...] = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
     else:
-        events = privatize_events(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            label_share=settings.label_share,
-        )
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
             ArraySpec(
@@ -113,7 +103,9 @@ def privatize_query(settings: Settings, n_features: int) -> Query:
                 describe="randomized label must be 0 or 1",
             ),
         )
-    return Query(PRIVATIZE, reply=reply, cost=_constant(events))
+    return Query(
+        PRIVATIZE, reply=reply, cost=_constant([m.event() for m in mechanisms])
+    )
 
 
 def evaluate_query(settings: Settings, n_features: int) -> Query:

@@ -28,18 +28,14 @@ __all__ = [
     "UNIFORM_RR",
     "check_priors",
     "evaluation_events",
-    "joint_events",
     "joint_mechanism",
-    "joint_output_range",
     "label_event",
     "label_events",
     "p2p_event",
     "p2p_relay_event",
     "prior_groups",
     "prior_probabilities",
-    "privatize_events",
     "training_mechanisms",
-    "training_output_range",
     "uniform_priors",
 ]
 
@@ -61,20 +57,6 @@ def joint_mechanism(
     )
 
 
-def joint_events(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> list[ReleaseEvent]:
-    """What one joint release costs a client."""
-    return [joint_mechanism(epsilon, n_features, mechanism).event()]
-
-
-def joint_output_range(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> tuple[float, float]:
-    """The range every coordinate of a joint release lies in (to validate replies)."""
-    return joint_mechanism(epsilon, n_features, mechanism).output_range()
-
-
 def training_mechanisms(
     epsilon: float, n_features: int, label_share: float | None
 ) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
@@ -88,23 +70,9 @@ def training_mechanisms(
     )
 
 
-def privatize_events(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> list[ReleaseEvent]:
-    """What one reference release costs a client (features, then label)."""
-    return [m.event() for m in training_mechanisms(epsilon, n_features, label_share)]
-
-
 def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:
     """What one feedback bit costs an evaluation client."""
     return [FeedbackBit(epsilon=epsilon).event()]
-
-
-def training_output_range(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> tuple[float, float]:
-    """The range every released feature of the reference release lies in."""
-    return training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
 # -- label-only releases ---------------------------------------------------------------

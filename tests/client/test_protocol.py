@@ -18,7 +18,7 @@ from ldpfda.fda import CurveFeaturizer
 from ldpfda.privacy import PrivacyLedger, ReleaseEvent
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.schema.payloads import JointPayload, TrainingPayload
-from ldpfda.schema.releases import joint_events, joint_output_range
+from ldpfda.schema.releases import joint_mechanism
 
 try:  # tests/ as a package (tests/privacy/__init__.py present) or as rootdir-less files
     from tests.privacy.privacy_audit import estimate_epsilon
@@ -401,20 +401,15 @@ def test_the_training_release_is_epsilon_ldp_and_tight(label_share):
 
 
 def test_release_events_and_output_range_match_what_privatize_releases():
-    from ldpfda.schema.releases import (
-        evaluation_events,
-        privatize_events,
-        training_output_range,
-    )
+    from ldpfda.schema.releases import evaluation_events, training_mechanisms
 
     x, y = _data(2000)
     ids = np.arange(x.shape[0])
     ledger = PrivacyLedger(budget=2.0, client_ids=ids)
     payload = privatize(x, y, client_ids=ids, seed=3, epsilon=2.0, ledger=ledger)
-    assert [e.event for e in ledger.entries] == privatize_events(
-        epsilon=2.0, n_features=x.shape[1]
-    )
-    low, high = training_output_range(epsilon=2.0, n_features=x.shape[1])
+    mechanisms = training_mechanisms(2.0, x.shape[1], None)
+    assert [e.event for e in ledger.entries] == [m.event() for m in mechanisms]
+    low, high = mechanisms[0].output_range()
     assert low <= payload.features.min() and payload.features.max() <= high
     assert [e.mechanism for e in evaluation_events(epsilon=1.0)] == ["feedback_bit"]
 
@@ -490,9 +485,7 @@ def test_privatize_joint_charges_the_whole_epsilon_once():
     ledger = PrivacyLedger(budget=epsilon, client_ids=ids)
     privatize_joint(x, y, client_ids=ids, seed=0, epsilon=epsilon, ledger=ledger)
     np.testing.assert_allclose(ledger.spent_all(), epsilon, rtol=1e-12)
-    assert [e.event for e in ledger.entries] == joint_events(
-        epsilon=epsilon, n_features=P
-    )
+    assert [e.event for e in ledger.entries] == [joint_mechanism(epsilon, P).event()]
     before, n_entries = ledger.spent_all(), len(ledger.entries)
     with pytest.raises(BudgetExceededError):
         privatize_joint(x, y, client_ids=ids, seed=1, epsilon=epsilon, ledger=ledger)
@@ -508,7 +501,7 @@ def test_joint_output_range_holds_every_release(mechanism, epsilon):
     payload = privatize_joint(
         x, y, client_ids=np.arange(5000), seed=3, epsilon=epsilon, mechanism=mechanism
     )
-    low, high = joint_output_range(epsilon=epsilon, n_features=P, mechanism=mechanism)
+    low, high = joint_mechanism(epsilon, P, mechanism).output_range()
     assert low <= payload.releases.min() and payload.releases.max() <= high
     if math.isinf(epsilon):
         assert (low, high) == (-1.0, 1.0)
