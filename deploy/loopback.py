@@ -85,9 +85,9 @@ def _executable(name: str) -> str:
     return found
 
 
-def flower_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def flower_env(home: Path) -> dict[str, str]:
     """Environment for Flower processes: own ``FLWR_HOME``, offline, no telemetry."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     # Flower processes start helpers (flower-superexec, flwr-serverapp, ...) by name.
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])

@@ -1,18 +1,13 @@
 """A multi-server session as a real deployment on one machine, over loopback.
 
 Every server is its own ``flower-superlink`` with its own ``flower-supernode``
-processes (:class:`loopback.LoopbackFederation`), each node with its data file and a
-ledger directory that outlives the session's runs. The script
-
-1. writes one data file per client of every server: client ``i`` of server ``s`` gets
-   the row :func:`ldpfda.engine.multiserver.run_multiserver_repeat` gives it;
-2. starts all federations and waits until every SuperNode is connected and ready to
-   run its ClientApp;
-3. submits the ``train`` run to every server and waits for all of them, then the
-   ``evaluate`` run (models and estimates move through one artifact directory);
-4. runs the combine step (:func:`ldpfda.server.multiserver_flower.combine_session`)
-   and writes ``WORKDIR/report.json``;
-5. stops every process it started, by PID.
+processes (:class:`loopback.LoopbackFederation`), each node with the data file of the
+row :func:`ldpfda.engine.multiserver.run_multiserver_repeat` gives its client and a
+ledger directory that outlives the session's runs. Once every SuperNode is ready, the
+script submits the ``train`` run to every server, waits for all, then the ``evaluate``
+run (models and estimates move through one artifact directory), runs the combine step
+(:func:`ldpfda.server.multiserver_flower.combine_session`), writes
+``WORKDIR/report.json`` and stops every process it started, by PID.
 
 Usage::
 
@@ -170,15 +165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     specs = []
     for text in args.server or ["3,2,5,0,0", "3,2,2,0.2,0.5"]:
         n_train, n_eval, epsilon, feature_shift, label_shift = text.split(",")
-        specs.append(
-            ServerSpec(
-                int(n_train),
-                int(n_eval),
-                float(epsilon),
-                float(feature_shift),
-                float(label_shift),
-            )
-        )
+        sizes, reals = (n_train, n_eval), (epsilon, feature_shift, label_shift)
+        specs.append(ServerSpec(*map(int, sizes), *map(float, reals)))
     base = Settings.reference(
         dataset=args.dataset,
         num_weak_models=args.num_weak_models,
