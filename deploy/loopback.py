@@ -400,31 +400,29 @@ class LoopbackFederation:
         indices: Sequence[int],
         found: Callable[[str], Any],
         timeout: float,
-        message: Callable[[list[int]], str],
+        what: str,
     ) -> dict[int, Any]:
-        """``found(log)`` of each SuperNode of ``indices``, polled until not None.
+        """``found(log)`` of each SuperNode of ``indices``, polled until none is None.
 
-        Raises ``RuntimeError`` if one of them exits first, ``TimeoutError`` with
-        ``message(the ones still waited for)`` after ``timeout`` seconds.
+        Raises ``RuntimeError`` if one of them exits first, ``TimeoutError`` (naming
+        the SuperNodes that ``what``) after ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
         seen: dict[int, Any] = {}
-        while True:
-            for i in indices:
+        while late := [i for i in indices if i not in seen]:
+            for i in late:
                 process = self.supernodes[i]
-                if i in seen:
-                    continue
                 value = found(process.log.read_text(errors="replace"))
                 if value is not None:
                     seen[i] = value
                 elif process.popen.poll() is not None:
                     raise RuntimeError(f"{process.name} exited; see {process.log}")
-            late = [i for i in indices if i not in seen]
-            if not late:
-                return seen
-            if time.monotonic() >= deadline:
-                raise TimeoutError(message(late))
-            time.sleep(0.2)
+            if len(seen) < len(indices):
+                if time.monotonic() >= deadline:
+                    late = [i for i in indices if i not in seen]
+                    raise TimeoutError(f"SuperNodes {late} {what} within {timeout:g} s")
+                time.sleep(0.2)
+        return seen
 
     def node_ids(self, timeout: float = 120.0) -> list[int]:
         """The SuperLink's node id of each SuperNode, once every one is ready.
@@ -440,14 +438,7 @@ class LoopbackFederation:
             return int(found.group(1)) if found and _SUPEREXEC_UP in log else None
 
         n = len(self.supernodes)
-        ids = self._watch(
-            range(n),
-            ready,
-            timeout,
-            lambda late: (
-                f"only {n - len(late)} of {n} SuperNodes ready after {timeout:g} s"
-            ),
-        )
+        ids = self._watch(range(n), ready, timeout, "were not ready")
         return [ids[i] for i in range(n)]
 
     def wait_for_replies(
@@ -456,13 +447,9 @@ class LoopbackFederation:
         """Until each SuperNode of ``indices`` has logged sending its reply to
         ``message_type`` (its ``Sending: <message_type> message`` line)."""
         line = f"Sending: {message_type} message"
+        sent = f"sent no {message_type} reply"
         self._watch(
-            sorted(set(indices)),
-            lambda log: True if line in log else None,
-            timeout,
-            lambda late: (
-                f"SuperNodes {late} sent no {message_type} reply within {timeout:g} s"
-            ),
+            sorted(set(indices)), lambda log: line in log or None, timeout, sent
         )
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:

@@ -10,6 +10,7 @@ whose damage the ``ldpfda faults`` study measures.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,11 +56,10 @@ class FaultResult:
     used: dict[str, int] = field(default_factory=dict)
 
     def rejection_counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rejected:
-            key = f"{r.stage}/{r.reason.split(':')[0]}"
-            out[key] = out.get(key, 0) + 1
-        return out
+        """How many replies were rejected, by ``<stage>/<kind>``."""
+        return dict(
+            Counter(f"{r.stage}/{r.reason.split(':')[0]}" for r in self.rejected)
+        )
 
 
 class FaultyClients:
@@ -156,11 +156,12 @@ class FaultyClients:
 
 def _as_wire(query: Query, arrays: dict[str, Any]) -> dict[str, NDArray]:
     """A client's reply values as the arrays it would send (rows of wire shape)."""
-    out = {}
-    for spec in query.reply:
-        value = np.asarray(arrays[spec.key], dtype=float)
-        out[spec.key] = value.reshape(1, -1) if spec.shape else value.reshape(1)
-    return out
+    return {
+        spec.key: np.asarray(arrays[spec.key], dtype=float).reshape(
+            (1, -1) if spec.shape else (1,)
+        )
+        for spec in query.reply
+    }
 
 
 def _roles(n: int, rng: np.random.Generator, fractions: dict[str, float]) -> NDArray:
