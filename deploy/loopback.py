@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,31 @@ def _toml_value(value: Any) -> str:
 def run_config_arg(config: Mapping[str, Any]) -> str:
     """``--run-config`` argument (``k=v`` pairs, TOML values) for ``flwr run``."""
     return " ".join(f"{key}={_toml_value(value)}" for key, value in config.items())
+
+
+def flwr_run(
+    app_dir: Path,
+    args: Sequence[str],
+    run_config: Mapping[str, Any],
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float = 300.0,
+    what: str = "flwr run",
+) -> str:
+    """``flwr run <app_dir> <args> --run-config ...``; its output (``RuntimeError``,
+    naming it ``what``, with the output of a failed run)."""
+    done = subprocess.run(
+        [_executable("flwr"), "run", str(app_dir), *args]
+        + ["--run-config", run_config_arg(run_config)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
 
 
 def make_node_files(
@@ -361,8 +387,9 @@ class LoopbackFederation:
 
     def _register_keys(self, timeout: float = 120.0) -> None:
         """``flwr supernode register`` every SuperNode's public key, side by side."""
-        register = [
-            subprocess.Popen(
+
+        def register(i: int) -> str:
+            done = subprocess.run(
                 [
                     _executable("flwr"),
                     "supernode",
@@ -375,23 +402,13 @@ class LoopbackFederation:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                text=True,
+                timeout=timeout,
             )
-            for i in range(len(self.data_files))
-        ]
-        deadline = time.monotonic() + timeout
-        failed = []
-        try:
-            for i, process in enumerate(register):
-                out, _ = process.communicate(
-                    timeout=max(deadline - time.monotonic(), 0.1)
-                )
-                if process.returncode != 0:
-                    failed.append(f"supernode-{i}: {out.decode(errors='replace')}")
-        finally:
-            for process in register:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+            return f"supernode-{i}: {done.stdout}" if done.returncode else ""
+
+        with ThreadPoolExecutor(max_workers=max(len(self.data_files), 1)) as pool:
+            failed = [f for f in pool.map(register, range(len(self.data_files))) if f]
         if failed:
             raise RuntimeError("flwr supernode register failed:\n" + "\n".join(failed))
 
@@ -454,24 +471,7 @@ class LoopbackFederation:
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""
-        done = subprocess.run(
-            [
-                _executable("flwr"),
-                "run",
-                str(app_dir),
-                "loopback",
-                "--run-config",
-                run_config_arg(run_config),
-            ],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"flwr run failed:\n{done.stdout}\n{done.stderr}")
-        return done.stdout
+        return flwr_run(app_dir, ["loopback"], run_config, self.env, self.workdir)
 
     def processes(self) -> list[_Process]:
         """Every SuperNode, then the SuperLink."""

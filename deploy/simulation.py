@@ -11,7 +11,6 @@ processes.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -82,27 +81,16 @@ def run_simulation(
                     extra=extra,
                 )
                 report_dir.mkdir(parents=True, exist_ok=True)
-                done = subprocess.run(
-                    [
-                        loopback._executable("flwr"),
-                        "run",
-                        str(ROOT),
-                        "--federation-config",
-                        f"num-supernodes={cfg.n_train + cfg.n_eval}",
-                        "--run-config",
-                        loopback.run_config_arg(config),
-                    ],
-                    env=env,
-                    cwd=workdir,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
+                nodes = f"num-supernodes={cfg.n_train + cfg.n_eval}"
+                loopback.flwr_run(
+                    ROOT,
+                    ["--federation-config", nodes],
+                    config,
+                    env,
+                    workdir,
+                    timeout,
+                    what=f"flwr run ({name}, {phase})",
                 )
-                if done.returncode != 0:
-                    raise RuntimeError(
-                        f"flwr run ({name}, {phase}) failed:\n{done.stdout}\n"
-                        f"{done.stderr}"
-                    )
                 loopback.wait_for_report(report_dir, timeout)
                 phase_reports.setdefault(name, {})[phase] = str(
                     next(report_dir.glob("run-*/report.json"))
