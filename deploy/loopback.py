@@ -142,9 +142,7 @@ def flwr_run(
     return done.stdout
 
 
-def make_node_files(
-    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
-) -> list[Path]:
+def make_node_files(settings: Any, outdir: Path, *, suffix: str = ".npz") -> list[Path]:
     """One data file (``.npz`` or ``.csv``) per client of ``settings``' population.
 
     File ``i`` holds the raw row of client ``i`` (training clients first) of
@@ -156,7 +154,7 @@ def make_node_files(
     from ldpfda.datasets.population import population_data
     from ldpfda.datasets.synthetic import make_design
 
-    data = population_data(settings, repeat, with_test=False)
+    data = population_data(settings, 0, with_test=False)
     raw = np.vstack([data.train[0], data.evaluation[0]])
     labels = np.concatenate([data.train[1], data.evaluation[1]])
     design = make_design(settings.dataset)

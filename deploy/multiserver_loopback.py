@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -51,10 +51,7 @@ def run_loopback_session(
     workdir: Path,
     *,
     session: str = "loopback",
-    repeat: int = 0,
-    heterogeneity: float = 0.05,
     timeout: float = 300.0,
-    extra: Mapping[str, Any] | None = None,
     before_runs: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Run a whole session with one loopback federation per server; the report.
@@ -82,7 +79,7 @@ def run_loopback_session(
         federations = []
         for cfg in configs:
             name = f"server{cfg.server_id}"
-            files = make_node_files(cfg, workdir / name / "data", repeat=repeat)
+            files = make_node_files(cfg, workdir / name / "data")
             # Each node keeps its lifetime ledger in <workdir>/<server>/state-<i>,
             # whatever the session's runs.
             federations.append(
@@ -110,8 +107,7 @@ def run_loopback_session(
                         session=session,
                         artifact_dir=artifacts,
                         report_dir=workdir / f"server{cfg.server_id}" / phase,
-                        repeat=repeat,
-                        extra={**LOOPBACK_RUN_CONFIG, **(extra or {})},
+                        extra=LOOPBACK_RUN_CONFIG,
                     ),
                 )
                 for cfg, federation in zip(configs, federations, strict=True)
@@ -135,8 +131,8 @@ def run_loopback_session(
         artifacts,
         configs,
         session=session,
-        repeat=repeat,
-        heterogeneity=heterogeneity,
+        repeat=0,
+        heterogeneity=0.05,
         started=started,
         phase_reports=phase_reports,
         pids=pids,

@@ -12,7 +12,7 @@ processes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +39,13 @@ def run_simulation(
     workdir: str | Path,
     *,
     session: str | None = None,
-    repeat: int = 0,
     heterogeneity: float = 0.05,
     timeout: float = 900.0,
-    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run a whole session on Flower's simulation runtime and write its report.
+    """Run a whole session (repeat 0) on Flower's simulation runtime; its report.
 
-    Server s runs ``flwr run`` against its own local SuperLink with
-    ``n_train + n_eval`` virtual SuperNodes, once per phase; then the combine step.
     The report (:func:`combine_session`, plus every phase report's path and the wall
-    time) is written to ``<workdir>/report.json`` and returned. ``extra`` adds
-    run-config keys to every run (e.g. ``flower.reply-timeout``).
+    time) is also written to ``<workdir>/report.json``.
     """
     configs = server_settings(specs, base)
     workdir = Path(workdir).resolve()
@@ -77,8 +72,6 @@ def run_simulation(
                     session=session,
                     artifact_dir=artifacts,
                     report_dir=report_dir,
-                    repeat=repeat,
-                    extra=extra,
                 )
                 report_dir.mkdir(parents=True, exist_ok=True)
                 nodes = f"num-supernodes={cfg.n_train + cfg.n_eval}"
@@ -104,7 +97,7 @@ def run_simulation(
         artifacts,
         configs,
         session=session,
-        repeat=repeat,
+        repeat=0,
         heterogeneity=heterogeneity,
         started=started,
         phase_reports=phase_reports,

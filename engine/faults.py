@@ -183,13 +183,8 @@ def run_with_faults(
     attack: str = "extreme",
     crash: float = 0.0,
     hang: float = 0.0,
-    direction: NDArray[np.float64] | None = None,
 ) -> FaultResult:
-    """One repeat of the reference protocol with the given shares of faulty clients.
-
-    ``direction`` is what an informed attacker pushes against (default: the true
-    coefficient direction of the vector design, or the first basis direction).
-    """
+    """One repeat of the reference protocol with the given shares of faulty clients."""
     if settings.protocol != "mrma" or settings.joint_release:
         raise ValueError(
             "run_with_faults runs the reference MRMA protocol; use "
@@ -208,9 +203,10 @@ def run_with_faults(
     fractions = {"malicious": malicious, "crash": crash, "hang": hang}
     roles = np.concatenate([_roles(n_tr, rng, fractions), _roles(n_ev, rng, fractions)])
     every = np.arange(n_tr + n_ev)
-    if direction is None:
-        direction = np.zeros(p)
-        direction[: min(p, 4)] = [1.0, -0.5, 1 / 3, -0.25][: min(p, 4)]
+    # What an informed attacker pushes against: the true coefficient direction of the
+    # vector design, or the first basis direction.
+    direction = np.zeros(p)
+    direction[: min(p, 4)] = [1.0, -0.5, 1 / 3, -0.25][: min(p, 4)]
     inner = InProcessClients(
         [train, evaluation],
         settings,

@@ -39,7 +39,6 @@ def run_protocol(
     test: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
     clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
     chunk_size: int = 100_000,
-    ledger: PrivacyLedger | None = None,
     keep_payload: bool = True,
     public: NDArray[np.float64] | None = None,
 ) -> ProtocolResult:
@@ -58,8 +57,6 @@ def run_protocol(
         Clean scaled test data; test errors of every method are then reported.
     clean_train : (features, labels), optional
         Clean scaled data, for the non-private reference model only.
-    ledger : PrivacyLedger, optional
-        The clients' ledgers; one with budget ``settings.epsilon`` by default.
     keep_payload : bool
         False keeps an empty payload in the result.
     public : array of shape (m, p), optional
@@ -68,13 +65,12 @@ def run_protocol(
     """
     train_ids, eval_ids = all_ids(train), all_ids(evaluation)
     every = np.concatenate([train_ids, eval_ids])
-    if ledger is None:
-        ledger = PrivacyLedger(budget=settings.epsilon, client_ids=every)
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=every)
     clients = InProcessClients(
         [train, evaluation], settings, seed=seed, ledger=ledger, chunk_size=chunk_size
     )
     session = Session(clients, PrivacyLedger(budget=settings.epsilon, client_ids=every))
-    n_features = _n_features(train, chunk_size)
+    n_features = _n_features(train)
     plan = Plan(settings, train_ids, eval_ids, n_features, server_rng, public)
     result = run_plan(session, plan)
     if clean_train is not None:
@@ -86,20 +82,15 @@ def run_protocol(
     return result
 
 
-def _n_features(population: ClientPopulation, chunk_size: int) -> int:
+def _n_features(population: ClientPopulation) -> int:
     featurizer = getattr(population, "featurizer", None)
     if featurizer is not None:
         return int(featurizer.n_features_out)
-    _, x, _ = next(iter(population.batches(min(chunk_size, 1))))
+    _, x, _ = next(iter(population.batches(1)))
     return int(x.shape[1])
 
 
-def run_repeat(
-    settings: Settings,
-    repeat: int = 0,
-    *,
-    chunk_size: int = 100_000,
-) -> ProtocolResult:
+def run_repeat(settings: Settings, repeat: int = 0) -> ProtocolResult:
     """One repeat of the simulation on an embedded design, with every baseline scored.
 
     Training clients have ids ``0 .. n_train-1`` and evaluation clients the next
@@ -130,6 +121,5 @@ def run_repeat(
         server_rng=np.random.default_rng(derive_seed(settings.seed, "server", repeat)),
         test=test,
         clean_train=clean,
-        chunk_size=chunk_size,
         public=public,
     )
