@@ -2,9 +2,8 @@
 
 ``flwr run .`` with the default ``local`` connection starts a detached
 ``flower-superlink --simulation`` on 127.0.0.1 (port 39091, or
-``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running after the run. This
-script finds that process by its command line (``flower-superlink`` with ``--port
-<port>``) and stops it by PID; its ``flower-superexec`` helper exits with it.
+``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running. This script finds it by
+its command line and stops it by PID; its ``flower-superexec`` helper exits with it.
 
 Usage::
 

@@ -3,11 +3,9 @@
 Every part is its own process, as on separate hosts, on free ports of 127.0.0.1. The
 script writes one data file per client (the row :func:`ldpfda.engine.run_repeat` gives
 it), starts ``flower-superlink`` (``--tls``: certificates from ``gen_certs.py`` and
-SuperNode authentication), one ``flower-supernode`` per file with its client id, data
-path, lifetime budget and state dir as node config, waits until every node is ready,
-submits the app with ``flwr run <app> loopback``, waits for ``report.json`` and stops
-every process by PID. Every wait polls a condition up to a deadline; none sleeps for a
-fixed time.
+SuperNode authentication) and one ``flower-supernode`` per file, waits until every node
+is ready, submits the app with ``flwr run <app> loopback``, waits for ``report.json``
+and stops every process by PID. Every wait polls a condition up to a deadline.
 
 Usage::
 
@@ -232,14 +230,12 @@ class _Process:
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM unless done, wait for the end, SIGKILL after ``grace`` seconds."""
-        if self.popen.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=grace)
+        if self.popen.poll() is None:
+            self.terminate()
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
     def kill(self) -> None:
         """SIGKILL: the node vanishes without a goodbye, like a crashed host."""
