@@ -64,6 +64,13 @@ def _constant(events: list[ReleaseEvent]) -> Cost:
     )
 
 
+def _categorical(
+    record: str, key: str, dtype: str, kind: str, describe: str, n: int = 2
+) -> ArraySpec:
+    """A reply value in ``0 .. n - 1``, rejected as ``kind: describe`` otherwise."""
+    return ArraySpec(record, key, dtype, values=n, kind=kind, describe=describe)
+
+
 def identify_query() -> Query:
     """Who a node is and what it has spent; releases nothing, costs nothing."""
     return Query(IDENTIFY, ledger_record="identity")
@@ -94,13 +101,8 @@ def privatize_query(settings: Settings, n_features: int) -> Query:
     else:
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
-            ArraySpec(
-                "payload",
-                "labels",
-                "int8",
-                values=2,
-                kind="label",
-                describe="randomized label must be 0 or 1",
+            _categorical(
+                "payload", "labels", "int8", "label", "randomized label must be 0 or 1"
             ),
         )
     return Query(
@@ -114,16 +116,8 @@ def evaluate_query(settings: Settings, n_features: int) -> Query:
         ArraySpec("model", "coef", "float64", (n_features,), lead=False),
         ArraySpec("model", "intercept", "float64"),
     )
-    reply = (
-        ArraySpec(
-            "feedback",
-            "bit",
-            "int8",
-            values=2,
-            kind="bit",
-            describe="feedback must be a bit (0 or 1)",
-        ),
-    )
+    describe = "feedback must be a bit (0 or 1)"
+    reply = (_categorical("feedback", "bit", "int8", "bit", describe),)
     events = evaluation_events(epsilon=settings.epsilon)
     return Query(EVALUATE, request, reply, _constant(events))
 
@@ -140,16 +134,8 @@ def features_query(n_features: int) -> Query:
 
 
 def _label_reply(dtype: str, n_classes: int) -> tuple[ArraySpec, ...]:
-    return (
-        ArraySpec(
-            "label",
-            "label",
-            dtype,
-            values=n_classes,
-            kind="label",
-            describe=f"label must be in {{0, ..., {n_classes - 1}}}",
-        ),
-    )
+    describe = f"label must be in {{0, ..., {n_classes - 1}}}"
+    return (_categorical("label", "label", dtype, "label", describe, n_classes),)
 
 
 def label_query(settings: Settings, n_classes: int = 2) -> Query:
