@@ -8,21 +8,15 @@ Usage::
     python deploy/gen_certs.py OUTDIR [--hosts superlink.example.org 10.0.0.5]
                                       [--supernodes 3] [--days 365]
 
-Writes to ``OUTDIR``:
-
-``ca.crt``, ``ca.key``
-    The certificate authority (``ca.key`` stays with whoever signs certificates).
-``server.crt``, ``server.key``
-    The SuperLink's certificate, signed by the CA, valid for ``localhost``,
-    ``127.0.0.1``, ``::1`` and every ``--hosts`` name or address (subject alternative
-    names): ``flower-superlink --ssl-ca-certfile ca.crt --ssl-certfile server.crt
-    --ssl-keyfile server.key``.
-``supernode-<i>`` and ``supernode-<i>.pub``
-    One EC P-384 key pair per SuperNode, in OpenSSH format: the SuperNode starts with
-    ``--auth-supernode-private-key supernode-<i>``; the federation owner registers the
-    public key with ``flwr supernode register supernode-<i>.pub <connection>``.
-
-Only the ``cryptography`` package (a Flower dependency) is needed; ``openssl`` is not.
+Writes to ``OUTDIR``: ``ca.crt`` and ``ca.key``, the certificate authority
+(``ca.key`` stays with whoever signs certificates); ``server.crt`` and ``server.key``,
+the SuperLink's certificate signed by the CA, valid for ``localhost``, ``127.0.0.1``,
+``::1`` and every ``--hosts`` name or address (``flower-superlink --ssl-ca-certfile
+ca.crt --ssl-certfile server.crt --ssl-keyfile server.key``); ``supernode-<i>`` and
+``supernode-<i>.pub``, one EC P-384 key pair per SuperNode in OpenSSH format (the
+SuperNode starts with ``--auth-supernode-private-key supernode-<i>``; the federation
+owner registers the public key with ``flwr supernode register supernode-<i>.pub
+<connection>``). Only the ``cryptography`` package (a Flower dependency) is needed.
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ import ipaddress
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -42,18 +37,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 __all__ = ["generate"]
 
 
-def _write(path: Path, data: bytes, *, private: bool = False) -> None:
-    path.write_bytes(data)
-    if private:
-        os.chmod(path, 0o600)
-
-
-def _key_pem(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
+def _write_key(path: Path, key: Any, fmt: serialization.PrivateFormat) -> None:
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption())
     )
+    os.chmod(path, 0o600)
 
 
 def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
@@ -66,6 +54,37 @@ def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
+def _certificate(
+    path: Path,
+    common_name: str,
+    validity: tuple[dt.datetime, dt.datetime],
+    extensions: Sequence[tuple[x509.ExtensionType, bool]],
+    issuer: tuple[x509.Name, rsa.RSAPrivateKey] | None = None,
+) -> tuple[x509.Name, rsa.RSAPrivateKey]:
+    """A new RSA key ``<path>.key`` and its certificate ``<path>.crt``, signed by
+    ``issuer`` (name, key) or self-signed; the subject's (name, key)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    issuer_name, signer = issuer or (subject, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(validity[0])
+        .not_valid_after(validity[1])
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    cert = builder.sign(signer, hashes.SHA256())
+    _write_key(
+        path.with_suffix(".key"), key, serialization.PrivateFormat.TraditionalOpenSSL
+    )
+    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return subject, key
+
+
 def generate(
     outdir: str | Path,
     *,
@@ -73,104 +92,48 @@ def generate(
     supernodes: int = 0,
     days: int = 365,
 ) -> Path:
-    """Write the CA, the SuperLink certificate and ``supernodes`` key pairs.
-
-    Parameters
-    ----------
-    outdir : path
-        Created if needed; existing files are overwritten.
-    hosts : sequence of str
-        Extra DNS names or IP addresses the SuperLink is reached at.
-    supernodes : int
-        Number of SuperNode authentication key pairs.
-    days : int
-        Validity of the certificates.
-
-    Returns
-    -------
-    Path
-        ``outdir``.
-    """
+    """Write the CA, the SuperLink certificate (valid ``days`` days, also for the DNS
+    names or IP addresses ``hosts``) and ``supernodes`` key pairs into ``outdir``
+    (created if needed, existing files overwritten); ``outdir``."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
-    until = now + dt.timedelta(days=days)
-
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ldpfda test CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(until)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
+    validity = (now, now + dt.timedelta(days=days))
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=True,
+        crl_sign=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
     )
-    _write(out / "ca.key", _key_pem(ca_key), private=True)
-    _write(out / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM))
-
-    server_key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(
-                        NameOID.COMMON_NAME, hosts[0] if hosts else "localhost"
-                    )
-                ]
-            )
-        )
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(until)
-        .add_extension(_san(hosts), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
+    ca = _certificate(
+        out / "ca",
+        "ldpfda test CA",
+        validity,
+        [(x509.BasicConstraints(ca=True, path_length=0), True), (usage, True)],
     )
-    _write(out / "server.key", _key_pem(server_key), private=True)
-    _write(out / "server.crt", server_cert.public_bytes(serialization.Encoding.PEM))
-
+    _certificate(
+        out / "server",
+        hosts[0] if hosts else "localhost",
+        validity,
+        [
+            (_san(hosts), False),
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ],
+        issuer=ca,
+    )
     for i in range(supernodes):
         key = ec.generate_private_key(ec.SECP384R1())
-        _write(
-            out / f"supernode-{i}",
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.OpenSSH,
-                serialization.NoEncryption(),
-            ),
-            private=True,
+        _write_key(out / f"supernode-{i}", key, serialization.PrivateFormat.OpenSSH)
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
         )
-        _write(
-            out / f"supernode-{i}.pub",
-            key.public_key().public_bytes(
-                serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-            )
-            + b"\n",
-        )
+        (out / f"supernode-{i}.pub").write_bytes(public + b"\n")
     return out
 
 

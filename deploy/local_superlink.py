@@ -2,9 +2,8 @@
 
 ``flwr run .`` with the default ``local`` connection starts a detached
 ``flower-superlink --simulation`` on 127.0.0.1 (port 39091, or
-``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running after the run. This
-script finds that process by its command line (``flower-superlink`` with ``--port
-<port>``) and stops it by PID; its ``flower-superexec`` helper exits with it.
+``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running. This script finds it by
+its command line and stops it by PID; its ``flower-superexec`` helper exits with it.
 
 Usage::
 
@@ -29,13 +28,13 @@ DEFAULT_PORT = int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091")
 
 def find_local_superlinks(port: int = DEFAULT_PORT) -> list[int]:
     """PIDs of ``flower-superlink`` processes serving ``--port port``."""
-    pids = []
-    for pid, words in _processes():
-        if not any(w.endswith("flower-superlink") for w in words[:2]):
-            continue
-        if "--port" in words and words[words.index("--port") + 1 :][:1] == [str(port)]:
-            pids.append(pid)
-    return pids
+    return [
+        pid
+        for pid, words in _processes()
+        if any(w.endswith("flower-superlink") for w in words[:2])
+        and "--port" in words
+        and words[words.index("--port") + 1 :][:1] == [str(port)]
+    ]
 
 
 def _processes() -> list[tuple[int, list[str]]]:
@@ -43,19 +42,13 @@ def _processes() -> list[tuple[int, list[str]]]:
     proc = Path("/proc")
     if proc.is_dir():
         found = []
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
+        for entry in filter(lambda e: e.name.isdigit(), proc.iterdir()):
             try:
                 raw = (entry / "cmdline").read_bytes()
             except OSError:
                 continue  # exited meanwhile, or not ours to read
-            found.append(
-                (
-                    int(entry.name),
-                    [w.decode(errors="replace") for w in raw.split(b"\0") if w],
-                )
-            )
+            words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+            found.append((int(entry.name), words))
         return found
     # -ww: never truncate the command line to the terminal width.
     listing = subprocess.run(

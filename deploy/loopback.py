@@ -1,22 +1,11 @@
 """Run ldpfda as a real deployment on one machine: 1 SuperLink, N SuperNodes, loopback.
 
-Every part is its own process, exactly as on separate hosts, talking over 127.0.0.1 on
-free ports. The script
-
-1. writes one data file per client: client ``i`` gets the raw curve (or vector) that
-   :func:`ldpfda.server.engine.run_repeat` gives client ``i`` under the same settings;
-2. starts ``flower-superlink`` (with ``--tls``: TLS certificates from
-   ``deploy/gen_certs.py`` and SuperNode authentication, keys registered with
-   ``flwr supernode register``);
-3. starts N ``flower-supernode`` processes, each with ``--node-config
-   'client-id=<i> data-path="<its file>" privacy-budget=<b> state-dir="<dir>"'``, and
-   waits until every one is connected and ready to run its ClientApp;
-4. writes the ``loopback`` connection into ``$FLWR_HOME/config.toml``, submits the app
-   with ``flwr run <app> loopback --run-config ...`` and waits for ``report.json``;
-5. stops every process it started, by PID.
-
-Every wait polls for a condition (a port open, a line in a process's log, a stage in
-``status.json``) up to a deadline; none sleeps for a fixed time.
+Every part is its own process, as on separate hosts, on free ports of 127.0.0.1. The
+script writes one data file per client (the row :func:`ldpfda.engine.run_repeat` gives
+it), starts ``flower-superlink`` (``--tls``: certificates from ``gen_certs.py`` and
+SuperNode authentication) and one ``flower-supernode`` per file, waits until every node
+is ready, submits the app with ``flwr run <app> loopback``, waits for ``report.json``
+and stops every process by PID. Every wait polls a condition up to a deadline.
 
 Usage::
 
@@ -39,7 +28,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +42,6 @@ __all__ = [
     "free_port",
     "make_node_files",
     "run_config_arg",
-    "run_stage",
     "wait_for_report",
     "wait_for_stage",
 ]
@@ -68,7 +57,6 @@ DEFAULT_RUN_CONFIG: dict[str, Any] = {
     "flower.reply-timeout": 60.0,
     "flower.min-reply-fraction": 0.5,
 }
-
 
 #: Printed whenever a federation is started without TLS and SuperNode authentication.
 INSECURE_WARNING = (
@@ -96,9 +84,9 @@ def _executable(name: str) -> str:
     return found
 
 
-def flower_env(home: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def flower_env(home: Path) -> dict[str, str]:
     """Environment for Flower processes: own ``FLWR_HOME``, offline, no telemetry."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     # Flower processes start helpers (flower-superexec, flwr-serverapp, ...) by name.
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
@@ -127,35 +115,47 @@ def run_config_arg(config: Mapping[str, Any]) -> str:
     return " ".join(f"{key}={_toml_value(value)}" for key, value in config.items())
 
 
-def make_node_files(
-    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
-) -> list[Path]:
-    """One data file per client with the row ``run_repeat`` gives that client.
+def flwr_run(
+    app_dir: Path,
+    args: Sequence[str],
+    run_config: Mapping[str, Any],
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float = 300.0,
+    what: str = "flwr run",
+) -> str:
+    """``flwr run <app_dir> <args> --run-config ...``; its output (``RuntimeError``,
+    naming it ``what``, with the output of a failed run)."""
+    done = subprocess.run(
+        [_executable("flwr"), "run", str(app_dir), *args]
+        + ["--run-config", run_config_arg(run_config)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
 
-    Parameters
-    ----------
-    settings : ldpfda.config.Settings
-    outdir : Path
-    repeat : int
-    suffix : {".npz", ".csv"}
 
-    Returns
-    -------
-    list of Path
-        File ``i`` belongs to client ``i`` (training clients first).
+def make_node_files(settings: Any, outdir: Path, *, suffix: str = ".npz") -> list[Path]:
+    """One data file (``.npz`` or ``.csv``) per client of ``settings``' population.
+
+    File ``i`` holds the raw row of client ``i`` (training clients first) of
+    :func:`ldpfda.datasets.population.population_data`: for a single-server run the
+    row ``run_repeat`` gives it, for server ``s`` of a session the row
+    ``run_multiserver_repeat`` gives it.
     """
     from ldpfda.datasets.files import save_node_data
-    from ldpfda.datasets.population import make_featurizer
+    from ldpfda.datasets.population import population_data
     from ldpfda.datasets.synthetic import make_design
-    from ldpfda.privacy.random import derive_seed
 
+    data = population_data(settings, 0, with_test=False)
+    raw = np.vstack([data.train[0], data.evaluation[0]])
+    labels = np.concatenate([data.train[1], data.evaluation[1]])
     design = make_design(settings.dataset)
-    rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
-    make_featurizer(design, settings, rng)  # the engine draws the calibration set first
-    x_train, y_train = design.sample(settings.n_train, rng)
-    x_eval, y_eval = design.sample(settings.n_eval, rng)
-    raw = np.vstack([x_train, x_eval])
-    labels = np.concatenate([y_train, y_eval])
     grid = design.grid_points if design.is_functional else None
     return [
         save_node_data(
@@ -165,56 +165,28 @@ def make_node_files(
     ]
 
 
-def wait_for_report(report_dir: Path, timeout: float) -> dict[str, Any]:
-    """The report of the (single) run writing into ``report_dir``, once it is done.
-
-    Raises
-    ------
-    RuntimeError
-        If the run reports a failure.
-    TimeoutError
-        If no finished report appears within ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for status_file in Path(report_dir).glob("run-*/status.json"):
-            try:
-                status = json.loads(status_file.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                continue  # being replaced right now
-            if status["stage"] == "failed":
-                raise RuntimeError(f"the run failed: {status.get('error')}")
-            if status["stage"] == "done":
-                report = status_file.parent / "report.json"
-                return dict(json.loads(report.read_text(encoding="utf-8")))
-        time.sleep(0.5)
-    raise TimeoutError(f"no finished report in {report_dir} after {timeout:g} s")
-
-
-def run_stage(report_dir: Path) -> str | None:
-    """The stage of the run writing into ``report_dir`` (None before it starts)."""
+def _status(report_dir: Path) -> dict[str, Any]:
+    """``status.json`` of the run writing into ``report_dir`` ({} before it starts)."""
     for status_file in Path(report_dir).glob("run-*/status.json"):
         try:
-            return str(json.loads(status_file.read_text(encoding="utf-8"))["stage"])
-        except (OSError, json.JSONDecodeError, KeyError):
-            return None
-    return None
+            return dict(json.loads(status_file.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError):
+            return {}  # being replaced right now
+    return {}
 
 
 def wait_for_stage(report_dir: Path, stages: Sequence[str], timeout: float) -> str:
     """The stage of the run writing into ``report_dir`` once it is one of ``stages``.
 
-    Raises
-    ------
-    RuntimeError
-        If the run fails first.
-    TimeoutError
-        If the run reaches none of ``stages`` within ``timeout`` seconds.
+    Raises ``RuntimeError`` if the run fails first, ``TimeoutError`` if it reaches none
+    of ``stages`` within ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
-    while (stage := run_stage(report_dir)) not in stages:
+    while (stage := (status := _status(report_dir)).get("stage")) not in stages:
         if stage == "failed":
-            raise RuntimeError(f"the run in {report_dir} failed before {stages}")
+            raise RuntimeError(
+                f"the run in {report_dir} failed before {stages}: {status.get('error')}"
+            )
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 f"the run in {report_dir} is at stage {stage!r}, not in {stages}, "
@@ -222,6 +194,13 @@ def wait_for_stage(report_dir: Path, stages: Sequence[str], timeout: float) -> s
             )
         time.sleep(0.2)
     return str(stage)
+
+
+def wait_for_report(report_dir: Path, timeout: float) -> dict[str, Any]:
+    """The report of the (single) run writing into ``report_dir``, once it is done."""
+    wait_for_stage(report_dir, ("done",), timeout)
+    report = next(Path(report_dir).glob("run-*/report.json"))
+    return dict(json.loads(report.read_text(encoding="utf-8")))
 
 
 #: What a SuperNode logs once the SuperLink has registered it (with its node id), and
@@ -243,10 +222,6 @@ class _Process:
     def pid(self) -> int:
         return int(self.popen.pid)
 
-    def output(self) -> str:
-        """What the process has logged so far."""
-        return self.log.read_text(errors="replace")
-
     def terminate(self) -> None:
         """SIGTERM this process (by PID), once, without waiting for it to end."""
         if self.popen.poll() is None and not self.terminated:
@@ -254,16 +229,13 @@ class _Process:
             self.terminated = True
 
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM this process (by PID) unless done, wait for it to end, then SIGKILL
-        it if it lingers ``grace`` seconds."""
-        if self.popen.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=grace)
+        """SIGTERM unless done, wait for the end, SIGKILL after ``grace`` seconds."""
+        if self.popen.poll() is None:
+            self.terminate()
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
     def kill(self) -> None:
         """SIGKILL: the node vanishes without a goodbye, like a crashed host."""
@@ -276,21 +248,12 @@ class _Process:
 class LoopbackFederation:
     """A SuperLink and one SuperNode per data file, all on 127.0.0.1.
 
-    Use as a context manager; every process is stopped by PID on exit.
-
-    Parameters
-    ----------
-    workdir : Path
-        Logs, ``flwr-home`` (``FLWR_HOME``), certificates and databases go here.
-    data_files : sequence of Path
-        SuperNode ``i`` serves client ``i`` with ``data_files[i]``.
-    node_config : sequence of mapping, optional
-        Extra node-config entries per SuperNode.
-    tls : bool
-        TLS with self-signed certificates and SuperNode authentication.
-    privacy_budget : float
-        Each node's lifetime budget (a node with a data file needs one); its ledger
-        lives in ``<workdir>/state-<i>``.
+    A context manager; every process is stopped by PID on exit. Logs, ``flwr-home``
+    (``FLWR_HOME``), certificates and databases go to ``workdir``; SuperNode ``i``
+    serves client ``i`` with ``data_files[i]`` and the extra entries
+    ``node_config[i]``, with a lifetime budget of ``privacy_budget`` kept in
+    ``<workdir>/state-<i>``. ``tls``: TLS with self-signed certificates and SuperNode
+    authentication.
     """
 
     workdir: Path
@@ -310,27 +273,30 @@ class LoopbackFederation:
         return Path(self.workdir) / "flwr-home"
 
     @property
+    def certs(self) -> Path:
+        return Path(self.workdir) / "certs"
+
+    @property
     def env(self) -> dict[str, str]:
         return flower_env(self.home)
 
     def _spawn(self, name: str, command: list[str]) -> _Process:
         log = Path(self.workdir) / f"{name}.log"
-        handle = log.open("wb")
-        popen = subprocess.Popen(
-            command,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            cwd=self.workdir,
-        )
-        handle.close()
+        with log.open("wb") as handle:
+            popen = subprocess.Popen(
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.workdir,
+            )
         return _Process(name, popen, log)
 
     def _wait_for_port(self, timeout: float = 60.0) -> None:
+        assert self.superlink is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.superlink is not None
             if self.superlink.popen.poll() is not None:
                 raise RuntimeError(f"flower-superlink exited; see {self.superlink.log}")
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -341,24 +307,16 @@ class LoopbackFederation:
 
     def _write_connection(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        lines = [
-            "[superlink]",
-            'default = "loopback"',
-            "",
-            "[superlink.loopback]",
-            f'address = "127.0.0.1:{self.port}"',
-        ]
-        if self.tls:
-            lines.append(f'root-certificates = "{self.certs / "ca.crt"}"')
-        else:
-            lines.append("insecure = true")
-        (self.home / "config.toml").write_text(
-            "\n".join(lines) + "\n", encoding="utf-8"
+        security = (
+            f'root-certificates = "{self.certs / "ca.crt"}"'
+            if self.tls
+            else "insecure = true"
         )
-
-    @property
-    def certs(self) -> Path:
-        return Path(self.workdir) / "certs"
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
+            f'address = "127.0.0.1:{self.port}"\n{security}\n',
+            encoding="utf-8",
+        )
 
     def start(self) -> LoopbackFederation:
         """Start the SuperLink, register keys (TLS), start the SuperNodes."""
@@ -401,9 +359,8 @@ class LoopbackFederation:
                 "data-path": str(Path(data).resolve()),
                 "privacy-budget": float(self.privacy_budget),
                 "state-dir": str((self.workdir / f"state-{i}").resolve()),
+                **(self.node_config[i] if i < len(self.node_config) else {}),
             }
-            if i < len(self.node_config):
-                config.update(self.node_config[i])
             command = [
                 _executable("flower-supernode"),
                 "--superlink",
@@ -476,13 +433,10 @@ class LoopbackFederation:
             time.sleep(1.0)
 
     def _register_keys(self, timeout: float = 120.0) -> None:
-        """``flwr supernode register`` every SuperNode's public key, all at once.
+        """``flwr supernode register`` every SuperNode's public key, side by side."""
 
-        A SuperNode can join only once its key is registered; the registrations are
-        independent, so they run side by side and this returns when all have ended.
-        """
-        register = [
-            subprocess.Popen(
+        def register(i: int) -> str:
+            done = subprocess.run(
                 [
                     _executable("flwr"),
                     "supernode",
@@ -495,116 +449,80 @@ class LoopbackFederation:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                text=True,
+                timeout=timeout,
             )
-            for i in range(len(self.data_files))
-        ]
-        deadline = time.monotonic() + timeout
-        failed = []
-        try:
-            for i, process in enumerate(register):
-                out, _ = process.communicate(
-                    timeout=max(deadline - time.monotonic(), 0.1)
-                )
-                if process.returncode != 0:
-                    failed.append(f"supernode-{i}: {out.decode(errors='replace')}")
-        finally:
-            for process in register:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+            return f"supernode-{i}: {done.stdout}" if done.returncode else ""
+
+        with ThreadPoolExecutor(max_workers=max(len(self.data_files), 1)) as pool:
+            failed = [f for f in pool.map(register, range(len(self.data_files))) if f]
         if failed:
             raise RuntimeError("flwr supernode register failed:\n" + "\n".join(failed))
+
+    def _watch(
+        self,
+        indices: Sequence[int],
+        found: Callable[[str], Any],
+        timeout: float,
+        what: str,
+    ) -> dict[int, Any]:
+        """``found(log)`` of each SuperNode of ``indices``, polled until none is None.
+
+        Raises ``RuntimeError`` if one of them exits first, ``TimeoutError`` (naming
+        the SuperNodes that ``what``) after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        seen: dict[int, Any] = {}
+        while late := [i for i in indices if i not in seen]:
+            for i in late:
+                process = self.supernodes[i]
+                value = found(process.log.read_text(errors="replace"))
+                if value is not None:
+                    seen[i] = value
+                elif process.popen.poll() is not None:
+                    raise RuntimeError(f"{process.name} exited; see {process.log}")
+            if len(seen) < len(indices):
+                if time.monotonic() >= deadline:
+                    late = [i for i in indices if i not in seen]
+                    raise TimeoutError(f"SuperNodes {late} {what} within {timeout:g} s")
+                time.sleep(0.2)
+        return seen
 
     def node_ids(self, timeout: float = 120.0) -> list[int]:
         """The SuperLink's node id of each SuperNode, once every one is ready.
 
-        A SuperNode is ready when it has logged its ``SuperNode ID: <id>`` (the
-        SuperLink has registered it and lists it as online) and its SuperExec has
-        started (it runs the ClientApp of every message). The SuperLink lists a node as
-        soon as it connects, before its SuperExec runs: a run submitted then starts its
+        Ready: it has logged its ``SuperNode ID: <id>`` and its SuperExec (which runs
+        the ClientApp of every message) has started. The SuperLink lists a node as soon
+        as it connects, before its SuperExec runs: a run submitted then starts its
         reply timeouts while the nodes are still starting. Submit a run after this.
-
-        Raises
-        ------
-        RuntimeError
-            If a SuperNode exits first.
-        TimeoutError
-            If a SuperNode is not ready within ``timeout`` seconds.
         """
-        deadline = time.monotonic() + timeout
-        ids: dict[int, int] = {}
-        while len(ids) < len(self.supernodes):
-            for i, process in enumerate(self.supernodes):
-                if i in ids:
-                    continue
-                log = process.output()
-                found = _NODE_ID.search(log)
-                if found and _SUPEREXEC_UP in log:
-                    ids[i] = int(found.group(1))
-                elif process.popen.poll() is not None:
-                    raise RuntimeError(f"{process.name} exited; see {process.log}")
-            if len(ids) < len(self.supernodes):
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"only {len(ids)} of {len(self.supernodes)} SuperNodes "
-                        f"ready after {timeout:g} s"
-                    )
-                time.sleep(0.2)
-        return [ids[i] for i in range(len(self.supernodes))]
+
+        def ready(log: str) -> int | None:
+            found = _NODE_ID.search(log)
+            return int(found.group(1)) if found and _SUPEREXEC_UP in log else None
+
+        n = len(self.supernodes)
+        ids = self._watch(range(n), ready, timeout, "were not ready")
+        return [ids[i] for i in range(n)]
 
     def wait_for_replies(
         self, indices: Sequence[int], message_type: str, timeout: float
     ) -> None:
-        """Until each SuperNode of ``indices`` has sent a reply to ``message_type``.
-
-        Read from the ``Sending: <message_type> message`` line a SuperNode logs when it
-        pushes the reply of its ClientApp to the SuperLink.
-
-        Raises
-        ------
-        RuntimeError
-            If one of the SuperNodes exits first.
-        TimeoutError
-            If one has not replied within ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
+        """Until each SuperNode of ``indices`` has logged sending its reply to
+        ``message_type`` (its ``Sending: <message_type> message`` line)."""
         line = f"Sending: {message_type} message"
-        waiting = set(indices)
-        while waiting:
-            for i in sorted(waiting):
-                process = self.supernodes[i]
-                if line in process.output():
-                    waiting.discard(i)
-                elif process.popen.poll() is not None:
-                    raise RuntimeError(f"{process.name} exited; see {process.log}")
-            if waiting:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"SuperNodes {sorted(waiting)} sent no {message_type} reply "
-                        f"within {timeout:g} s"
-                    )
-                time.sleep(0.2)
+        sent = f"sent no {message_type} reply"
+        self._watch(
+            sorted(set(indices)), lambda log: line in log or None, timeout, sent
+        )
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""
-        done = subprocess.run(
-            [
-                _executable("flwr"),
-                "run",
-                str(app_dir),
-                "loopback",
-                "--run-config",
-                run_config_arg(run_config),
-            ],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"flwr run failed:\n{done.stdout}\n{done.stderr}")
-        return done.stdout
+        return flwr_run(app_dir, ["loopback"], run_config, self.env, self.workdir)
+
+    def processes(self) -> list[_Process]:
+        """Every SuperNode, then the SuperLink."""
+        return [*self.supernodes, *([self.superlink] if self.superlink else [])]
 
     def stop(self) -> None:
         """Stop every SuperNode, then the SuperLink, by PID.
@@ -614,10 +532,8 @@ class LoopbackFederation:
         """
         for process in self.supernodes:
             process.terminate()
-        for process in self.supernodes:
+        for process in self.processes():
             process.stop()
-        if self.superlink is not None:
-            self.superlink.stop()
 
     def __enter__(self) -> LoopbackFederation:
         try:
@@ -665,8 +581,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     with LoopbackFederation(workdir, files, tls=args.tls) as federation:
         print(
             f"SuperLink on 127.0.0.1:{federation.port} (pid {federation.superlink.pid})"
-            if federation.superlink
-            else ""
         )
         federation.node_ids()  # every node takes part in the run
         federation.submit(args.app, run_config)

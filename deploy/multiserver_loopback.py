@@ -1,18 +1,13 @@
 """A multi-server session as a real deployment on one machine, over loopback.
 
 Every server is its own ``flower-superlink`` with its own ``flower-supernode``
-processes (:class:`loopback.LoopbackFederation`), each node with its data file and a
-ledger directory that outlives the session's runs. The script
-
-1. writes one data file per client of every server: client ``i`` of server ``s`` gets
-   the row :func:`ldpfda.server.multiserver.run_multiserver_repeat` gives it;
-2. starts all federations and waits until every SuperNode is connected and ready to
-   run its ClientApp;
-3. submits the ``train`` run to every server and waits for all of them, then the
-   ``evaluate`` run (models and estimates move through one artifact directory);
-4. runs the combine step (:func:`ldpfda.server.multiserver_flower.combine_session`)
-   and writes ``WORKDIR/report.json``;
-5. stops every process it started, by PID.
+processes (:class:`loopback.LoopbackFederation`), each node with the data file of the
+row :func:`ldpfda.engine.multiserver.run_multiserver_repeat` gives its client and a
+ledger directory that outlives the session's runs. Once every SuperNode is ready, the
+script submits the ``train`` run to every server, waits for all, then the ``evaluate``
+run (models and estimates move through one artifact directory), runs the combine step
+(:func:`ldpfda.server.multiserver_flower.combine_session`), writes
+``WORKDIR/report.json`` and stops every process it started, by PID.
 
 Usage::
 
@@ -28,15 +23,15 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from loopback import LoopbackFederation, wait_for_report
+from loopback import LoopbackFederation, make_node_files, wait_for_report
 
-__all__ = ["make_server_node_files", "run_loopback_session"]
+__all__ = ["run_loopback_session"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,43 +45,13 @@ LOOPBACK_RUN_CONFIG: dict[str, Any] = {
 }
 
 
-def make_server_node_files(
-    settings: Any, outdir: Path, *, repeat: int = 0, suffix: str = ".npz"
-) -> list[Path]:
-    """One data file per client of server ``settings.server_id`` (training first).
-
-    File ``i`` holds the raw row of client ``i`` of
-    :func:`ldpfda.client.data.population_data`.
-    """
-    import numpy as np
-
-    from ldpfda.datasets.files import save_node_data
-    from ldpfda.datasets.population import population_data
-    from ldpfda.datasets.synthetic import make_design
-
-    data = population_data(settings, repeat, with_test=False)
-    raw = np.vstack([data.train[0], data.evaluation[0]])
-    labels = np.concatenate([data.train[1], data.evaluation[1]])
-    design = make_design(settings.dataset)
-    grid = design.grid_points if design.is_functional else None
-    return [
-        save_node_data(
-            outdir / f"client-{i}{suffix}", raw[i : i + 1], labels[i : i + 1], grid
-        )
-        for i in range(raw.shape[0])
-    ]
-
-
 def run_loopback_session(
     specs: Sequence[Any],
     base: Any,
     workdir: Path,
     *,
     session: str = "loopback",
-    repeat: int = 0,
-    heterogeneity: float = 0.05,
     timeout: float = 300.0,
-    extra: Mapping[str, Any] | None = None,
     before_runs: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
     """Run a whole session with one loopback federation per server; the report.
@@ -114,16 +79,15 @@ def run_loopback_session(
         federations = []
         for cfg in configs:
             name = f"server{cfg.server_id}"
-            files = make_server_node_files(cfg, workdir / name / "data", repeat=repeat)
+            files = make_node_files(cfg, workdir / name / "data")
             # Each node keeps its lifetime ledger in <workdir>/<server>/state-<i>,
             # whatever the session's runs.
             federations.append(
                 stack.enter_context(LoopbackFederation(workdir / name, files))
             )
         pids = {
-            f"server{cfg.server_id}": [f.superlink.pid] + [p.pid for p in f.supernodes]
+            f"server{cfg.server_id}": [p.pid for p in [f.superlink, *f.supernodes] if p]
             for cfg, f in zip(configs, federations, strict=True)
-            if f.superlink is not None
         }
         # A server lists a node as soon as it connects, before the node can run its
         # ClientApp; a run submitted earlier spends its reply timeout on node start-up
@@ -143,8 +107,7 @@ def run_loopback_session(
                         session=session,
                         artifact_dir=artifacts,
                         report_dir=workdir / f"server{cfg.server_id}" / phase,
-                        repeat=repeat,
-                        extra={**LOOPBACK_RUN_CONFIG, **(extra or {})},
+                        extra=LOOPBACK_RUN_CONFIG,
                     ),
                 )
                 for cfg, federation in zip(configs, federations, strict=True)
@@ -161,16 +124,15 @@ def run_loopback_session(
                 )
         # Signal every process at once; leaving the stack then waits for each by PID.
         for federation in federations:
-            for process in [*federation.supernodes, federation.superlink]:
-                if process is not None:
-                    process.terminate()
+            for process in federation.processes():
+                process.terminate()
     return write_session_report(
         workdir,
         artifacts,
         configs,
         session=session,
-        repeat=repeat,
-        heterogeneity=heterogeneity,
+        repeat=0,
+        heterogeneity=0.05,
         started=started,
         phase_reports=phase_reports,
         pids=pids,
@@ -199,15 +161,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     specs = []
     for text in args.server or ["3,2,5,0,0", "3,2,2,0.2,0.5"]:
         n_train, n_eval, epsilon, feature_shift, label_shift = text.split(",")
-        specs.append(
-            ServerSpec(
-                int(n_train),
-                int(n_eval),
-                float(epsilon),
-                float(feature_shift),
-                float(label_shift),
-            )
-        )
+        sizes, reals = (n_train, n_eval), (epsilon, feature_shift, label_shift)
+        specs.append(ServerSpec(*map(int, sizes), *map(float, reals)))
     base = Settings.reference(
         dataset=args.dataset,
         num_weak_models=args.num_weak_models,

@@ -11,9 +11,8 @@ processes.
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +39,13 @@ def run_simulation(
     workdir: str | Path,
     *,
     session: str | None = None,
-    repeat: int = 0,
     heterogeneity: float = 0.05,
     timeout: float = 900.0,
-    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run a whole session on Flower's simulation runtime and write its report.
+    """Run a whole session (repeat 0) on Flower's simulation runtime; its report.
 
-    Server s runs ``flwr run`` against its own local SuperLink with
-    ``n_train + n_eval`` virtual SuperNodes, once per phase; then the combine step.
     The report (:func:`combine_session`, plus every phase report's path and the wall
-    time) is written to ``<workdir>/report.json`` and returned. ``extra`` adds
-    run-config keys to every run (e.g. ``flower.reply-timeout``).
+    time) is also written to ``<workdir>/report.json``.
     """
     configs = server_settings(specs, base)
     workdir = Path(workdir).resolve()
@@ -78,31 +72,18 @@ def run_simulation(
                     session=session,
                     artifact_dir=artifacts,
                     report_dir=report_dir,
-                    repeat=repeat,
-                    extra=extra,
                 )
                 report_dir.mkdir(parents=True, exist_ok=True)
-                done = subprocess.run(
-                    [
-                        loopback._executable("flwr"),
-                        "run",
-                        str(ROOT),
-                        "--federation-config",
-                        f"num-supernodes={cfg.n_train + cfg.n_eval}",
-                        "--run-config",
-                        loopback.run_config_arg(config),
-                    ],
-                    env=env,
-                    cwd=workdir,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
+                nodes = f"num-supernodes={cfg.n_train + cfg.n_eval}"
+                loopback.flwr_run(
+                    ROOT,
+                    ["--federation-config", nodes],
+                    config,
+                    env,
+                    workdir,
+                    timeout,
+                    what=f"flwr run ({name}, {phase})",
                 )
-                if done.returncode != 0:
-                    raise RuntimeError(
-                        f"flwr run ({name}, {phase}) failed:\n{done.stdout}\n"
-                        f"{done.stderr}"
-                    )
                 loopback.wait_for_report(report_dir, timeout)
                 phase_reports.setdefault(name, {})[phase] = str(
                     next(report_dir.glob("run-*/report.json"))
@@ -116,7 +97,7 @@ def run_simulation(
         artifacts,
         configs,
         session=session,
-        repeat=repeat,
+        repeat=0,
         heterogeneity=heterogeneity,
         started=started,
         phase_reports=phase_reports,

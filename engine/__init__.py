@@ -4,13 +4,6 @@
 this process; the estimators, multi-server sessions and the fault study build on them.
 """
 
-from ldpfda.engine.inprocess import ArrayClients, ClientPopulation, InProcessClients
 from ldpfda.engine.runner import run_protocol, run_repeat
 
-__all__ = [
-    "ArrayClients",
-    "ClientPopulation",
-    "InProcessClients",
-    "run_protocol",
-    "run_repeat",
-]
+__all__ = ["run_protocol", "run_repeat"]

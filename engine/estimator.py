@@ -33,23 +33,17 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
     :math:`\hat y = 1\{\bar b + \bar\beta^\top z(x) > 0\}`, with :math:`z` the
     client-side featurizer (projection and rescaling).
 
-    This estimator always runs the reference MRMA protocol
-    (:meth:`ldpfda.config.Settings.reference`): it exists to reproduce and study MRMA.
-    The default protocol of ``ldpfda simulate`` and of the Flower app -- every client
-    releases :math:`\tilde y\,(1, x)` once with the hybrid mechanism and the server
-    fits the moment classifier -- is :func:`ldpfda.server.engine.run_protocol` with
-    ``Settings()``, or :class:`~ldpfda.server.learners.MomentLinearClassifier` on the
-    releases of :func:`~ldpfda.client.protocol.privatize_joint`.
+    It always runs the reference MRMA protocol
+    (:meth:`ldpfda.config.Settings.reference`), to reproduce and study MRMA; the
+    default protocol is :func:`ldpfda.engine.run_protocol` with ``Settings()``.
 
     Parameters
     ----------
-    epsilon : float, default 5.0
+    epsilon : float
         Per-client budget.
-    n_estimators : int, default 50
+    n_estimators : int
         Number M of weak classifiers.
-    subsample_size : int, default 50
-    cutoff : float, default 0.2
-    eval_fraction : float, default 5/6
+    eval_fraction : float
         Share of clients in the evaluation group (500 / 3000 train in the reference).
     weak_learner : {"logistic", "svm"}
     label_share : float or None
@@ -58,7 +52,6 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
         Client-side map to [-1, 1]^p, fixed in advance. If None: B-spline projection
         with ``n_basis``/``order`` for curves (``grid_points`` given), with rescaling
         bounds from ``public_curves``; or the identity on [-1, 1]^p for vectors.
-    n_basis, order : int
     random_state : int, Generator or None
         None (default) keys the clients' noise and the server's randomness with fresh
         OS entropy, so nobody can replay the noise. A fixed value makes the noise
@@ -67,12 +60,10 @@ class MRMAClassifier(ClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
     coef_ : ndarray of shape (1, p)
     intercept_ : ndarray of shape (1,)
     result_ : ProtocolResult
         Per-model estimated errors, weights, reversal flags, privacy summary.
-    featurizer_ : Featurizer
 
     References
     ----------

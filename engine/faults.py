@@ -1,19 +1,16 @@
 """The reference MRMA protocol with crashing, hanging and malicious clients, in process.
 
-:class:`FaultyClients` decorates the in-process transport: each client is honest,
-crashes (no reply), hangs past the deadline (its late reply is dropped), or is
-malicious. Malicious clients either send garbage (NaN, wrong dimension, values outside
-the mechanism's declared output range, a non-bit feedback, a second reply) -- which the
-server's checks reject and record, exactly as for a Flower node -- or the most damaging
-*valid* replies: features at the edge of the output range pointing against the true
-decision direction with the opposite label, and inverted feedback bits. Valid replies
-cannot be told apart from honest ones; their damage is what the ``ldpfda faults`` study
-measures. The plan that runs is the reference protocol's own
-(:mod:`ldpfda.server.plans`).
+:class:`FaultyClients` decorates the in-process transport. Malicious clients send
+either garbage (NaN, wrong dimension, values outside the declared output range, a
+non-bit feedback, a second reply), which the server's checks reject and record as for
+a Flower node, or the most damaging *valid* replies (features at the edge of the range
+against the true decision direction with the opposite label, inverted feedback bits),
+whose damage the ``ldpfda faults`` study measures.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +20,7 @@ from numpy.typing import NDArray
 from ldpfda._validation import check_real
 from ldpfda.config import Settings
 from ldpfda.datasets.population import repeat_data
-from ldpfda.engine.inprocess import ArrayClients, InProcessClients
+from ldpfda.engine.inprocess import InProcessClients, split_clients
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema import catalog
@@ -59,28 +56,19 @@ class FaultResult:
     used: dict[str, int] = field(default_factory=dict)
 
     def rejection_counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.rejected:
-            key = f"{r.stage}/{r.reason.split(':')[0]}"
-            out[key] = out.get(key, 0) + 1
-        return out
+        """How many replies were rejected, by ``<stage>/<kind>``."""
+        return dict(
+            Counter(f"{r.stage}/{r.reason.split(':')[0]}" for r in self.rejected)
+        )
 
 
 class FaultyClients:
     """The in-process transport with some clients that crash, hang or lie.
 
-    Parameters
-    ----------
-    inner : InProcessClients
-        The honest clients; every client computes its honest release there first.
-    roles : dict of int to str
-        ``crash``, ``hang`` or ``malicious`` by client id (honest if absent).
-    attack : {"extreme", "garbage"}
-        What malicious clients send.
-    rng : Generator
-        The attackers' randomness (the labels of extreme releases).
-    direction : ndarray of shape (p,)
-        What an informed attacker pushes against.
+    Every client computes its honest release in ``inner`` first; ``roles`` gives
+    ``crash`` (no reply), ``hang`` (its late reply is dropped) or ``malicious`` by
+    client id (honest if absent). Malicious clients send ``attack`` (``ATTACKS``),
+    pushing against ``direction`` (p,); ``rng`` draws the labels of extreme releases.
     """
 
     def __init__(
@@ -171,11 +159,12 @@ class FaultyClients:
 
 def _as_wire(query: Query, arrays: dict[str, Any]) -> dict[str, NDArray]:
     """A client's reply values as the arrays it would send (rows of wire shape)."""
-    out = {}
-    for spec in query.reply:
-        value = np.asarray(arrays[spec.key], dtype=float)
-        out[spec.key] = value.reshape(1, -1) if spec.shape else value.reshape(1)
-    return out
+    return {
+        spec.key: np.asarray(arrays[spec.key], dtype=float).reshape(
+            (1, -1) if spec.shape else (1,)
+        )
+        for spec in query.reply
+    }
 
 
 def _roles(n: int, rng: np.random.Generator, fractions: dict[str, float]) -> NDArray:
@@ -197,13 +186,8 @@ def run_with_faults(
     attack: str = "extreme",
     crash: float = 0.0,
     hang: float = 0.0,
-    direction: NDArray[np.float64] | None = None,
 ) -> FaultResult:
-    """One repeat of the reference protocol with the given shares of faulty clients.
-
-    ``direction`` is what an informed attacker pushes against (default: the true
-    coefficient direction of the vector design, or the first basis direction).
-    """
+    """One repeat of the reference protocol with the given shares of faulty clients."""
     if settings.protocol != "mrma" or settings.joint_release:
         raise ValueError(
             "run_with_faults runs the reference MRMA protocol; use "
@@ -215,21 +199,17 @@ def run_with_faults(
         raise ValueError("malicious + crash + hang must be <= 1")
     if attack not in ATTACKS:
         raise ValueError(f"attack must be one of {ATTACKS}, got {attack!r}")
-    data = repeat_data(settings, repeat)
-    featurizer = data.featurizer
-    (x_tr, y_tr), (x_ev, y_ev) = data.train, data.evaluation
-    assert data.test is not None
+    train, evaluation, test = split_clients(settings, repeat_data(settings, repeat))
     n_tr, n_ev = settings.n_train, settings.n_eval
-    train = ArrayClients(np.arange(n_tr), x_tr, y_tr, featurizer)
-    evaluation = ArrayClients(n_tr + np.arange(n_ev), x_ev, y_ev, featurizer)
-    p = featurizer.n_features_out
+    p = train.featurizer.n_features_out
     rng = np.random.default_rng(derive_seed(settings.seed, "faults", repeat))
     fractions = {"malicious": malicious, "crash": crash, "hang": hang}
     roles = np.concatenate([_roles(n_tr, rng, fractions), _roles(n_ev, rng, fractions)])
     every = np.arange(n_tr + n_ev)
-    if direction is None:
-        direction = np.zeros(p)
-        direction[: min(p, 4)] = [1.0, -0.5, 1 / 3, -0.25][: min(p, 4)]
+    # What an informed attacker pushes against: the true coefficient direction of the
+    # vector design, or the first basis direction.
+    direction = np.zeros(p)
+    direction[: min(p, 4)] = [1.0, -0.5, 1 / 3, -0.25][: min(p, 4)]
     inner = InProcessClients(
         [train, evaluation],
         settings,
@@ -247,8 +227,8 @@ def run_with_faults(
     server_rng = np.random.default_rng(derive_seed(settings.seed, "server", repeat))
     plan = Plan(settings, train.client_ids, evaluation.client_ids, p, server_rng)
     result = run_plan(session, plan)
-    result.baselines["non_private"] = fit_linear(train.features(), y_tr)
-    score(result, featurizer.transform(data.test[0]), data.test[1])
+    result.baselines["non_private"] = fit_linear(train.features(), train.labels)
+    score(result, *test)
     rejected = [
         Rejection(int(c), stage, reason)
         for stage, round_ in session.rounds.items()

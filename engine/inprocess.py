@@ -1,13 +1,10 @@
 """The in-process transport: every client of a population answers in this process.
 
-:class:`InProcessClients` implements :class:`ldpfda.server.session.Clients` over
-populations that serve their clients chunk by chunk (:class:`ClientPopulation`). An
-ask streams through the populations, hands each chunk's asked clients and their request
-rows to the same vectorised client function a Flower SuperNode calls on its one client
-(:func:`ldpfda.client.answers.answer`), and checks the stacked replies against the
-query's schema exactly as the Flower transport checks each node's reply. Each client's
-noise is keyed by (run seed, client id), so the numbers do not depend on the chunk
-size or on the order in which clients are asked.
+:class:`InProcessClients` hands each chunk of asked clients to the vectorised client
+function a Flower SuperNode calls on its one client
+(:func:`ldpfda.client.answers.answer`) and checks the stacked replies as the Flower
+transport checks each node's. Each client's noise is keyed by (run seed, client id),
+so the numbers depend neither on the chunk size nor on the order of the asks.
 """
 
 from __future__ import annotations
@@ -21,12 +18,20 @@ from numpy.typing import NDArray
 
 from ldpfda.client.answers import ClientBatch, answer
 from ldpfda.config import Settings
+from ldpfda.datasets.population import RepeatData
 from ldpfda.fda.features import Featurizer
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema.queries import Query, Request
 from ldpfda.server.session import Replies, check_replies
 
-__all__ = ["ArrayClients", "Batch", "ClientPopulation", "InProcessClients", "all_ids"]
+__all__ = [
+    "ArrayClients",
+    "Batch",
+    "ClientPopulation",
+    "InProcessClients",
+    "all_ids",
+    "split_clients",
+]
 
 Batch = tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int8]]
 
@@ -65,6 +70,22 @@ class ArrayClients:
         return self.featurizer.transform(self.raw)
 
 
+def split_clients(
+    settings: Settings, data: RepeatData
+) -> tuple[ArrayClients, ArrayClients, tuple[NDArray[np.float64], NDArray[np.int8]]]:
+    """The training clients (ids ``0 .. n_train-1``) and evaluation clients (the next
+    ``n_eval`` ids) of a repeat's samples, and its clean scaled test set."""
+    (x_train, y_train), (x_eval, y_eval) = data.train, data.evaluation
+    assert data.test is not None
+    featurizer = data.featurizer
+    n_train = settings.n_train
+    train = ArrayClients(np.arange(n_train), x_train, y_train, featurizer)
+    evaluation = ArrayClients(
+        n_train + np.arange(settings.n_eval), x_eval, y_eval, featurizer
+    )
+    return train, evaluation, (featurizer.transform(data.test[0]), data.test[1])
+
+
 def _slice(rows: NDArray[np.int64]) -> NDArray[np.int64] | slice:
     """``rows`` as a slice when they are consecutive (a view, not a copy)."""
     if rows.size and rows[-1] - rows[0] + 1 == rows.size and np.all(np.diff(rows) == 1):
@@ -81,21 +102,11 @@ def all_ids(population: ClientPopulation) -> NDArray[np.int64]:
 
 
 class InProcessClients:
-    """The clients of ``populations`` as a transport.
+    """The clients of ``populations`` (disjoint ids) as a transport.
 
-    Parameters
-    ----------
-    populations : sequence of ClientPopulation
-        Disjoint client ids.
-    settings : Settings
-        The run's settings, as every client reads them.
-    seed : int
-        Run seed that, with the client id, keys every client's noise.
-    ledger : PrivacyLedger
-        The clients' own ledgers, one row per client: every release is charged to
-        it before anything is released, and nobody can overspend.
-    chunk_size : int
-        Clients per call of the client function.
+    ``seed`` is the run seed that, with the client id, keys every client's noise;
+    ``ledger`` the clients' own ledgers, one row per client, charged before anything
+    is released; ``chunk_size`` the clients per call of the client function.
     """
 
     def __init__(
@@ -112,24 +123,17 @@ class InProcessClients:
         self.seed = seed
         self.ledger = ledger
         self.chunk_size = chunk_size
-        ranges = []
-        for population in self.populations:
-            ids = all_ids(population)
-            ranges.append((int(ids.min()), int(ids.max())) if ids.size else (0, -1))
-        self._ranges = ranges
-
-    def ids(self) -> NDArray[np.int64]:
-        """Every client id, population by population."""
-        return np.concatenate([all_ids(p) for p in self.populations])
+        self._ranges = [
+            (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
+            for ids in map(all_ids, self.populations)
+        ]
 
     def clean(
         self, ids: NDArray[np.int64]
     ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-        """The clean scaled features and labels of clients ``ids``, in that order.
-
-        What each client knows of itself: for fault studies, whose attackers craft
-        their replies from their own data. No server-side code calls it.
-        """
+        """The clean scaled features and labels of clients ``ids``, in that order:
+        what each client knows of itself, from which a fault study's attackers craft
+        their replies. No server-side code calls it."""
         x: NDArray[np.float64] | None = None
         y = np.zeros(ids.size, dtype=np.int8)
         position = {int(c): i for i, c in enumerate(ids)}

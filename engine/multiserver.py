@@ -8,8 +8,7 @@ on Flower's simulation runtime is ``deploy/simulation.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from numpy.typing import NDArray
 from ldpfda._validation import check_real
 from ldpfda.config import Settings
 from ldpfda.datasets.population import population_data, simulated_noise_seed
-from ldpfda.engine.inprocess import ArrayClients, InProcessClients
+from ldpfda.engine.inprocess import InProcessClients, split_clients
 from ldpfda.engine.runner import run_protocol
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
@@ -41,8 +40,6 @@ __all__ = [
     "summarize",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @dataclass
 class MultiServerResult:
@@ -51,8 +48,7 @@ class MultiServerResult:
     test_errors: dict[str, dict[str, float]]
     estimates: NDArray[np.float64]  # (S, S*M): server r's estimate of model j
     privacy: dict[str, Any]
-    models: dict[str, LinearModels] = field(default_factory=dict)
-    weak: LinearModels | None = None
+    models: dict[str, LinearModels]
 
 
 def run_multiserver_repeat(
@@ -71,9 +67,8 @@ def run_multiserver_repeat(
     per server, training clients first, as in a Flower run of each server; the noise of
     a server's clients is keyed by its own seed
     (:func:`~ldpfda.datasets.population.simulated_noise_seed`). The single-server
-    baseline of
-    server s is the MRMA run it would do alone on the same clients (a counterfactual:
-    in either world each client releases once).
+    baseline of server s is the MRMA run it would do alone on the same clients (a
+    counterfactual: in either world each client releases once).
     """
     check_reference(settings)
     s_count = len(servers)
@@ -82,42 +77,25 @@ def run_multiserver_repeat(
     heterogeneity = check_real(heterogeneity, "heterogeneity", low=0.0)
     m = settings.num_weak_models
     configs = [spec.settings(settings, s) for s, spec in enumerate(servers)]
-    populations, tests = [], []
+    populations, tests, sessions, ledgers = [], [], [], []
     for s, cfg in enumerate(configs):
         if cfg.n_eval < s_count * m:
             raise ValueError(
                 f"server {s} has n_eval={cfg.n_eval}: at least one evaluation client "
                 f"per model of every server ({s_count * m}) is needed"
             )
-        data = population_data(cfg, repeat)
-        (xtr, ytr), (xev, yev) = data.train, data.evaluation
-        train = ArrayClients(np.arange(cfg.n_train), xtr, ytr, data.featurizer)
-        evaluation = ArrayClients(
-            cfg.n_train + np.arange(cfg.n_eval), xev, yev, data.featurizer
-        )
-        assert data.test is not None
-        tests.append((data.featurizer.transform(data.test[0]), data.test[1]))
+        train, evaluation, test = split_clients(cfg, population_data(cfg, repeat))
         populations.append((train, evaluation))
-    ledgers = [
-        PrivacyLedger(
-            budget=cfg.epsilon, client_ids=np.arange(cfg.n_train + cfg.n_eval)
+        tests.append(test)
+        every = np.arange(cfg.n_train + cfg.n_eval)
+        ledgers.append(PrivacyLedger(budget=cfg.epsilon, client_ids=every))
+        clients = InProcessClients(
+            [train, evaluation],
+            cfg,
+            seed=simulated_noise_seed(cfg, repeat),
+            ledger=PrivacyLedger(budget=cfg.epsilon, client_ids=every),
         )
-        for cfg in configs
-    ]
-    sessions = [
-        Session(
-            InProcessClients(
-                pops,
-                cfg,
-                seed=simulated_noise_seed(cfg, repeat),
-                ledger=PrivacyLedger(
-                    budget=cfg.epsilon, client_ids=np.arange(cfg.n_train + cfg.n_eval)
-                ),
-            ),
-            ledger,
-        )
-        for cfg, pops, ledger in zip(configs, populations, ledgers, strict=True)
-    ]
+        sessions.append(Session(clients, ledgers[-1]))
     n_features = populations[0][0].featurizer.n_features_out
 
     # 1. Every server asks its training clients and trains M weak models.
@@ -174,7 +152,7 @@ def run_multiserver_repeat(
         "max_spent_over_budget": float(np.max(spent / budgets)),
         "budgets": [cfg.epsilon for cfg in configs],
     }
-    return MultiServerResult(test_errors, estimates, privacy, models, weak)
+    return MultiServerResult(test_errors, estimates, privacy, models)
 
 
 def summarize(

@@ -14,10 +14,10 @@ from numpy.typing import NDArray
 from ldpfda.config import Settings
 from ldpfda.datasets.population import public_features, repeat_data
 from ldpfda.engine.inprocess import (
-    ArrayClients,
     ClientPopulation,
     InProcessClients,
     all_ids,
+    split_clients,
 )
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
@@ -39,7 +39,6 @@ def run_protocol(
     test: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
     clean_train: tuple[NDArray[np.float64], NDArray[np.int8]] | None = None,
     chunk_size: int = 100_000,
-    ledger: PrivacyLedger | None = None,
     keep_payload: bool = True,
     public: NDArray[np.float64] | None = None,
 ) -> ProtocolResult:
@@ -50,32 +49,28 @@ def run_protocol(
     train, evaluation : ClientPopulation
         Training and evaluation clients (disjoint ids); in a ``moment`` or label-only
         run both simply release.
-    settings : Settings
     seed : int
         Run seed that keys every client's noise.
     server_rng : Generator
         The server's own randomness (subsamples, groups, clusters, pilots).
     test : (features, labels), optional
-        Clean scaled test features; test errors of every method are then reported.
+        Clean scaled test data; test errors of every method are then reported.
     clean_train : (features, labels), optional
-        Clean scaled features, for the non-private reference model only.
-    ledger : PrivacyLedger, optional
-        The clients' ledgers; one with budget ``settings.epsilon`` by default.
+        Clean scaled data, for the non-private reference model only.
     keep_payload : bool
-        Keep every release in the result (False keeps an empty payload).
+        False keeps an empty payload in the result.
     public : array of shape (m, p), optional
         Public, unlabeled scaled features (the moment classifier's feature second
         moment when ``settings.public_features`` is True).
     """
     train_ids, eval_ids = all_ids(train), all_ids(evaluation)
     every = np.concatenate([train_ids, eval_ids])
-    if ledger is None:
-        ledger = PrivacyLedger(budget=settings.epsilon, client_ids=every)
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=every)
     clients = InProcessClients(
         [train, evaluation], settings, seed=seed, ledger=ledger, chunk_size=chunk_size
     )
     session = Session(clients, PrivacyLedger(budget=settings.epsilon, client_ids=every))
-    n_features = _n_features(train, chunk_size)
+    n_features = _n_features(train)
     plan = Plan(settings, train_ids, eval_ids, n_features, server_rng, public)
     result = run_plan(session, plan)
     if clean_train is not None:
@@ -87,20 +82,15 @@ def run_protocol(
     return result
 
 
-def _n_features(population: ClientPopulation, chunk_size: int) -> int:
+def _n_features(population: ClientPopulation) -> int:
     featurizer = getattr(population, "featurizer", None)
     if featurizer is not None:
         return int(featurizer.n_features_out)
-    _, x, _ = next(iter(population.batches(min(chunk_size, 1))))
+    _, x, _ = next(iter(population.batches(1)))
     return int(x.shape[1])
 
 
-def run_repeat(
-    settings: Settings,
-    repeat: int = 0,
-    *,
-    chunk_size: int = 100_000,
-) -> ProtocolResult:
+def run_repeat(settings: Settings, repeat: int = 0) -> ProtocolResult:
     """One repeat of the simulation on an embedded design, with every baseline scored.
 
     Training clients have ids ``0 .. n_train-1`` and evaluation clients the next
@@ -111,22 +101,15 @@ def run_repeat(
     training clients of an ``mrma`` run, every client of a ``moment`` or label-only run.
     """
     data = repeat_data(settings, repeat)
-    featurizer = data.featurizer
-    (x_train, y_train), (x_eval, y_eval) = data.train, data.evaluation
-    assert data.test is not None
-    x_test, y_test = data.test
-    train = ArrayClients(np.arange(settings.n_train), x_train, y_train, featurizer)
-    evaluation = ArrayClients(
-        settings.n_train + np.arange(settings.n_eval), x_eval, y_eval, featurizer
-    )
-    clean = (train.features(), y_train)
+    train, evaluation, test = split_clients(settings, data)
+    clean = (train.features(), train.labels)
     if settings.protocol in ("moment", "label"):
         clean = (
             np.vstack([clean[0], evaluation.features()]),
-            np.concatenate([y_train, y_eval]).astype(np.int8),
+            np.concatenate([train.labels, evaluation.labels]).astype(np.int8),
         )
     public = (
-        public_features(settings, repeat, featurizer=featurizer)
+        public_features(settings, repeat, featurizer=data.featurizer)
         if settings.public_features
         else None
     )
@@ -136,8 +119,7 @@ def run_repeat(
         settings,
         seed=derive_seed(settings.seed, "clients", repeat),
         server_rng=np.random.default_rng(derive_seed(settings.seed, "server", repeat)),
-        test=(featurizer.transform(x_test), y_test),
+        test=test,
         clean_train=clean,
-        chunk_size=chunk_size,
         public=public,
     )

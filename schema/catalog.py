@@ -1,26 +1,14 @@
-r"""Every query of ldpfda's protocols, built from the run's public parameters.
+"""Every query of ldpfda's protocols, built from the run's public parameters.
 
-==================  ============================  ====================================
-query               request                       reply
-==================  ============================  ====================================
-``identify``        --                            ``ConfigRecord "identity"`` only
-``privatize``       --                            joint: ``payload.releases`` (1, p+1);
-                                                  reference: ``payload.features``
-                                                  (1, p), ``payload.labels`` (1,)
-``evaluate``        ``model.coef`` (p,),          ``feedback.bit`` (1,)
-                    ``model.intercept`` (1,)
-``features``        --                            ``features.x`` (1, p), in the clear
-``label``           ``prior.q`` (K,)              ``label.label`` (1,) int64
-``p2p_randomize``   ``p2p.local-epsilon`` (1,),   ``label.label`` (1,) int8
-                    ``p2p.cluster-sizes`` (C,)
-``p2p_forward``     ``peers.labels`` (s,)         ``label.label`` (1,) int8
-==================  ============================  ====================================
-
-The costs are the events of :mod:`ldpfda.schema.releases`, the output ranges those of
-the mechanisms the settings name.
+Each query declares its request and reply arrays as
+:class:`~ldpfda.schema.queries.ArraySpec` (docs/flower.md tabulates the rounds of every
+protocol); the costs are the events of :mod:`ldpfda.schema.releases`, the output ranges
+those of the mechanisms the settings name.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,13 +19,11 @@ from ldpfda.schema.queries import ArraySpec, Cost, Query, Request
 from ldpfda.schema.releases import (
     check_priors,
     evaluation_events,
-    joint_events,
-    joint_output_range,
+    joint_mechanism,
     label_event,
     p2p_relay_event,
     prior_groups,
-    privatize_events,
-    training_output_range,
+    training_mechanisms,
 )
 
 __all__ = [
@@ -78,56 +64,50 @@ def _constant(events: list[ReleaseEvent]) -> Cost:
     )
 
 
+def _categorical(
+    record: str, key: str, dtype: str, kind: str, describe: str, n: int = 2
+) -> ArraySpec:
+    """A reply value in ``0 .. n - 1``, rejected as ``kind: describe`` otherwise."""
+    return ArraySpec(record, key, dtype, values=n, kind=kind, describe=describe)
+
+
 def identify_query() -> Query:
     """Who a node is and what it has spent; releases nothing, costs nothing."""
     return Query(IDENTIFY, ledger_record="identity")
 
 
+def _privatize_mechanisms(settings: Settings, n_features: int) -> list[Any]:
+    """The mechanisms of a privatize release: the joint one, or Laplace on x and
+    randomized response on y (the reference release)."""
+    if settings.joint_release:
+        mechanism = settings.vector_mechanism
+        return [joint_mechanism(settings.epsilon, n_features, mechanism)]
+    return list(training_mechanisms(settings.epsilon, n_features, settings.label_share))
+
+
 def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
     """The declared range of every value a privatize reply releases."""
-    if settings.joint_release:
-        return joint_output_range(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            mechanism=settings.vector_mechanism,
-        )
-    return training_output_range(
-        epsilon=settings.epsilon,
-        n_features=n_features,
-        label_share=settings.label_share,
-    )
+    return _privatize_mechanisms(settings, n_features)[0].output_range()
 
 
 def privatize_query(settings: Settings, n_features: int) -> Query:
     """A client's one release of its features and label, as the settings name it."""
-    low, high = release_range(settings, n_features)
+    mechanisms = _privatize_mechanisms(settings, n_features)
+    low, high = mechanisms[0].output_range()
     if settings.joint_release:
-        events = joint_events(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            mechanism=settings.vector_mechanism,
-        )
         reply: tuple[ArraySpec, ...] = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
     else:
-        events = privatize_events(
-            epsilon=settings.epsilon,
-            n_features=n_features,
-            label_share=settings.label_share,
-        )
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
-            ArraySpec(
-                "payload",
-                "labels",
-                "int8",
-                values=2,
-                kind="label",
-                describe="randomized label must be 0 or 1",
+            _categorical(
+                "payload", "labels", "int8", "label", "randomized label must be 0 or 1"
             ),
         )
-    return Query(PRIVATIZE, reply=reply, cost=_constant(events))
+    return Query(
+        PRIVATIZE, reply=reply, cost=_constant([m.event() for m in mechanisms])
+    )
 
 
 def evaluate_query(settings: Settings, n_features: int) -> Query:
@@ -136,16 +116,8 @@ def evaluate_query(settings: Settings, n_features: int) -> Query:
         ArraySpec("model", "coef", "float64", (n_features,), lead=False),
         ArraySpec("model", "intercept", "float64"),
     )
-    reply = (
-        ArraySpec(
-            "feedback",
-            "bit",
-            "int8",
-            values=2,
-            kind="bit",
-            describe="feedback must be a bit (0 or 1)",
-        ),
-    )
+    describe = "feedback must be a bit (0 or 1)"
+    reply = (_categorical("feedback", "bit", "int8", "bit", describe),)
     events = evaluation_events(epsilon=settings.epsilon)
     return Query(EVALUATE, request, reply, _constant(events))
 
@@ -162,16 +134,8 @@ def features_query(n_features: int) -> Query:
 
 
 def _label_reply(dtype: str, n_classes: int) -> tuple[ArraySpec, ...]:
-    return (
-        ArraySpec(
-            "label",
-            "label",
-            dtype,
-            values=n_classes,
-            kind="label",
-            describe=f"label must be in {{0, ..., {n_classes - 1}}}",
-        ),
-    )
+    describe = f"label must be in {{0, ..., {n_classes - 1}}}"
+    return (_categorical("label", "label", dtype, "label", describe, n_classes),)
 
 
 def label_query(settings: Settings, n_classes: int = 2) -> Query:

@@ -6,9 +6,8 @@ side (which produces them), the server (which learns from them) and the transpor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -21,7 +20,6 @@ __all__ = [
     "LinearModels",
     "Payload",
     "TrainingPayload",
-    "concatenate",
 ]
 
 
@@ -55,26 +53,30 @@ class LinearModels:
         """Misclassification rate of each model on (X, y)."""
         return (self.predict(X) != np.asarray(y)[:, None]).mean(axis=0)
 
-    def select(
-        self, index: int | Sequence[int] | NDArray[np.integer] | NDArray[np.bool_]
-    ) -> LinearModels:
-        return LinearModels(self.coef[index], self.intercept[index])
+
+class _ClientRows:
+    """Arrays with one row per client, ordered by client id, and run-wide scalars."""
+
+    client_ids: NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.client_ids.size)
+
+    def arrays(self) -> dict[str, NDArray]:
+        """The released arrays by name (``payload.npz`` of a run)."""
+        return {k: v for k, v in vars(self).items() if isinstance(v, np.ndarray)}
+
+    def take(self, index: Any) -> Self:
+        """The clients at positions ``index``, in that order."""
+        taken = {k: v[index] for k, v in self.arrays().items()}
+        return type(self)(**{**vars(self), **taken})
 
 
 @dataclass(frozen=True)
-class TrainingPayload:
-    """What training clients release: perturbed features and randomized labels.
-
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    features : ndarray of shape (n, p)
-        Perturbed scaled coefficients.
-    labels : ndarray of shape (n,)
-        Randomized labels in {0, 1}.
-    feature_epsilon, label_epsilon : float
-        What each client spent on each part.
-    """
+class TrainingPayload(_ClientRows):
+    """What training clients release: perturbed scaled coefficients ``features`` (n, p)
+    and randomized ``labels`` in {0, 1}; each client spent ``feature_epsilon`` and
+    ``label_epsilon`` on them."""
 
     client_ids: NDArray[np.int64]
     features: NDArray[np.float64]
@@ -82,62 +84,20 @@ class TrainingPayload:
     feature_epsilon: float
     label_epsilon: float
 
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
-
-    def arrays(self) -> dict[str, NDArray]:
-        """The released arrays by name (``payload.npz`` of a run)."""
-        return {
-            "client_ids": self.client_ids,
-            "features": self.features,
-            "labels": self.labels,
-        }
-
-    def take(self, index: Any) -> TrainingPayload:
-        return TrainingPayload(
-            self.client_ids[index],
-            self.features[index],
-            self.labels[index],
-            self.feature_epsilon,
-            self.label_epsilon,
-        )
-
-    @classmethod
-    def concatenate(cls, parts: list[TrainingPayload]) -> TrainingPayload:
-        if not parts:
-            raise ValueError("no payloads to concatenate")
-        return cls(
-            np.concatenate([p.client_ids for p in parts]),
-            np.concatenate([p.features for p in parts]),
-            np.concatenate([p.labels for p in parts]),
-            parts[0].feature_epsilon,
-            parts[0].label_epsilon,
-        )
-
 
 @dataclass(frozen=True)
-class JointPayload:
+class JointPayload(_ClientRows):
     r"""What clients release jointly: one perturbed :math:`\tilde y\,(1, x)` each.
 
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    releases : ndarray of shape (n, p + 1)
-        Released signed vectors, constant coordinate first (see
-        :class:`~ldpfda.privacy.joint.SignedFeatureMechanism`).
-    epsilon : float
-        What each client spent: its whole budget, once.
-    mechanism : {"hybrid", "piecewise", "duchi", "laplace"}
-        The vector mechanism of the release.
+    ``releases`` (n, p + 1) are the released signed vectors, constant coordinate first
+    (:class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with vector mechanism
+    ``mechanism``); each client spent its whole budget ``epsilon`` on it, once.
     """
 
     client_ids: NDArray[np.int64]
     releases: NDArray[np.float64]
     epsilon: float
     mechanism: str
-
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
 
     @property
     def n_features(self) -> int:
@@ -150,44 +110,16 @@ class JointPayload:
             epsilon=self.epsilon, n_features=self.n_features, mechanism=self.mechanism
         )
 
-    def arrays(self) -> dict[str, NDArray]:
-        return {"client_ids": self.client_ids, "releases": self.releases}
-
-    def take(self, index: Any) -> JointPayload:
-        return JointPayload(
-            self.client_ids[index], self.releases[index], self.epsilon, self.mechanism
-        )
-
-    @classmethod
-    def concatenate(cls, parts: list[JointPayload]) -> JointPayload:
-        if not parts:
-            raise ValueError("no payloads to concatenate")
-        return cls(
-            np.concatenate([p.client_ids for p in parts]),
-            np.concatenate([p.releases for p in parts]),
-            parts[0].epsilon,
-            parts[0].mechanism,
-        )
-
 
 @dataclass(frozen=True)
-class LabelPayload:
-    r"""What the server holds after a label-only run, ordered by client id.
+class LabelPayload(_ClientRows):
+    r"""What the server holds after a label-only run: public scaled ``features``
+    (n, p) and released ``labels`` (randomized, or forwarded by a peer).
 
-    Attributes
-    ----------
-    client_ids : ndarray of shape (n,)
-    features : ndarray of shape (n, p)
-        Public scaled features.
-    labels : ndarray of shape (n,)
-        Released labels (randomized, or forwarded by a peer).
-    priors : ndarray of shape (n, K)
-        The prior of each label's channel: :math:`\tilde y` was kept with probability
-        :math:`1 - \lambda_i` and otherwise drawn from this row.
-    epsilon : float
-        The epsilon of the channel, from which :math:`\lambda_i` follows
-        (:func:`~ldpfda.schema.releases.prior_probabilities`): the run's epsilon, or
-        :math:`\varepsilon_0` of the peer-to-peer randomized response.
+    Each label's channel kept :math:`\tilde y` with probability :math:`1 - \lambda_i`
+    and otherwise drew it from its row of ``priors`` (n, K); :math:`\lambda_i` follows
+    from ``epsilon`` (:func:`~ldpfda.schema.releases.prior_probabilities`): the run's
+    epsilon, or :math:`\varepsilon_0` of the peer-to-peer randomized response.
     """
 
     client_ids: NDArray[np.int64]
@@ -196,32 +128,12 @@ class LabelPayload:
     priors: NDArray[np.float64]
     epsilon: float
 
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
-
     @property
     def resample_probabilities(self) -> NDArray[np.float64]:
         r""":math:`\lambda_i` of every label's channel."""
         from ldpfda.schema.releases import prior_probabilities
 
         return prior_probabilities(self.priors, epsilon=self.epsilon)
-
-    def arrays(self) -> dict[str, NDArray]:
-        return {
-            "client_ids": self.client_ids,
-            "features": self.features,
-            "labels": self.labels,
-            "priors": self.priors,
-        }
-
-    def take(self, index: Any) -> LabelPayload:
-        return LabelPayload(
-            self.client_ids[index],
-            self.features[index],
-            self.labels[index],
-            self.priors[index],
-            self.epsilon,
-        )
 
     def head(self) -> LabelPayload:
         """An empty payload with the same shapes (for results kept without data)."""
@@ -231,10 +143,3 @@ class LabelPayload:
 #: What a population of clients releases: the reference payload, joint releases, or
 #: public features with randomized labels (label-only modes).
 Payload = TrainingPayload | JointPayload | LabelPayload
-
-
-def concatenate(parts: list[Any]) -> Any:
-    """One payload from chunks of the same kind, in order."""
-    if not parts:
-        raise ValueError("no payloads to concatenate")
-    return type(parts[0]).concatenate(parts)

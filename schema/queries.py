@@ -1,19 +1,13 @@
 r"""Typed queries: what the server may ask a client, and what a valid answer looks like.
 
-A :class:`Query` names its request arrays, its reply arrays (each with its dtype, its
-per-client shape and the values it may take), and the privacy cost of answering it.
-Both transports speak these queries: the in-process one hands the request rows of many
-clients to one vectorised client function, the Flower one sends each client its row
-as an ``ArrayRecord``. Either way the reply is checked against the same
-:class:`ArraySpec` before the server uses it (:func:`check_rows`), so a reply that is
-rejected in one transport is rejected in the other.
-
-On the wire a query is the message type ``query.<name>``. Every array of a request or
-reply lives at ``<record>.<key>`` of the message's ``RecordDict``; a client's row of an
-array of per-client shape ``s`` is sent with shape ``(1, *s)`` when the spec says
-``lead=True`` (a scalar row as ``(1,)``) and as ``s`` itself otherwise. Every reply of
-a client also carries the ``ConfigRecord "ledger"`` (``client-id``, ``budget``,
-``spent``; ``"identity"`` for the identify query).
+A :class:`Query` names its request and reply arrays (:class:`ArraySpec`: dtype,
+per-client shape, allowed values) and the privacy cost of answering it. Both transports
+check every reply against the same specs (:func:`check_rows`), so a reply rejected in
+one is rejected in the other. On the wire a query is the message type
+``query.<name>``; each array lives at ``<record>.<key>`` of the ``RecordDict``, a
+client's row of per-client shape ``s`` sent as ``(1, *s)`` when ``lead`` (a scalar as
+``(1,)``) and as ``s`` otherwise; every reply also carries the ``ConfigRecord
+"ledger"`` (``client-id``, ``budget``, ``spent``; ``"identity"`` for identify).
 """
 
 from __future__ import annotations
@@ -78,30 +72,14 @@ class ReplyError(ValueError):
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One array of a request or reply.
+    """One array of a request or reply: ``ArrayRecord`` ``record``, entry ``key``.
 
-    Attributes
-    ----------
-    record, key : str
-        Where the array lives: ``ArrayRecord`` ``record``, entry ``key``.
-    dtype : str
-        The dtype it is sent as.
-    shape : tuple of int
-        Each client's row shape; ``-1`` marks a length the check does not fix.
-    low, high : float, optional
-        Bounds of a real-valued array (checked finite and within them).
-    values : int, optional
-        A categorical array takes the values ``0 .. values - 1``.
-    kind : str
-        Rejection kind when a value is out of bounds (``range``, ``label``, ``bit``).
-    what : str
-        How an error message names the array.
-    describe : str
-        What a categorical array must hold, for the rejection message.
-    lead : bool
-        Whether a client's row is sent with a leading axis of length 1.
-    ragged : bool
-        Whether clients receive blocks of different lengths (:class:`Request`).
+    ``shape`` is each client's row shape (``-1``: a length the check does not fix).
+    A real-valued array is checked finite and within ``low``/``high`` (rejection kind
+    ``kind``); a categorical one takes the values ``0 .. values - 1`` (``describe``
+    says so in the rejection). ``what`` names the array in messages; ``lead``: a
+    client's row is sent with a leading axis of length 1; ``ragged``: clients receive
+    blocks of different lengths (:class:`Request`).
     """
 
     record: str
@@ -128,13 +106,8 @@ class ArraySpec:
         return (1, *self.shape) if self.lead else self.shape
 
     def row(self, array: NDArray) -> NDArray:
-        """One client's wire array as a row of per-client shape (checks the shape).
-
-        Raises
-        ------
-        ReplyError
-            ``shape`` when the array does not have :meth:`wire_shape`.
-        """
+        """One client's wire array as a row of per-client shape; ``ReplyError``
+        (``shape``) when it does not have :meth:`wire_shape`."""
         expected = self.wire_shape()
         if array.ndim != len(expected) or any(
             e not in (-1, s) for e, s in zip(expected, array.shape, strict=True)
@@ -152,15 +125,9 @@ class ArraySpec:
 class Request:
     """What the server sends with a query to clients ``0 .. n-1`` of an ask.
 
-    Attributes
-    ----------
-    rows : mapping of str to ndarray
-        Per-client arrays, one row per asked client (row ``i`` to client ``i``).
-    shared : mapping of str to ndarray
-        Arrays every asked client receives alike.
-    ragged : mapping of str to (values, offsets, counts)
-        Per-client blocks of varying length: client ``i`` receives
-        ``values[offsets[i] : offsets[i] + counts[i]]``.
+    ``rows``: one row per asked client (row ``i`` to client ``i``); ``shared``: arrays
+    every client receives alike; ``ragged``: (values, offsets, counts), client ``i``
+    receives ``values[offsets[i] : offsets[i] + counts[i]]``.
     """
 
     rows: Mapping[str, NDArray] = field(default_factory=dict)
@@ -191,13 +158,8 @@ class Request:
         return np.broadcast_to(value, (n, *value.shape))
 
     def common(self, key: str) -> NDArray:
-        """Array ``key``, which every client must have received alike.
-
-        Raises
-        ------
-        ValueError
-            When the clients' rows of ``key`` differ.
-        """
+        """Array ``key``, which every client must have received alike (else
+        ``ValueError``)."""
         if key in self.shared:
             return np.asarray(self.shared[key])
         if key in self.ragged:
@@ -218,16 +180,8 @@ class Request:
     def of_client(
         cls, arrays: Mapping[str, NDArray], specs: Sequence[ArraySpec]
     ) -> Request:
-        """The request of one client from the arrays it received on the wire.
-
-        Every array is checked against its spec (:meth:`ArraySpec.row`) and becomes a
-        row of a request of one client; an array of free length a ragged block.
-
-        Raises
-        ------
-        ReplyError
-            ``shape`` for an array without its spec's wire shape.
-        """
+        """The request of one client from the arrays it received on the wire, each
+        checked by :meth:`ArraySpec.row` (an array of free length a ragged block)."""
         rows, ragged = {}, {}
         for spec in specs:
             row = spec.row(np.asarray(arrays[spec.key]))
@@ -244,21 +198,12 @@ class Request:
 
 @dataclass(frozen=True)
 class Query:
-    """A question the server asks clients: request, reply schema, privacy cost.
+    """A question the server asks clients (message type ``query.<name>``).
 
-    Attributes
-    ----------
-    name : str
-        Message type ``query.<name>``.
-    request : tuple of ArraySpec
-        The arrays sent with it (none for a question without arguments).
-    reply : tuple of ArraySpec
-        The arrays a valid reply holds, with the values they may take.
-    cost : callable, optional
-        ``cost(request, index)``: the release events each asked client spends
-        (see :data:`Cost`); None for a query that releases nothing private.
-    ledger_record : str
-        The ``ConfigRecord`` of the reply with the client's ledger figures.
+    ``request`` and ``reply`` are the arrays sent with it and those a valid reply
+    holds; ``cost(request, index)`` the release events each asked client spends
+    (:data:`Cost`; None: releases nothing private); ``ledger_record`` the reply's
+    ``ConfigRecord`` with the client's ledger figures.
     """
 
     name: str
@@ -274,10 +219,8 @@ class Query:
     def costs(
         self, request: Request, index: NDArray[np.int64]
     ) -> tuple[list[tuple[ReleaseEvent, ...]], NDArray[np.int64]]:
-        """What answering costs the clients at positions ``index`` of ``request``.
-
-        Distinct event lists, and for each client the position of its list.
-        """
+        """What answering costs the clients at positions ``index`` of ``request``:
+        distinct event lists, and for each client the position of its list."""
         if self.cost is None:
             return [()], np.zeros(index.size, dtype=np.int64)
         return self.cost(request, index)
@@ -289,19 +232,14 @@ def message_type(name: str) -> str:
 
 
 def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], list[str]]:
-    """Which rows of ``values`` (one per client) hold valid values, and why not.
-
-    Returns a mask of the valid rows and, for each invalid row in order, the reason
-    ``"<kind>: <detail>"``: ``spec.kind`` for a categorical value outside its
-    categories (NaN included); for a real-valued array ``nan`` for non-finite values
-    and ``spec.kind`` for values out of bounds.
-    """
+    """The mask of the rows of ``values`` (one per client) with valid values, and the
+    reason ``"<kind>: <detail>"`` of each invalid row in order: ``spec.kind`` for a
+    categorical value outside its categories (NaN included) or a real value out of
+    bounds, ``nan`` for a non-finite real value."""
     n = values.shape[0]
     flat = values.reshape(n, -1).astype(np.float64)
     # Reduced along the second axis of a 2-D array, so a 1-D mask (never a scalar).
     finite = cast(NDArray[np.bool_], np.isfinite(flat).all(axis=1))
-    ok = finite.copy()
-    reasons: dict[int, str] = {}
     if spec.values is not None:
         # A categorical value that is not finite is simply not one of the categories.
         allowed = cast(
@@ -310,12 +248,14 @@ def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], lis
                 axis=1
             ),
         )
-        for i in np.flatnonzero(~allowed):
-            describe = (
-                spec.describe or f"{spec.name} must be in {{0, ..., {spec.values - 1}}}"
-            )
-            reasons[int(i)] = f"{spec.kind}: {describe}, got {values[i]!r}"
-        return allowed, [reasons[i] for i in sorted(reasons)]
+        describe = (
+            spec.describe or f"{spec.name} must be in {{0, ..., {spec.values - 1}}}"
+        )
+        return allowed, [
+            f"{spec.kind}: {describe}, got {values[i]!r}"
+            for i in np.flatnonzero(~allowed)
+        ]
+    ok = finite.copy()
     reasons = {
         int(i): f"nan: {spec.name} contain NaN or infinite values"
         for i in np.flatnonzero(~finite)

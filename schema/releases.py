@@ -1,11 +1,8 @@
 r"""Release descriptions: what each release costs a client and what it may output.
 
-Pure functions of public parameters (epsilon, the feature count p, the mechanism), the
-same on the client, which charges these events to its ledger before it releases, and
-on the server, which charges them to its own accounting before it asks and checks every
-reply against the output range. Label-only releases are described here too: the
-resampling probability :math:`\lambda` of randomized response with a prior, and the
-:math:`(\varepsilon, \delta)` of the peer-to-peer bits.
+Pure functions of public parameters (epsilon, the feature count p, the mechanism): the
+client charges these events to its ledger before it releases, the server to its own
+accounting before it asks, and it checks every reply against the output range.
 """
 
 from __future__ import annotations
@@ -31,18 +28,14 @@ __all__ = [
     "UNIFORM_RR",
     "check_priors",
     "evaluation_events",
-    "joint_events",
     "joint_mechanism",
-    "joint_output_range",
     "label_event",
     "label_events",
     "p2p_event",
     "p2p_relay_event",
     "prior_groups",
     "prior_probabilities",
-    "privatize_events",
     "training_mechanisms",
-    "training_output_range",
     "uniform_priors",
 ]
 
@@ -64,20 +57,6 @@ def joint_mechanism(
     )
 
 
-def joint_events(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> list[ReleaseEvent]:
-    """What one joint release costs a client."""
-    return [joint_mechanism(epsilon, n_features, mechanism).event()]
-
-
-def joint_output_range(
-    *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> tuple[float, float]:
-    """The range every coordinate of a joint release lies in (to validate replies)."""
-    return joint_mechanism(epsilon, n_features, mechanism).output_range()
-
-
 def training_mechanisms(
     epsilon: float, n_features: int, label_share: float | None
 ) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
@@ -91,23 +70,9 @@ def training_mechanisms(
     )
 
 
-def privatize_events(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> list[ReleaseEvent]:
-    """What one reference release costs a client (features, then label)."""
-    return [m.event() for m in training_mechanisms(epsilon, n_features, label_share)]
-
-
 def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:
     """What one feedback bit costs an evaluation client."""
     return [FeedbackBit(epsilon=epsilon).event()]
-
-
-def training_output_range(
-    *, epsilon: float, n_features: int, label_share: float | None = None
-) -> tuple[float, float]:
-    """The range every released feature of the reference release lies in."""
-    return training_mechanisms(epsilon, n_features, label_share)[0].output_range()
 
 
 # -- label-only releases ---------------------------------------------------------------
@@ -196,13 +161,12 @@ def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
 def p2p_relay_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
     r"""What a peer-to-peer bit costs its client when the relay is the server.
 
-    The relay receives each client's bit by randomized response at
-    :math:`\varepsilon_0`; in the Flower app the relay is the ServerApp, so the client
-    is charged :math:`\varepsilon_0` (pure, :math:`\delta = 0` toward the server),
-    whatever the cluster sizes the server claims (a client cannot check them). The
-    stronger :math:`(\varepsilon, \delta)` toward an analyst who sees only the
-    forwarded bits (:func:`p2p_event`) is recorded as ``analyst_epsilon`` and
-    ``analyst_delta``.
+    The relay (the ServerApp) receives the bit by randomized response at
+    :math:`\varepsilon_0`, so the client is charged :math:`\varepsilon_0` (pure,
+    :math:`\delta = 0`), whatever cluster sizes the server claims (a client cannot
+    check them); the stronger :math:`(\varepsilon, \delta)` toward an analyst who
+    sees only the forwarded bits (:func:`p2p_event`) is recorded as
+    ``analyst_epsilon`` and ``analyst_delta``.
     """
     analyst = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
     return ReleaseEvent.of(

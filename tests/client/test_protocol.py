@@ -18,7 +18,7 @@ from ldpfda.fda import CurveFeaturizer
 from ldpfda.privacy import PrivacyLedger, ReleaseEvent
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.schema.payloads import JointPayload, TrainingPayload
-from ldpfda.schema.releases import joint_events, joint_output_range
+from ldpfda.schema.releases import joint_mechanism
 
 try:  # tests/ as a package (tests/privacy/__init__.py present) or as rootdir-less files
     from tests.privacy.privacy_audit import estimate_epsilon
@@ -123,19 +123,18 @@ def test_a_client_gets_the_same_release_alone_chunked_or_reordered():
         )
         np.testing.assert_array_equal(alone.features[0], whole.features[i])
         assert alone.labels[0] == whole.labels[i]
-    chunks = TrainingPayload.concatenate(
-        [
-            privatize(x[a:b], y[a:b], client_ids=ids[a:b], seed=11, epsilon=2.0)
-            for a, b in [(0, 13), (13, 14), (14, 60)]
-        ]
+    chunks = [
+        privatize(x[a:b], y[a:b], client_ids=ids[a:b], seed=11, epsilon=2.0)
+        for a, b in [(0, 13), (13, 14), (14, 60)]
+    ]
+    features = np.concatenate([c.features for c in chunks])
+    np.testing.assert_array_equal(features, whole.features)
+    np.testing.assert_array_equal(
+        np.concatenate([c.labels for c in chunks]), whole.labels
     )
-    np.testing.assert_array_equal(chunks.features, whole.features)
-    np.testing.assert_array_equal(chunks.labels, whole.labels)
     rev = privatize(x[::-1], y[::-1], client_ids=ids[::-1], seed=11, epsilon=2.0)
     np.testing.assert_array_equal(rev.features, whole.features[::-1])
     np.testing.assert_array_equal(rev.labels, whole.labels[::-1])
-    with pytest.raises(ValueError, match="no payloads"):
-        TrainingPayload.concatenate([])
 
 
 def test_privatize_curves_projects_rescales_then_privatizes():
@@ -402,20 +401,15 @@ def test_the_training_release_is_epsilon_ldp_and_tight(label_share):
 
 
 def test_release_events_and_output_range_match_what_privatize_releases():
-    from ldpfda.schema.releases import (
-        evaluation_events,
-        privatize_events,
-        training_output_range,
-    )
+    from ldpfda.schema.releases import evaluation_events, training_mechanisms
 
     x, y = _data(2000)
     ids = np.arange(x.shape[0])
     ledger = PrivacyLedger(budget=2.0, client_ids=ids)
     payload = privatize(x, y, client_ids=ids, seed=3, epsilon=2.0, ledger=ledger)
-    assert [e.event for e in ledger.entries] == privatize_events(
-        epsilon=2.0, n_features=x.shape[1]
-    )
-    low, high = training_output_range(epsilon=2.0, n_features=x.shape[1])
+    mechanisms = training_mechanisms(2.0, x.shape[1], None)
+    assert [e.event for e in ledger.entries] == [m.event() for m in mechanisms]
+    low, high = mechanisms[0].output_range()
     assert low <= payload.features.min() and payload.features.max() <= high
     assert [e.mechanism for e in evaluation_events(epsilon=1.0)] == ["feedback_bit"]
 
@@ -469,13 +463,12 @@ def test_a_joint_release_is_the_same_alone_chunked_or_reordered():
             x[i : i + 1], y[i : i + 1], client_ids=ids[i : i + 1], seed=11, epsilon=2.0
         )
         np.testing.assert_array_equal(alone.releases[0], whole.releases[i])
-    chunks = JointPayload.concatenate(
-        [
-            privatize_joint(x[a:b], y[a:b], client_ids=ids[a:b], seed=11, epsilon=2.0)
-            for a, b in [(0, 13), (13, 14), (14, 60)]
-        ]
-    )
-    np.testing.assert_array_equal(chunks.releases, whole.releases)
+    chunks = [
+        privatize_joint(x[a:b], y[a:b], client_ids=ids[a:b], seed=11, epsilon=2.0)
+        for a, b in [(0, 13), (13, 14), (14, 60)]
+    ]
+    releases = np.concatenate([c.releases for c in chunks])
+    np.testing.assert_array_equal(releases, whole.releases)
     rev = privatize_joint(x[::-1], y[::-1], client_ids=ids[::-1], seed=11, epsilon=2.0)
     np.testing.assert_array_equal(rev.releases, whole.releases[::-1])
     other = privatize_joint(x, y, client_ids=ids, seed=12, epsilon=2.0)
@@ -483,8 +476,6 @@ def test_a_joint_release_is_the_same_alone_chunked_or_reordered():
     # Each release index has its own noise.
     second = privatize_joint(x, y, client_ids=ids, seed=11, epsilon=2.0, release=1)
     assert not np.array_equal(second.releases, whole.releases)
-    with pytest.raises(ValueError, match="no payloads"):
-        JointPayload.concatenate([])
 
 
 def test_privatize_joint_charges_the_whole_epsilon_once():
@@ -494,9 +485,7 @@ def test_privatize_joint_charges_the_whole_epsilon_once():
     ledger = PrivacyLedger(budget=epsilon, client_ids=ids)
     privatize_joint(x, y, client_ids=ids, seed=0, epsilon=epsilon, ledger=ledger)
     np.testing.assert_allclose(ledger.spent_all(), epsilon, rtol=1e-12)
-    assert [e.event for e in ledger.entries] == joint_events(
-        epsilon=epsilon, n_features=P
-    )
+    assert [e.event for e in ledger.entries] == [joint_mechanism(epsilon, P).event()]
     before, n_entries = ledger.spent_all(), len(ledger.entries)
     with pytest.raises(BudgetExceededError):
         privatize_joint(x, y, client_ids=ids, seed=1, epsilon=epsilon, ledger=ledger)
@@ -512,7 +501,7 @@ def test_joint_output_range_holds_every_release(mechanism, epsilon):
     payload = privatize_joint(
         x, y, client_ids=np.arange(5000), seed=3, epsilon=epsilon, mechanism=mechanism
     )
-    low, high = joint_output_range(epsilon=epsilon, n_features=P, mechanism=mechanism)
+    low, high = joint_mechanism(epsilon, P, mechanism).output_range()
     assert low <= payload.releases.min() and payload.releases.max() <= high
     if math.isinf(epsilon):
         assert (low, high) == (-1.0, 1.0)

@@ -17,7 +17,7 @@ from ldpfda.datasets.files import save_node_data
 from ldpfda.datasets.population import simulated_partition
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema.queries import ERROR_DATA
-from ldpfda.schema.releases import joint_output_range, training_output_range
+from ldpfda.schema.releases import joint_mechanism, training_mechanisms
 
 from .support import REFERENCE, SMALL
 
@@ -92,7 +92,7 @@ def test_default_privatize_is_one_joint_release_and_refuses_a_second_ask(run_con
         mechanism=settings.vector_mechanism,
     )
     np.testing.assert_array_equal(payload["releases"].numpy(), expected.releases)
-    low, high = joint_output_range(epsilon=settings.epsilon, n_features=4)
+    low, high = joint_mechanism(settings.epsilon, 4).output_range()
     assert np.all((low <= expected.releases) & (expected.releases <= high))
     assert reply.content.config_records["ledger"]["spent"] == pytest.approx(5.0)
 
@@ -296,12 +296,11 @@ def test_extreme_test_node_sends_the_edge_of_the_declared_range(run_config, prot
     released = _released(_faulty(_context(config, node), "privatize"))
     x, y = simulated_partition(settings, 0, 5)
     if settings.joint_release:
-        low, high = joint_output_range(
-            epsilon=settings.epsilon, n_features=4, mechanism=settings.vector_mechanism
-        )
+        mechanism = joint_mechanism(settings.epsilon, 4, settings.vector_mechanism)
+        low, high = mechanism.output_range()
         truth = (2.0 * y[:, None] - 1.0) * np.hstack([np.ones((1, 1)), x])
     else:
-        low, high = training_output_range(epsilon=settings.epsilon, n_features=4)
+        low, high = training_mechanisms(settings.epsilon, 4, None)[0].output_range()
         truth = x
     # Every coordinate at the end of the range that pulls against the node's truth.
     np.testing.assert_array_equal(released, np.where(truth >= 0, low, high))

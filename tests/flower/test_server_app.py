@@ -20,7 +20,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from ldpfda.client.client_app import app as client_app
 from ldpfda.client.faults import app as faulty_app
 from ldpfda.engine import run_repeat
-from ldpfda.schema.releases import joint_output_range, training_output_range
+from ldpfda.schema.releases import joint_mechanism, training_mechanisms
 from ldpfda.server.grid import ReplyError, parse_identity, wait_for_nodes
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.server_app import run_server
@@ -161,7 +161,7 @@ def _joint(releases, **ledger):
     )
 
 
-JOINT_RANGE = joint_output_range(epsilon=5.0, n_features=2)
+JOINT_RANGE = joint_mechanism(5.0, 2).output_range()
 
 
 def test_valid_joint_payload_is_parsed():
@@ -508,12 +508,10 @@ def test_an_extreme_but_valid_reply_is_accepted_at_the_edge_of_the_range(
     part = report["participation"]
     assert part["rejections"] == [] and 4 in result.payload.client_ids
     if settings.joint_release:
-        declared = joint_output_range(
-            epsilon=5.0, n_features=4, mechanism=settings.vector_mechanism
-        )
+        declared = joint_mechanism(5.0, 4, settings.vector_mechanism).output_range()
         released = result.payload.releases
     else:
-        declared = training_output_range(epsilon=5.0, n_features=4)
+        declared = training_mechanisms(5.0, 4, None)[0].output_range()
         released = result.payload.features
     low, high = part["output_range"]
     assert (low, high) == declared

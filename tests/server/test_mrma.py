@@ -356,7 +356,7 @@ def test_linear_models_predict_and_errors():
     y = np.array([1, 0, 0, 1])
     np.testing.assert_allclose(models.errors(x, y), [0.5, 0.25])
     np.testing.assert_array_equal(majority_vote(models, x), [1, 0, 1, 1])  # ties -> 1
-    one = models.select([1])
+    one = LinearModels(models.coef[[1]], models.intercept[[1]])
     assert len(one) == 1 and len(models) == 2
     np.testing.assert_array_equal(one.predict(x)[:, 0], models.predict(x)[:, 1])
     single = LinearModels(np.array([1.0, 2.0]), 0.5)  # one model, promoted to M = 1
