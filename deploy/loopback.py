@@ -42,6 +42,7 @@ __all__ = [
     "free_port",
     "make_node_files",
     "run_config_arg",
+    "run_stage",
     "wait_for_report",
     "wait_for_stage",
 ]
@@ -173,6 +174,12 @@ def _status(report_dir: Path) -> dict[str, Any]:
         except (OSError, json.JSONDecodeError):
             return {}  # being replaced right now
     return {}
+
+
+def run_stage(report_dir: Path) -> str | None:
+    """The stage of the run writing into ``report_dir`` (None before it starts)."""
+    stage = _status(report_dir).get("stage")
+    return None if stage is None else str(stage)
 
 
 def wait_for_stage(report_dir: Path, stages: Sequence[str], timeout: float) -> str:
