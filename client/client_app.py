@@ -45,6 +45,8 @@ from ldpfda.client.answers import Refusal
 from ldpfda.client.ledger import LedgerError
 from ldpfda.client.node import (
     DataError,
+    SpecRefusal,
+    check_spec,
     client_data,
     client_setup,
     ledger_record,
@@ -57,6 +59,7 @@ from ldpfda.schema import catalog
 from ldpfda.schema.queries import (
     ERROR_BUDGET,
     ERROR_REQUEST,
+    SPEC_RECORD,
     ArraySpec,
     Query,
     ReplyError,
@@ -119,6 +122,12 @@ def _reply_content(
     return RecordDict(content)
 
 
+def _spec_hash(message: Message) -> str | None:
+    """The federation spec a request is made under (None if it names none)."""
+    record = message.content.config_records.get(SPEC_RECORD)
+    return None if record is None else str(record.get("hash"))
+
+
 def handle(name: str, message: Message, context: Context) -> RecordDict:
     """Answer query ``name`` for the node of ``context`` (the content of the reply).
 
@@ -126,6 +135,7 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
     an earlier one with the stored release, at no cost.
     """
     setup = client_setup(context)
+    check_spec(setup, _spec_hash(message))
     if name != catalog.IDENTIFY:
         setup.policy.check_run(setup.settings)
         features, labels = client_data(context, setup)
@@ -156,7 +166,7 @@ def respond(name: str, message: Message, context: Context) -> Message:
     except BudgetExceededError as exc:
         logger.warning("ldpfda node: %s refused: %s", name, exc)
         return Message(Error(ERROR_BUDGET, f"refused: {exc}"), reply_to=message)
-    except (PolicyRefusal, LedgerError, DataError) as exc:
+    except (PolicyRefusal, LedgerError, DataError, SpecRefusal) as exc:
         logger.warning("ldpfda node: %s refused: %s", name, exc.reason)
         return Message(Error(exc.code, str(exc)), reply_to=message)
     except Refusal as exc:

@@ -11,6 +11,7 @@ with a data file) keeps a lifetime ledger per record with its memoized releases
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator
@@ -34,11 +35,13 @@ from ldpfda.datasets.population import (
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
-from ldpfda.schema.queries import ERROR_DATA, ERROR_REQUEST
+from ldpfda.schema.queries import ERROR_DATA, ERROR_REQUEST, ERROR_SPEC
 
 __all__ = [
     "ClientSetup",
     "DataError",
+    "SpecRefusal",
+    "check_spec",
     "client_data",
     "client_setup",
     "ledger_record",
@@ -46,6 +49,8 @@ __all__ = [
     "node_state",
     "save_ledger",
 ]
+
+logger = logging.getLogger("flwr.ldpfda.node")
 
 _STATE_PREFIX = "ldpfda-ledger-"
 #: Allowed ``flower.session`` names (the session names a ledger directory).
@@ -60,6 +65,45 @@ class DataError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__("the node's data cannot be used (see the node's log)")
         self.reason = reason
+
+
+class SpecRefusal(Exception):
+    """A query under another federation spec than the node's (or a spec the node
+    cannot read). The reply names the two specs' hashes, which are public."""
+
+    code = ERROR_SPEC
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def _node_spec(node: dict[str, Any]) -> Any:
+    path = node.get("spec-path")
+    if not path:
+        return None
+    from ldpfda.schema.spec import FederationSpec
+
+    try:
+        return FederationSpec.load(str(path))
+    except (OSError, ValueError, TypeError) as exc:
+        raise SpecRefusal("the node cannot read its federation spec", str(exc)) from exc
+
+
+def check_spec(setup: ClientSetup, spec_hash: str | None) -> None:
+    """Refuse a query whose federation spec (``spec_hash``, None if it names none)
+    is not the node's own."""
+    own = None if setup.spec is None else setup.spec.hash
+    if own == spec_hash:
+        return
+
+    def short(h: str | None) -> str:
+        return "none" if h is None else h[:16]
+
+    raise SpecRefusal(
+        f"the query is made under federation spec {short(spec_hash)}, this node "
+        f"holds spec {short(own)}"
+    )
 
 
 def _node_int(node_config: dict[str, Any], key: str) -> int | None:
@@ -90,7 +134,13 @@ def client_setup(context: Context) -> ClientSetup:
         except OSError as exc:
             raise DataError(f"cannot read the data file {path}: {exc}") from exc
     return ClientSetup(
-        client_id, settings, repeat, policy, record, _node_int(node, "noise-seed")
+        client_id,
+        settings,
+        repeat,
+        policy,
+        record,
+        _node_int(node, "noise-seed"),
+        _node_spec(node),
     )
 
 
@@ -109,6 +159,8 @@ def client_data(
     try:
         if not path:
             return simulated_partition(setup.settings, setup.repeat, setup.client_id)
+        if setup.spec is not None:
+            return _spec_data(str(path), setup.spec)
         data = load_node_data(str(path))
         if len(data) != 1:
             raise ValueError(
@@ -124,6 +176,46 @@ def client_data(
         return features, data.labels
     except (OSError, ValueError) as exc:
         raise DataError(f"{type(exc).__name__}: {exc}") from exc
+
+
+#: Share of clipped coordinates above which a node warns that its data and the spec's
+#: bounds do not fit (its release then carries little of its curve).
+CLIP_WARNING = 0.25
+
+
+def _spec_data(path: str, spec: Any) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    """Features and label of the node's own file, featurized by its spec. What the
+    node observed, how many values lie outside the spec's value range and how much
+    clipped go to its log, with a warning when they do not fit."""
+    from ldpfda.datasets.readers import read_curves
+
+    curves = read_curves(path, spec_labels=spec.labels)
+    if curves.n_subjects != 1:
+        raise ValueError(
+            f"a node holds one client's data; {path} has {curves.n_subjects} subjects"
+        )
+    got = spec.featurizer().featurize(curves)
+    outside = {}
+    for k, channel in enumerate(spec.channels):
+        low, high = channel.bounds.value_low, channel.bounds.value_high
+        values = curves.values[:, k][~np.isnan(curves.values[:, k])]
+        if low is not None and high is not None and values.size:
+            outside[channel.name] = float(np.mean((values < low) | (values > high)))
+    clipped = float(got.clipped[0])
+    misfit = clipped > CLIP_WARNING or any(v > CLIP_WARNING for v in outside.values())
+    (logger.warning if misfit else logger.info)(
+        "ldpfda node: %s: observed points per channel %s, %d curve(s) dropped; share "
+        "of values outside the spec's value range %s; %.0f%% of the %d coordinates "
+        "clipped to the spec's bounds%s",
+        path,
+        dict(zip(spec.channel_names, got.n_points[0].tolist(), strict=True)),
+        int(got.n_dropped[0].sum()),
+        {name: round(v, 3) for name, v in outside.items()},
+        100 * clipped,
+        got.features.shape[1],
+        " (check the data's unit against the spec's)" if misfit else "",
+    )
+    return got.features, got.labels.astype(np.int8)
 
 
 # -- a simulated node's ledger, kept across the queries of one run --------------------

@@ -50,6 +50,9 @@ class ClientSetup:
         A deployed node's record (client id and data hash); None when simulated.
     secret : int or None
         The node's ``noise-seed``, if its operator set one.
+    spec : FederationSpec or None
+        The federation spec of the node's ``spec-path``: its data are featurized by
+        it, and it answers only queries made under the same spec.
     """
 
     client_id: int
@@ -58,6 +61,7 @@ class ClientSetup:
     policy: NodePolicy
     record: str | None = None
     secret: int | None = None
+    spec: Any = None
 
     @property
     def budget(self) -> float:

@@ -27,6 +27,8 @@ __all__ = [
     "ERROR_LEDGER",
     "ERROR_POLICY",
     "ERROR_REQUEST",
+    "ERROR_SPEC",
+    "SPEC_RECORD",
     "ArraySpec",
     "Query",
     "ReplyError",
@@ -46,6 +48,10 @@ ERROR_POLICY = 4002
 ERROR_LEDGER = 4003
 #: Error code of a node whose data cannot be used (the node's log says why).
 ERROR_DATA = 4004
+#: Error code of a query made under another federation spec than the node's own.
+ERROR_SPEC = 4005
+#: The record of every request that names the run's federation spec: ``{"hash": ...}``.
+SPEC_RECORD = "spec"
 
 #: ``cost(request, index)``: what answering costs the clients at positions ``index`` of
 #: a request, as distinct event lists and each client's position in them.

@@ -1,0 +1,164 @@
+"""A node on its own curves and its own timestamps, under the federation's spec.
+
+Through the host's ClientApp handlers, as a server would call them: the node reads its
+own long CSV (a wearable subject on its device's irregular clock), featurizes it with
+the spec of its ``spec-path``, and answers only queries made under that same spec.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from ldpfda.client.client_app import app
+from ldpfda.datasets.readers import read_curves, write_long_csv
+from ldpfda.datasets.wearable import make_wearable
+from ldpfda.schema.queries import ERROR_SPEC, SPEC_RECORD
+from ldpfda.schema.spec import FederationSpec
+
+from .support import SMALL
+
+SPEC = """\
+format-version = 1
+labels = ["healthy", "blunted"]
+min-points = 24
+[domain]
+start = 0.0
+end = 1440.0
+unit = "min"
+[release]
+protocol = "default"
+epsilon = 2.0
+[[channels]]
+name = "heart_rate"
+unit = "bpm"
+[channels.basis]
+order = 4
+n-basis = 8
+penalty = 0.0001
+[channels.bounds]
+value-low = 30.0
+value-high = 220.0
+"""
+
+LABEL_ONLY = {"data.dataset": "vector", "privacy.mechanism": "label-uniform"}
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, 1, 1
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A host with subject 3 of the wearable generator, in a long CSV of its own."""
+    spec_path = tmp_path / "federation.toml"
+    spec_path.write_text(SPEC, encoding="utf-8")
+    data = write_long_csv(
+        tmp_path / "me.csv", make_wearable(1, first_subject=3, seed=11)
+    )
+
+    def build(**extra):
+        return {
+            "client-id": 0,
+            "data-path": str(data),
+            "spec-path": str(spec_path),
+            "privacy-budget": 5.0,
+            "features-public": True,
+            "state-dir": str(tmp_path / "state"),
+            **extra,
+        }
+
+    return build
+
+
+def _ask(run_config, node, kind, spec_hash=None):
+    content = RecordDict()
+    if spec_hash is not None:
+        content[SPEC_RECORD] = ConfigRecord({"hash": spec_hash})
+    context = Context(
+        run_id=3,
+        node_id=99,
+        node_config=dict(node),
+        state=RecordDict(),
+        run_config=dict(run_config),
+    )
+    return app(Message(content, 99, f"query.{kind}"), context)
+
+
+def test_a_node_featurizes_its_own_irregular_curve_with_its_spec(run_config, host):
+    spec = FederationSpec.loads(SPEC)
+    node = host()
+    reply = _ask(run_config(SMALL, LABEL_ONLY), node, "features", spec.hash)
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    sent = reply.content.array_records["features"]["x"].numpy()
+    # What the spec makes of the node's own file, on the device's own timestamps.
+    own = spec.featurizer().featurize(
+        read_curves(node["data-path"], spec_labels=spec.labels)
+    )
+    np.testing.assert_array_equal(sent.reshape(own.features.shape), own.features)
+    assert own.features.shape == (1, 8)
+    assert 0 < np.abs(own.features).max() <= 1
+
+
+@pytest.mark.parametrize("kind", ["identify", "features", "label"])
+def test_a_query_under_another_spec_or_none_is_refused_naming_both(
+    run_config, host, kind
+):
+    spec = FederationSpec.loads(SPEC)
+    other = FederationSpec.loads(SPEC.replace("n-basis = 8", "n-basis = 9"))
+    assert other.hash != spec.hash
+    config = run_config(SMALL, LABEL_ONLY)
+    for sent in (other.hash, None):
+        reply = _ask(config, host(), kind, sent)
+        assert reply.has_error() and reply.error.code == ERROR_SPEC
+        assert spec.hash[:16] in reply.error.reason
+        assert (sent[:16] if sent else "none") in reply.error.reason
+
+
+def test_a_node_without_a_spec_refuses_a_query_under_one(run_config, host):
+    node = host()
+    node.pop("spec-path")
+    spec = FederationSpec.loads(SPEC)
+    reply = _ask(run_config(SMALL, LABEL_ONLY), node, "identify", spec.hash)
+    assert reply.has_error() and reply.error.code == ERROR_SPEC
+
+
+def test_data_far_outside_the_bounds_clip_and_the_node_says_so(
+    run_config, host, tmp_path, caplog
+):
+    # Heart rate recorded in beats per second (a unit mix-up): everything clips.
+    curves = make_wearable(1, first_subject=3, seed=11)
+    tiny = type(curves)(**{**curves.__dict__, "values": curves.values / 60.0})
+    path = write_long_csv(tmp_path / "bps.csv", tiny)
+    spec = FederationSpec.loads(SPEC)
+    with caplog.at_level(logging.INFO, logger="flwr.ldpfda.node"):
+        reply = _ask(
+            run_config(SMALL, LABEL_ONLY),
+            host(**{"data-path": str(path)}),
+            "features",
+            spec.hash,
+        )
+    assert not reply.has_error()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("clipped" in w and "unit" in w for w in warnings), warnings
+
+
+def test_a_spec_the_node_cannot_read_is_refused_with_the_spec_code(
+    run_config, host, tmp_path
+):
+    broken = tmp_path / "broken.toml"
+    broken.write_text(SPEC.replace("order = 4", "order = 0"), encoding="utf-8")
+    reply = _ask(
+        run_config(SMALL, LABEL_ONLY),
+        host(**{"spec-path": str(broken)}),
+        "identify",
+        "0" * 64,
+    )
+    assert reply.has_error() and reply.error.code == ERROR_SPEC
+    # The reply says only that the spec cannot be read; the node's log says why.
+    assert "order" not in reply.error.reason
