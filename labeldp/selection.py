@@ -94,11 +94,14 @@ __all__ = [
     "release_majority_share",
 ]
 
-#: Default search grid of the post-processing step.
+#: Search grid of the post-processing step (the floors may be narrowed by a caller).
 DEFAULT_TAUS: tuple[float, ...] = (0.0, 0.05, 0.1)
 DEFAULT_FLOORS: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)
 DEFAULT_TRUNCATIONS: tuple[Truncation, ...] = ("clip", "zero")
+#: Candidate histogram shares of the budget after the pilot.
 DEFAULT_SHARES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: Target standard deviation and largest budget share of the pilot.
+PILOT_STD, PILOT_MAX_SHARE = 0.02, 0.1
 _NODES, _WEIGHTS = hermegauss(16)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 #: Relative tolerance under which two predicted accuracies count as equal.
@@ -189,15 +192,14 @@ def _score_candidates(
     sizes: NDArray,
     epsilon_resample: float,
     n_effective: float,
-    taus: Sequence[float],
-    floors: Sequence[float],
-    truncations: Sequence[Truncation],
+    floors: Sequence[float] = DEFAULT_FLOORS,
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
     best: tuple[tuple[float, float, float], Choice, NDArray] | None = None
     seen: set[bytes] = set()
-    for truncation, tau, floor in itertools.product(truncations, taus, floors):
+    grid = itertools.product(DEFAULT_TRUNCATIONS, DEFAULT_TAUS, floors)
+    for truncation, tau, floor in grid:
         q = cluster_distributions(noisy, tau=tau, truncation=truncation, floor=floor)
         key = q.tobytes()
         if key in seen:
@@ -251,13 +253,12 @@ def choose_resampling(
     *,
     epsilon_resample: float,
     n_effective: float,
-    taus: Sequence[float] = DEFAULT_TAUS,
     floors: Sequence[float] = DEFAULT_FLOORS,
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
 ) -> Choice:
     r"""Pick :math:`\tau`, truncation, floor, :math:`\lambda`, :math:`\beta` (step 3).
 
-    Every combination of the grids gives a :math:`q_c`
+    Every combination of :data:`DEFAULT_TRUNCATIONS`, :data:`DEFAULT_TAUS` and
+    ``floors`` gives a :math:`q_c`
     (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
     largest that ``epsilon_resample`` allows with the realised :math:`q_{\min}` (1 when
     it is 0), :math:`\beta \in \{0, \lambda\}`. The winner maximises
@@ -270,10 +271,9 @@ def choose_resampling(
         epsilon_resample, "epsilon_resample", low=0.0, high=math.inf, high_open=True
     )
     estimate = _estimate_distributions(noisy)
-    choice, _ = _score_candidates(
-        estimate, estimate, noisy, sizes, eps2, n_effective, taus, floors, truncations
-    )
-    return choice
+    return _score_candidates(
+        estimate, estimate, noisy, sizes, eps2, n_effective, floors
+    )[0]
 
 
 def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choice:
@@ -293,23 +293,18 @@ def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choic
     return Choice(0.0, "clip", 1.0, lam, beta, 1.0 / n_classes, scores[beta])
 
 
-def pilot_epsilon(
-    epsilon: float, n_samples: int, *, target_std: float = 0.02, max_share: float = 0.1
-) -> float:
+def pilot_epsilon(epsilon: float, n_samples: int) -> float:
     r"""Epsilon of the pilot majority-share release, from public quantities only.
 
     The pilot is :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))`, with
     standard deviation :math:`\sqrt2/(n\varepsilon_0)`; this returns
     :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` for target standard
-    deviation :math:`s` and largest share :math:`\rho`.
+    deviation :math:`s` = :data:`PILOT_STD` and largest share :math:`\rho` =
+    :data:`PILOT_MAX_SHARE`.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     n = check_int(n_samples, "n_samples", minimum=1)
-    s = check_real(target_std, "target_std", low=0.0, low_open=True)
-    rho = check_real(
-        max_share, "max_share", low=0.0, high=1.0, low_open=True, high_open=True
-    )
-    return min(math.sqrt(2.0) / (n * s), rho * epsilon)
+    return min(math.sqrt(2.0) / (n * PILOT_STD), PILOT_MAX_SHARE * epsilon)
 
 
 def release_majority_share(
@@ -361,22 +356,17 @@ def plan_histogram_share(
     cluster_sizes: ArrayLike,
     n_classes: int,
     n_effective: float,
-    shares: Sequence[float] = DEFAULT_SHARES,
-    n_simulations: int = 1,
-    taus: Sequence[float] = DEFAULT_TAUS,
-    floors: Sequence[float] = DEFAULT_FLOORS,
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
     rng: Rng = None,
 ) -> Plan:
     r"""Choose the histogram's share of ``epsilon`` before the histogram is released.
 
     Every cluster is modelled with label distribution
     :math:`(\hat\pi, (1-\hat\pi)/(K-1), \dots)` (``majority_share`` clipped to
-    :math:`[1/K, 1]`). For each share :math:`s > 0` the release (Laplace noise at
-    :math:`\varepsilon_1 = s\varepsilon`, then :func:`choose_resampling` at
-    :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated ``n_simulations`` times with
-    randomness independent of the data and scored by :func:`predicted_accuracy` against
-    the model; share 0 is UniformRR at ``epsilon``.
+    :math:`[1/K, 1]`). For each share :math:`s > 0` of :data:`DEFAULT_SHARES` the
+    release (Laplace noise at :math:`\varepsilon_1 = s\varepsilon`, then
+    :func:`choose_resampling` at :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated
+    once with randomness independent of the data and scored by
+    :func:`predicted_accuracy` against the model; share 0 is UniformRR at ``epsilon``.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     k = check_int(n_classes, "n_classes", minimum=2)
@@ -386,24 +376,18 @@ def plan_histogram_share(
     model[:, 0] = pi
     gen = as_generator(rng)
     scores: list[tuple[float, float]] = []
-    for share in shares:
-        share = check_real(share, "shares", low=0.0, high=1.0)
+    for share in DEFAULT_SHARES:
         if share == 0.0:
             scores.append((0.0, _uniform_choice(epsilon, k, n_effective).score))
             continue
         sigma = histogram_sigma(epsilon=share * epsilon)
+        noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
+        noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
         eps2 = (1.0 - share) * epsilon
-        total = 0.0
-        for _ in range(check_int(n_simulations, "n_simulations", minimum=1)):
-            noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
-            noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
-            estimate = _estimate_distributions(noisy)
-            grid = (taus, floors, truncations)
-            _, true_score = _score_candidates(
-                estimate, model, noisy, sizes, eps2, n_effective, *grid
-            )
-            total += true_score
-        scores.append((share, total / n_simulations))
+        _, true_score = _score_candidates(
+            _estimate_distributions(noisy), model, noisy, sizes, eps2, n_effective
+        )
+        scores.append((share, true_score))
     best = max(score for _, score in scores)
     chosen = min(share for share, score in scores if score >= best * (1 - _TIE))
     return Plan(share=chosen, scores=tuple(scores))
@@ -414,20 +398,9 @@ class AutoClusterRR:
     r"""ClusterRR with every parameter chosen for a target epsilon (module docstring).
 
     ``release`` spends exactly ``epsilon``; the release recommends :math:`\beta` (0: the
-    plain learner, :math:`\lambda`: the unbiased correction).
-
-    Parameters
-    ----------
-    n_parameters : int
-        Parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
-        regression on p features).
-    pilot_std, pilot_max_share : float
-        Passed to :func:`pilot_epsilon`.
-    shares, n_simulations
-        Candidate histogram shares of the budget after the pilot, and simulations per
-        share (:func:`plan_histogram_share`).
-    taus, floors, truncations : sequences
-        The post-processing grid of :func:`choose_resampling`.
+    plain learner, :math:`\lambda`: the unbiased correction). ``n_parameters`` counts
+    the parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
+    regression on p features).
 
     References
     ----------
@@ -438,30 +411,11 @@ class AutoClusterRR:
     epsilon: float
     n_classes: int
     n_parameters: int
-    pilot_std: float = 0.02
-    pilot_max_share: float = 0.1
-    shares: Sequence[float] = DEFAULT_SHARES
-    n_simulations: int = 1
-    taus: Sequence[float] = DEFAULT_TAUS
-    floors: Sequence[float] = DEFAULT_FLOORS
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS
 
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
         self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
         self.n_parameters = check_int(self.n_parameters, "n_parameters", minimum=1)
-        self.pilot_std = check_real(self.pilot_std, "pilot_std", low=0.0, low_open=True)
-        share = self.pilot_max_share
-        self.pilot_max_share = check_real(
-            share, "pilot_max_share", low=0.0, high=1.0, low_open=True, high_open=True
-        )
-        self.shares = tuple(
-            check_real(s, "shares", low=0.0, high=1.0) for s in self.shares
-        )
-        self.n_simulations = check_int(self.n_simulations, "n_simulations", minimum=1)
-        self.taus = tuple(self.taus)
-        self.floors = tuple(self.floors)
-        self.truncations = tuple(self.truncations)
 
     def release(
         self, labels: ArrayLike, *, clusters: ArrayLike, rng: Rng = None
@@ -475,25 +429,18 @@ class AutoClusterRR:
         n_eff = n / self.n_parameters
         sizes = np.bincount(c, minlength=n_clusters)
 
-        eps0 = pilot_epsilon(
-            self.epsilon, n, target_std=self.pilot_std, max_share=self.pilot_max_share
-        )
+        eps0 = pilot_epsilon(self.epsilon, n)
         pi_hat, pilot_event = release_majority_share(
             y, c, epsilon=eps0, n_clusters=n_clusters, n_classes=k, rng=gen
         )
         rest = self.epsilon - eps0
-        grid: dict[str, Any] = {"taus": self.taus, "floors": self.floors}
-        grid["truncations"] = self.truncations
         plan = plan_histogram_share(
             rest,
             majority_share=pi_hat,
             cluster_sizes=sizes,
             n_classes=k,
             n_effective=n_eff,
-            shares=self.shares,
-            n_simulations=self.n_simulations,
             rng=np.random.default_rng(gen.integers(2**63)),
-            **grid,
         )
         info: dict[str, Any] = {
             "mechanism": self.name,
@@ -515,7 +462,7 @@ class AutoClusterRR:
             counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
             noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
             choice = choose_resampling(
-                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff, **grid
+                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff
             )
             lam = choice.resample_probability
             spent = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
@@ -541,9 +488,9 @@ class AutoClusterRR:
             info.update(sigma=sigma, tau=choice.tau, truncation=choice.truncation)
             info["floor"] = choice.floor
         info["choice"] = choice.as_dict()
-        params = {**dict(release.parameters), **info}
+        # The sub-release records at most its mechanism, which info's replaces.
         return replace(
             release,
             events=(pilot_event, *release.events),
-            parameters=tuple(sorted(params.items())),
+            parameters=tuple(sorted(info.items())),
         )
