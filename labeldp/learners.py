@@ -10,11 +10,14 @@ the inverse channel), the forward loss
 :math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
 :math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`.
 
-**Choosing C from the release.** With ``Cs`` given, a random ``validation_fraction`` of
-the noisy examples is held out and every ``C`` is scored by the held-out noisy-label
+**Parameters of all three.** ``C`` is the inverse penalty strength; ``max_iter`` and
+``tol`` are L-BFGS's iteration limit and gradient tolerance. With candidates ``Cs``
+given instead, a random ``validation_fraction`` of the noisy examples (split seeded by
+``random_state``) is held out and every ``C`` is scored by the held-out noisy-label
 log-likelihood through the channel,
 :math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}` (a proper
-scoring rule computed from released data only); the best ``C`` is refitted on all.
+scoring rule computed from released data only; ``validation_scores_``); the best
+``C``, ``C_``, is refitted on all.
 
 References
 ----------
@@ -216,29 +219,6 @@ class _LogisticBase(_LinearClassifier):
         self._set_weights(w)
 
 
-_DOC_PARAMETERS = """
-    Parameters
-    ----------
-    C : float
-        Inverse penalty strength (:math:`\\alpha = 1/(Cn)`); used when ``Cs`` is None.
-    Cs : sequence of float, optional
-        Candidate values of ``C``, chosen by the held-out noisy-label likelihood.
-    validation_fraction : float
-        Share of examples held out to choose ``C``.
-    max_iter, tol : int, float
-        L-BFGS iteration limit and gradient tolerance.
-    random_state : int, optional
-        Seed of the held-out split.
-
-    Attributes
-    ----------
-    C_ : float
-        The ``C`` of the final fit.
-    validation_scores_ : dict or None
-        Held-out mean log-likelihood of the noisy labels for every candidate ``C``.
-"""
-
-
 class _CorrectedLogisticBase(_LogisticBase):
     """A learner that needs the release's channel (distributions, clusters, beta)."""
 
@@ -340,9 +320,7 @@ class _CorrectedLogisticBase(_LogisticBase):
 
 
 class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
-    _needs_targets = True
-    __doc__ = (
-        r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
+    r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
 
     .. math:: \min_W \frac1n \sum_i \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}
               \bigl(-\log \mathrm{softmax}(W\tilde x_i)_y\bigr)
@@ -351,22 +329,19 @@ class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     With :math:`\beta = \lambda` the data term is an unbiased estimate of the clean
     cross-entropy. Its variance grows like :math:`1/(1-\beta)^2`, so at small epsilon
     the fit is dominated by the penalty.
-    """
-        + _DOC_PARAMETERS
-        + r"""
+
     References
     ----------
     N. Natarajan et al., NeurIPS 2013; G. Patrini et al., CVPR 2017; H. Esfandiari et
     al., AISTATS 2022.
     """
-    )
 
+    _needs_targets = True
     _loss_grad = staticmethod(_soft_cross_entropy)
 
 
 class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
-    __doc__ = (
-        r"""Maximum likelihood of the noisy labels through the known channel.
+    r"""Maximum likelihood of the noisy labels through the known channel.
 
     .. math:: \min_W -\frac1n \sum_i \log\bigl[T_{c_i}(\beta)^\top
               \mathrm{softmax}(W\tilde x_i)\bigr]_{\tilde y_i}
@@ -374,14 +349,11 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
     :meth:`predict_proba` returns the clean-label model :math:`\mathrm{softmax}(W x)`.
     The objective is not convex in general; L-BFGS starts from :math:`W = 0`.
-    """
-        + _DOC_PARAMETERS
-        + r"""
+
     References
     ----------
     G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, CVPR 2017.
     """
-    )
 
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
@@ -399,8 +371,7 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class NoisyLabelLogisticRegression(_LogisticBase):
-    __doc__ = (
-        r"""Plain multinomial logistic regression on the (noisy) labels as given.
+    r"""Plain multinomial logistic regression on the (noisy) labels as given.
 
     .. math:: \min_W -\frac1n \sum_i \log \mathrm{softmax}(W\tilde x_i)_{y_i}
               + \frac{1}{2Cn}\lVert W\rVert_F^2
@@ -408,8 +379,6 @@ class NoisyLabelLogisticRegression(_LogisticBase):
     Also the non-private reference when fitted on clean labels. ``n_classes`` (K)
     defaults to ``max(y) + 1``; give it when a class may be absent from ``y``.
     """
-        + _DOC_PARAMETERS
-    )
 
     n_classes: int | None = None
 
