@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event, rdp
@@ -78,15 +79,13 @@ def calibrate_noise_multiplier(
     sampling_probability: float,
     steps: int,
     delta: float,
-    tol: float = 1e-3,
 ) -> float:
     r"""Smallest noise multiplier whose :func:`dpsgd_epsilon` is at most ``epsilon``.
 
     Bisection on :math:`\log\sigma` (epsilon decreases with :math:`\sigma`) to relative
-    precision ``tol``; the returned :math:`\sigma` is on the safe side.
+    precision 1e-3; the returned :math:`\sigma` is on the safe side.
     """
     target = check_epsilon(epsilon, allow_inf=False)
-    tol = check_real(tol, "tol", low=0.0, low_open=True)
 
     def eps_of(sigma: float) -> float:
         return dpsgd_epsilon(
@@ -103,7 +102,7 @@ def calibrate_noise_multiplier(
             raise ValueError(f"no noise multiplier reaches epsilon={target!r}")
     if eps_of(low) <= target:
         return low
-    while high / low > 1.0 + tol:
+    while high / low > 1.0 + 1e-3:
         mid = math.sqrt(low * high)
         if eps_of(mid) <= target:
             high = mid
@@ -120,9 +119,8 @@ class DPSGDLogisticRegression(_LinearClassifier):
     ----------
     epsilon, noise_multiplier : float or None
         Exactly one: a target epsilon (the noise multiplier :math:`\sigma` is then
-        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed).
-    delta : float or None
-        Default :math:`1/n`.
+        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed), at
+        :math:`\delta = 1/n`.
     clip_norm, learning_rate : float
         :math:`C` (fixed before seeing the data) and :math:`\eta`.
     batch_size : int
@@ -145,7 +143,6 @@ class DPSGDLogisticRegression(_LinearClassifier):
     """
 
     epsilon: float | None = 1.0
-    delta: float | None = None
     noise_multiplier: float | None = None
     clip_norm: float = 1.0
     batch_size: int = 500
@@ -155,13 +152,7 @@ class DPSGDLogisticRegression(_LinearClassifier):
     random_state: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> DPSGDLogisticRegression:
-        raw = np.asarray(y)
-        k = (
-            max(int(raw.max()) + 1, 2)
-            if self.n_classes is None
-            else check_int(self.n_classes, "n_classes", minimum=2)
-        )
-        x, labels = _check_xy(X, raw, k)
+        x, labels, k = _check_xy(X, y, self.n_classes)
         n, p = x.shape
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("give exactly one of epsilon and noise_multiplier")
@@ -169,25 +160,19 @@ class DPSGDLogisticRegression(_LinearClassifier):
         batch = check_int(self.batch_size, "batch_size", minimum=1, maximum=n)
         epochs = check_real(self.epochs, "epochs", low=0.0, low_open=True)
         lr = check_real(self.learning_rate, "learning_rate", low=0.0, low_open=True)
-        delta = 1.0 / n
-        if self.delta is not None:
-            delta = check_real(
-                self.delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
-            )
-        rate = batch / n
+        delta, rate = 1.0 / n, batch / n
         steps = max(1, math.ceil(epochs / rate))
-        if self.noise_multiplier is None:
-            eps = check_epsilon(self.epsilon, allow_inf=False)
-            sigma = calibrate_noise_multiplier(
-                epsilon=eps, sampling_probability=rate, steps=steps, delta=delta
-            )
-        else:
-            sigma = check_real(
-                self.noise_multiplier, "noise_multiplier", low=0.0, low_open=True
-            )
-        achieved = dpsgd_epsilon(
-            noise_multiplier=sigma, sampling_probability=rate, steps=steps, delta=delta
-        )
+        # Both functions validate the epsilon or noise multiplier they are given.
+        accounting: dict[str, Any] = {
+            "sampling_probability": rate,
+            "steps": steps,
+            "delta": delta,
+        }
+        sigma = self.noise_multiplier
+        if sigma is None:
+            assert self.epsilon is not None  # exactly one of the two was given
+            sigma = calibrate_noise_multiplier(epsilon=self.epsilon, **accounting)
+        achieved = dpsgd_epsilon(noise_multiplier=sigma, **accounting)
 
         gen = np.random.default_rng(self.random_state)
         xt = np.hstack([x, np.ones((n, 1))])
@@ -214,7 +199,7 @@ class DPSGDLogisticRegression(_LinearClassifier):
             "dp_sgd",
             achieved,
             delta=delta,
-            noise_multiplier=sigma,
+            noise_multiplier=self.noise_multiplier_,
             sampling_probability=rate,
             steps=steps,
             clip_norm=clip,

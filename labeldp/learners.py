@@ -76,13 +76,20 @@ def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
     return loss_grad
 
 
-def _check_xy(X: ArrayLike, y: ArrayLike, n_classes: int) -> tuple[NDArray, NDArray]:
-    """``X`` as floats and ``y`` as classes of ``range(n_classes)``, of one length."""
+def _check_xy(
+    X: ArrayLike, y: ArrayLike, n_classes: int | None
+) -> tuple[NDArray, NDArray, int]:
+    """``X`` as floats, ``y`` as classes of ``range(K)`` of the same length, and K:
+    ``n_classes``, by default ``max(y) + 1`` (at least 2)."""
+    raw = np.asarray(y)
+    if n_classes is None:
+        n_classes = max(int(raw.max()) + 1 if raw.size else 2, 2)
+    k = check_int(n_classes, "n_classes", minimum=2)
     x = check_array(X, dtype=np.float64)
-    labels = check_labels(y, n_classes, "y")
+    labels = check_labels(raw, k, "y")
     if labels.size != x.shape[0]:
         raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
-    return x, labels
+    return x, labels, k
 
 
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
@@ -241,7 +248,7 @@ class _CorrectedLogisticBase(_LogisticBase):
         """
         self._check_params()
         q = check_distributions(distributions)
-        x, labels = _check_xy(X, y, q.shape[1])
+        x, labels, _ = _check_xy(X, y, q.shape[1])
         if clusters is None:
             if q.shape[0] != 1:
                 raise ValueError(
@@ -392,11 +399,8 @@ class NoisyLabelLogisticRegression(_LogisticBase):
     def _fit_labels(self, X: ArrayLike, y: ArrayLike, default_k: int | None) -> Self:
         """Fit on ``y``; K is ``n_classes``, else ``default_k``, else ``max(y) + 1``."""
         self._check_params()
-        raw = np.asarray(y)
         k = default_k if self.n_classes is None else self.n_classes
-        if k is None:
-            k = max(int(raw.max()) + 1 if raw.size else 2, 2)
-        x, labels = _check_xy(X, raw, check_int(k, "n_classes", minimum=2))
+        x, labels, k = _check_xy(X, y, k)
         onehot = np.eye(k)[labels]
         with np.errstate(divide="ignore"):
             log_t = np.log(onehot)
