@@ -359,7 +359,7 @@ class ClusterRR:
     n_clusters: int = 100
     beta: float | None = None
 
-    def _validate(self) -> None:
+    def __post_init__(self) -> None:
         check_int(self.n_classes, "n_classes", minimum=2)
         check_real(self.sigma, "sigma", low=0.0, low_open=True)
         check_real(self.tau, "tau", low=0.0, high=1.0)
@@ -387,19 +387,6 @@ class ClusterRR:
         if self.beta is not None:
             check_real(self.beta, "beta", low=0.0, high=1.0)
 
-    def __post_init__(self) -> None:
-        self._validate()
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.name,
-            "sigma": self.sigma,
-            "tau": self.tau,
-            "truncation": self.truncation,
-            "floor": self.floor,
-            "n_clusters": self.n_clusters,
-        }
-
     def release(
         self,
         labels: ArrayLike,
@@ -409,7 +396,6 @@ class ClusterRR:
         rng: Rng = None,
     ) -> LabelRelease:
         """Release noisy labels of a training set; give ``clusters`` or ``features``."""
-        self._validate()
         k = int(self.n_classes)
         y = check_labels(labels, k)
         gen = as_generator(rng)
@@ -443,9 +429,11 @@ class ClusterRR:
         elif q_min == 0.0:
             lam = 1.0  # spends 0 <= epsilon_resample
         else:
-            # _validate saw exactly one of resample_probability and epsilon_resample
+            # __post_init__ saw exactly one of resample_probability and epsilon_resample
             assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
+        settings = ("floor", "n_clusters", "sigma", "tau", "truncation")
+        params = {"mechanism": self.name, **{f: getattr(self, f) for f in settings}}
         return _resample_release(
             y,
             c,
@@ -456,7 +444,7 @@ class ClusterRR:
             noisy=noisy,
             sigma=float(self.sigma),
             beta=lam if self.beta is None else min(float(self.beta), lam),
-            parameters=tuple(sorted(self.parameters().items())),
+            parameters=tuple(sorted(params.items())),
         )
 
 
@@ -494,7 +482,6 @@ class UniformRR:
 
     def release(self, labels: ArrayLike, *, rng: Rng = None) -> LabelRelease:
         """Release noisy labels; all examples form the single cluster 0."""
-        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
         k = self.n_classes
         y = check_labels(labels, k)
         rr = KaryRandomizedResponse(epsilon=self.epsilon, n_categories=k)
