@@ -3,40 +3,37 @@ r"""Choosing ClusterRR's parameters for a target epsilon from released statistic
 The rule sees the true labels only through differentially private releases charged to
 the same budget.
 
-**Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
-probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
-training examples whose true label a learner recovers. For an example of cluster
-:math:`c` and label :math:`y`, the expected corrected label vector and its per-example
-variance are
+**Criterion.** The predicted share of training examples whose true label a learner
+recovers under a configuration (sampling distributions :math:`q_c`, resampling
+probability :math:`\lambda`, correction :math:`\beta`). For an example of cluster
+:math:`c` and label :math:`y`, the expected corrected label vector and its variance are
 
 .. math:: v = [T_c(\lambda) R_c]_{y\cdot}, \qquad
           \sigma_j^2 = [T_c(\lambda) (R_c \circ R_c)]_{yj} - v_j^2,
 
 with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
 :math:`\beta = 0`). A linear learner with :math:`d` parameters fitted on :math:`n`
-examples estimates its target with the precision of an average over
-:math:`n_{\mathrm{eff}} = n/d` examples (its average leverage is :math:`d/n`), so
+examples has average leverage :math:`d/n`: the precision of an average over
+:math:`n_{\mathrm{eff}} = n/d` examples, so
 
 .. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
           + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
           \qquad Z_j \sim N(0, 1)\ \text{i.i.d.},
 
 by Gauss-Hermite quadrature, and the criterion is
-:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. Treating the within-cluster label as
-a function of the example charges cluster resampling its full bias; with :math:`p_c`
-estimated by the noisy histograms the criterion is post-processing.
+:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. It charges cluster resampling its
+full bias (the within-cluster label is a function of the example), and it is
+post-processing with the noisy histograms standing in for :math:`p_c`.
 
-**Budget split.** The histogram's epsilon must be fixed before the histogram is
-released, so :class:`AutoClusterRR` (1) releases a *pilot*, the share of examples
-carrying their cluster's majority label :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with
-Laplace noise (sensitivity :math:`1/n`) at a small :math:`\varepsilon_0` fixed from
-public quantities; (2) plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest
-by simulating the release on a model fitted to :math:`\hat\pi` (share 0 is UniformRR,
-scored exactly, so a histogram is released only when the plan predicts better); (3)
-releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
-floor, :math:`\lambda` (the largest that :math:`\varepsilon_2` allows) and
-:math:`\beta` by the criterion. The total is
-:math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
+**Budget split** (:class:`AutoClusterRR`). The histogram's epsilon is fixed before
+the histogram is released: (1) a *pilot* releases the majority share
+:math:`\pi = \frac1n\sum_c \max_y n_c(y)` at a small :math:`\varepsilon_0`
+(:func:`release_majority_share`); (2) :func:`plan_histogram_share` splits the rest
+into :math:`\varepsilon_1 + \varepsilon_2` by simulation on a model fitted to
+:math:`\hat\pi`; (3) the histograms are released at :math:`\varepsilon_1` and
+:func:`choose_resampling` picks :math:`\tau`, truncation, floor, :math:`\lambda` and
+:math:`\beta`. The total is :math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 =
+\varepsilon`.
 
 References
 ----------
@@ -51,6 +48,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -78,6 +76,10 @@ from ldpfda.labeldp.mechanisms import (
     cluster_distributions,
     cluster_label_counts,
     noisy_cluster_histograms,
+)
+from ldpfda.labeldp.transition import (
+    inverse_transition_matrices,
+    transition_matrices,
 )
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
@@ -131,16 +133,11 @@ def predicted_accuracy(
         resample_probability, "resample_probability (lambda)", low=0.0, high=1.0
     )
     b = check_real(beta, "beta", low=0.0, high=lam)
-    if b >= 1.0:
-        raise ValueError(f"beta must be < 1 for the criterion, got {b!r}")
     n_eff = check_real(n_effective, "n_effective", low=0.0, low_open=True)
     n_clusters, k = q.shape
-    w = np.full(n_clusters, 1.0 / n_clusters)
-    if weights is not None:
-        w = np.asarray(weights, dtype=float)
-    eye = np.eye(k)
-    t = (1.0 - lam) * eye[None] + lam * q[:, None, :]
-    r = (eye[None] - b * q[:, None, :]) / (1.0 - b)
+    w = np.full(n_clusters, 1 / n_clusters) if weights is None else np.asarray(weights)
+    t = transition_matrices(q, lam)
+    r = inverse_transition_matrices(q, b)  # refuses beta = 1
     v = t @ r
     var = np.maximum(t @ (r * r) - v * v, 0.0)
     sd = np.sqrt(var / n_eff)
@@ -196,6 +193,7 @@ def _score_candidates(
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
+    criterion = partial(predicted_accuracy, n_effective=n_effective, weights=weights)
     best: tuple[tuple[float, float, float], Choice, NDArray] | None = None
     seen: set[bytes] = set()
     grid = itertools.product(DEFAULT_TRUNCATIONS, DEFAULT_TAUS, floors)
@@ -211,14 +209,7 @@ def _score_candidates(
         else:
             lam = resampling_probability(epsilon=epsilon_resample, q_min=q_min)
         for beta in (0.0, lam) if lam < 1.0 else (0.0,):
-            score = predicted_accuracy(
-                estimate,
-                q,
-                resample_probability=lam,
-                beta=beta,
-                n_effective=n_effective,
-                weights=weights,
-            )
+            score = criterion(estimate, q, resample_probability=lam, beta=beta)
             # Ties: prefer the unbiased correction, then the larger floor.
             rank = (score, beta, floor)
             top = None if best is None else best[0]
@@ -236,15 +227,8 @@ def _score_candidates(
                 best = (rank, choice, q)
     assert best is not None
     _, choice, q = best
-    true_score = predicted_accuracy(
-        truth,
-        q,
-        resample_probability=choice.resample_probability,
-        beta=choice.beta,
-        n_effective=n_effective,
-        weights=weights,
-    )
-    return choice, true_score
+    lam, beta = choice.resample_probability, choice.beta
+    return choice, criterion(truth, q, resample_probability=lam, beta=beta)
 
 
 def choose_resampling(
