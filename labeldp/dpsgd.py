@@ -11,7 +11,7 @@ noise :math:`N(0, \sigma^2 C^2 I)` to the sum and divides by the expected batch 
 The per-example gradient is :math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
 :math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2`
 and a step is two matrix products. Epsilon comes from dp-accounting's RDP accountant
-(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n` by default. DP-SGD protects features
+(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n`. DP-SGD protects features
 and labels alike, so its guarantee implies label DP.
 
 References
@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -74,11 +75,7 @@ def dpsgd_epsilon(
 
 
 def calibrate_noise_multiplier(
-    *,
-    epsilon: float,
-    sampling_probability: float,
-    steps: int,
-    delta: float,
+    *, epsilon: float, sampling_probability: float, steps: int, delta: float
 ) -> float:
     r"""Smallest noise multiplier whose :func:`dpsgd_epsilon` is at most ``epsilon``.
 
@@ -87,24 +84,22 @@ def calibrate_noise_multiplier(
     """
     target = check_epsilon(epsilon, allow_inf=False)
 
-    def eps_of(sigma: float) -> float:
-        return dpsgd_epsilon(
-            noise_multiplier=sigma,
-            sampling_probability=sampling_probability,
-            steps=steps,
-            delta=delta,
-        )
-
+    eps_of = partial(
+        dpsgd_epsilon,
+        sampling_probability=sampling_probability,
+        steps=steps,
+        delta=delta,
+    )
     low, high = 0.05, 1.0
-    while eps_of(high) > target:
+    while eps_of(noise_multiplier=high) > target:
         low, high = high, 2.0 * high
         if high > 1e7:
             raise ValueError(f"no noise multiplier reaches epsilon={target!r}")
-    if eps_of(low) <= target:
+    if eps_of(noise_multiplier=low) <= target:
         return low
     while high / low > 1.0 + 1e-3:
         mid = math.sqrt(low * high)
-        if eps_of(mid) <= target:
+        if eps_of(noise_multiplier=mid) <= target:
             high = mid
         else:
             low = mid
@@ -119,18 +114,14 @@ class DPSGDLogisticRegression(_LinearClassifier):
     ----------
     epsilon, noise_multiplier : float or None
         Exactly one: a target epsilon (the noise multiplier :math:`\sigma` is then
-        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed), at
-        :math:`\delta = 1/n`.
+        calibrated at fit time) or a fixed :math:`\sigma`.
     clip_norm, learning_rate : float
         :math:`C` (fixed before seeing the data) and :math:`\eta`.
-    batch_size : int
-        Expected batch size :math:`B`; the sampling probability is :math:`B/n`.
-    epochs : float
-        Passes over the data; ``steps = ceil(epochs n / B)``.
-    n_classes : int or None
-        K; default ``max(y) + 1``.
-    random_state : int or None
-        Seed of batch sampling and noise.
+    batch_size, epochs
+        Expected batch size :math:`B` (sampling probability :math:`B/n`) and passes over
+        the data (``steps = ceil(epochs n / B)``).
+    n_classes, random_state
+        K (default ``max(y) + 1``) and the seed of batch sampling and noise.
 
     Attributes
     ----------
