@@ -43,7 +43,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ldpfda._validation import check_int, check_real
-from ldpfda.labeldp.mechanisms import LabelRelease, check_labels
+from ldpfda.labeldp.mechanisms import LabelRelease, _given_clusters, check_labels
 from ldpfda.labeldp.transition import check_distributions
 
 __all__ = [
@@ -256,11 +256,7 @@ class _CorrectedLogisticBase(_LogisticBase):
                 )
             c = np.zeros(labels.size, dtype=np.int64)
         else:
-            c = check_labels(clusters, q.shape[0], "clusters")
-            if c.size != labels.size:
-                raise ValueError(
-                    f"clusters and y differ in length: {c.size} != {labels.size}"
-                )
+            c, _ = _given_clusters(clusters, labels, q.shape[0])
         b = check_real(beta, "beta", low=0.0, high=1.0, high_open=self._needs_targets)
         self._fit_channels(x, labels, q[c], np.full(labels.size, b))
         return self
