@@ -141,20 +141,13 @@ def predicted_accuracy(
     v = t @ r
     var = np.maximum(t @ (r * r) - v * v, 0.0)
     sd = np.sqrt(var / n_eff)
-    diag_v = np.einsum("cyy->cy", v)
-    diag_sd = np.einsum("cyy->cy", sd)
+    diag_v, diag_sd = (np.einsum("cyy->cy", a)[:, :, None, None] for a in (v, sd))
     # Competitor j of true label y, at quadrature node z: v_y - v_j + sd_y z.
-    num = (
-        diag_v[:, :, None, None]
-        - v[:, :, :, None]
-        + diag_sd[:, :, None, None] * _NODES[None, None, None, :]
-    )
+    num = diag_v - v[:, :, :, None] + diag_sd * _NODES
     den = sd[:, :, :, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         phi = np.where(
-            den > 0,
-            ndtr(num / np.where(den > 0, den, 1.0)),
-            np.where(num > 0, 1.0, np.where(num < 0, 0.0, 0.5)),
+            den > 0, ndtr(num / np.where(den > 0, den, 1.0)), np.heaviside(num, 0.5)
         )
     phi[:, np.arange(k), np.arange(k), :] = 1.0
     wins = np.prod(phi, axis=2) @ _WEIGHTS  # (C, K)
