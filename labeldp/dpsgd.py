@@ -13,12 +13,6 @@ The per-example gradient is :math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
 and a step is two matrix products. Epsilon comes from dp-accounting's RDP accountant
 (:func:`dpsgd_epsilon`), at :math:`\delta = 1/n`. DP-SGD protects features
 and labels alike, so its guarantee implies label DP.
-
-References
-----------
-M. Abadi, A. Chu, I. Goodfellow, H. B. McMahan, I. Mironov, K. Talwar, L. Zhang, "Deep
-learning with differential privacy", CCS 2016. I. Mironov, K. Talwar, L. Zhang, "Renyi
-differential privacy of the sampled Gaussian mechanism", arXiv:1908.10530 (2019).
 """
 
 from __future__ import annotations
@@ -51,8 +45,8 @@ def dpsgd_epsilon(
 
     References
     ----------
-    I. Mironov, K. Talwar, L. Zhang, arXiv:1908.10530 (2019); dp-accounting's
-    ``RdpAccountant``.
+    I. Mironov, K. Talwar, L. Zhang, "Renyi differential privacy of the sampled
+    Gaussian mechanism", arXiv:1908.10530 (2019); dp-accounting's ``RdpAccountant``.
     """
     sigma = check_real(noise_multiplier, "noise_multiplier", low=0.0, low_open=True)
     q = check_real(
@@ -130,7 +124,8 @@ class DPSGDLogisticRegression(_LinearClassifier):
 
     References
     ----------
-    M. Abadi et al., "Deep learning with differential privacy", CCS 2016.
+    M. Abadi, A. Chu, I. Goodfellow, H. B. McMahan, I. Mironov, K. Talwar, L. Zhang,
+    "Deep learning with differential privacy", CCS 2016.
     """
 
     epsilon: float | None = 1.0

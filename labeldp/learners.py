@@ -18,13 +18,6 @@ log-likelihood through the channel,
 :math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}` (a proper
 scoring rule computed from released data only; ``validation_scores_``); the best
 ``C``, ``C_``, is refitted on all.
-
-References
-----------
-G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural networks robust
-to label noise: a loss correction approach", CVPR 2017. N. Natarajan et al., "Learning
-with noisy labels", NeurIPS 2013. H. Esfandiari et al., "Label differential privacy via
-clustering", AISTATS 2022.
 """
 
 from __future__ import annotations
@@ -335,8 +328,8 @@ class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
     References
     ----------
-    N. Natarajan et al., NeurIPS 2013; G. Patrini et al., CVPR 2017; H. Esfandiari et
-    al., AISTATS 2022.
+    N. Natarajan et al., "Learning with noisy labels", NeurIPS 2013; G. Patrini et al.,
+    CVPR 2017; H. Esfandiari et al., AISTATS 2022.
     """
 
     _needs_targets = True
@@ -355,7 +348,8 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
     References
     ----------
-    G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, CVPR 2017.
+    G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural networks
+    robust to label noise: a loss correction approach", CVPR 2017.
     """
 
     @staticmethod
