@@ -4,11 +4,7 @@ All three minimise an average loss plus the ridge penalty
 :math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included
 (this keeps the backward objective, whose targets have negative entries, strongly
 convex and coercive), with :math:`\alpha = 1/(C n)`, by L-BFGS with the analytic
-gradient. With logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, the
-backward loss is :math:`\operatorname{lse}(z_i) - a_i^\top z_i` (:math:`a_i` the row of
-the inverse channel), the forward loss
-:math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
-:math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`.
+gradient, in the logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`.
 
 **Parameters of all three.** ``C`` is the inverse penalty strength; ``max_iter`` and
 ``tol`` are L-BFGS's iteration limit and gradient tolerance. With candidates ``Cs``
@@ -354,6 +350,8 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        r""":math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)`, :math:`t_i` the
+        channel's column of :math:`\tilde y_i`."""
         log_t = arrays["log_t"][index]
 
         def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:

@@ -239,8 +239,7 @@ def choose_resampling(
     (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
     largest that ``epsilon_resample`` allows with the realised :math:`q_{\min}` (1 when
     it is 0), :math:`\beta \in \{0, \lambda\}`. The winner maximises
-    :func:`predicted_accuracy` with the noisy histograms (clipped at 0, renormalised)
-    standing in for the true label distributions.
+    :func:`predicted_accuracy` on the noisy histograms (clipped at 0, renormalised).
     """
     noisy = np.asarray(noisy_histograms, dtype=float)
     sizes = np.asarray(cluster_sizes, dtype=float)
@@ -273,11 +272,10 @@ def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choic
 def pilot_epsilon(epsilon: float, n_samples: int) -> float:
     r"""Epsilon of the pilot majority-share release, from public quantities only.
 
-    The pilot is :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))`, with
-    standard deviation :math:`\sqrt2/(n\varepsilon_0)`; this returns
-    :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` for target standard
-    deviation :math:`s` = :data:`PILOT_STD` and largest share :math:`\rho` =
-    :data:`PILOT_MAX_SHARE`.
+    The pilot :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))` has
+    standard deviation :math:`\sqrt2/(n\varepsilon_0)`, hence
+    :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` with
+    :math:`s` = :data:`PILOT_STD`, :math:`\rho` = :data:`PILOT_MAX_SHARE`.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     n = check_int(n_samples, "n_samples", minimum=1)
@@ -298,10 +296,8 @@ def release_majority_share(
     .. math:: \hat\pi = \frac1n\Bigl(\sum_c \max_y n_c(y) + k\Bigr),
               \qquad P(k) \propto e^{-\varepsilon |k|}
 
-    Changing one label changes one cluster's counts by one in two entries, so its
-    maximum count, and the sum, by at most 1: sensitivity 1, epsilon-label-DP. The
-    noise is the exact discrete Laplace law on the integer sum
-    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`).
+    One label change moves the sum of the cluster maxima by at most 1 (sensitivity 1):
+    epsilon-label-DP, with exact discrete Laplace noise on the integer sum.
 
     References
     ----------
