@@ -262,14 +262,14 @@ def _resample_release(
     q: NDArray[np.float64],
     lam: float,
     gen: np.random.Generator,
-    *,
     sizes: NDArray,
     noisy: NDArray[np.float64] | None,
     sigma: float,
     beta: float,
-    parameters: tuple[tuple[str, Any], ...],
+    parameters: tuple[tuple[str, Any], ...] = (),
 ) -> LabelRelease:
-    """Step 5 after the histogram release ``noisy`` (None: none), with its events."""
+    """Step 5 after the histogram release ``noisy`` at ``sigma`` (None: no histogram),
+    with the events of both."""
     events = []
     if noisy is not None:
         events.append(
@@ -417,19 +417,12 @@ class ClusterRR:
             # __post_init__ saw exactly one of resample_probability and epsilon_resample
             assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
+        beta = lam if self.beta is None else min(float(self.beta), lam)
         settings = ("floor", "n_clusters", "sigma", "tau", "truncation")
         params = {"mechanism": self.name, **{f: getattr(self, f) for f in settings}}
+        recorded = tuple(sorted(params.items()))
         return _resample_release(
-            y,
-            c,
-            q,
-            lam,
-            gen,
-            sizes=sizes,
-            noisy=noisy,
-            sigma=float(self.sigma),
-            beta=lam if self.beta is None else min(float(self.beta), lam),
-            parameters=tuple(sorted(params.items())),
+            y, c, q, lam, gen, sizes, noisy, float(self.sigma), beta, recorded
         )
 
 

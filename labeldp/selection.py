@@ -447,16 +447,7 @@ class AutoClusterRR:
                 noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
             )
             release = _resample_release(
-                y,
-                c,
-                q,
-                lam,
-                gen,
-                sizes=sizes,
-                noisy=noisy,
-                sigma=sigma,
-                beta=choice.beta,
-                parameters=(),
+                y, c, q, lam, gen, sizes, noisy, sigma, choice.beta
             )
             info.update(sigma=sigma, tau=choice.tau, truncation=choice.truncation)
             info["floor"] = choice.floor
