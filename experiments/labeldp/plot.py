@@ -60,15 +60,11 @@ def summarise(results_dir: Path) -> dict[str, Any]:
         groups[key].append(r["accuracy"] / nonprivate[r["dataset"]])
     # "best" learner of UniformRR: the learner with the highest mean over trials.
     means = {key: float(np.mean(v)) for key, v in groups.items()}
-    for key in list(groups):
-        if key[2] == "uniform_rr" and key[3] != "best":
-            candidates = [
-                k
-                for k in groups
-                if k[:3] == key[:3] and k[4:] == key[4:] and k[3] != "best"
-            ]
-            winner = max(candidates, key=lambda k: means[k])
-            groups[(*key[:3], "best", *key[4:])] = groups[winner]
+    for key in means:
+        if key[2] == "uniform_rr":
+            rivals = [k for k in means if k[:3] == key[:3] and k[4:] == key[4:]]
+            best = max(rivals, key=means.__getitem__)
+            groups[(*key[:3], "best", *key[4:])] = groups[best]
     table = [
         {
             **dict(zip(FIELDS, key, strict=True)),
