@@ -77,10 +77,7 @@ from ldpfda.labeldp.mechanisms import (
     cluster_label_counts,
     noisy_cluster_histograms,
 )
-from ldpfda.labeldp.transition import (
-    inverse_transition_matrices,
-    transition_matrices,
-)
+from ldpfda.labeldp.transition import inverse_transition_matrices, transition_matrices
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
 from ldpfda.privacy.random import as_generator
