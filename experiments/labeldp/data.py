@@ -45,7 +45,6 @@ class Dataset:
     k-means (unscaled projections, so that distances keep the geometry of the inputs).
     """
 
-    name: str
     x_train: NDArray[np.float64]
     y_train: NDArray[np.int64]
     x_test: NDArray[np.float64]
@@ -147,7 +146,6 @@ def load_dataset(
     scale = float(np.sqrt(np.mean(ctr.var(axis=0))))
     scale = scale if scale > 0 else 1.0
     return Dataset(
-        name=name,
         x_train=(ctr - center) / scale,
         y_train=np.asarray(ytr, dtype=np.int64),
         x_test=(cte - center) / scale,
