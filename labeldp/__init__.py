@@ -4,11 +4,6 @@ Only the training labels are private; features, and so clusters built from them,
 public. The names below load from their submodule on first access, so the light
 submodules (accounting, transition, peer_to_peer, mechanisms) import neither
 scikit-learn nor dp-accounting.
-
-References
-----------
-H. Esfandiari, V. Mirrokni, U. Syed, S. Vassilvitskii, "Label differential privacy via
-clustering", AISTATS 2022.
 """
 
 import importlib

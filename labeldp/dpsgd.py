@@ -11,14 +11,8 @@ noise :math:`N(0, \sigma^2 C^2 I)` to the sum and divides by the expected batch 
 The per-example gradient is :math:`g_i = (s_i - e_{y_i}) \tilde x_i^\top`, so
 :math:`\lVert g_i\rVert_F = \lVert s_i - e_{y_i}\rVert_2 \lVert\tilde x_i\rVert_2`
 and a step is two matrix products. Epsilon comes from dp-accounting's RDP accountant
-(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n` by default. DP-SGD protects features
+(:func:`dpsgd_epsilon`), at :math:`\delta = 1/n`. DP-SGD protects features
 and labels alike, so its guarantee implies label DP.
-
-References
-----------
-M. Abadi, A. Chu, I. Goodfellow, H. B. McMahan, I. Mironov, K. Talwar, L. Zhang, "Deep
-learning with differential privacy", CCS 2016. I. Mironov, K. Talwar, L. Zhang, "Renyi
-differential privacy of the sampled Gaussian mechanism", arXiv:1908.10530 (2019).
 """
 
 from __future__ import annotations
@@ -26,6 +20,8 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 from dp_accounting import dp_event, rdp
@@ -49,8 +45,8 @@ def dpsgd_epsilon(
 
     References
     ----------
-    I. Mironov, K. Talwar, L. Zhang, arXiv:1908.10530 (2019); dp-accounting's
-    ``RdpAccountant``.
+    I. Mironov, K. Talwar, L. Zhang, "Renyi differential privacy of the sampled
+    Gaussian mechanism", arXiv:1908.10530 (2019); dp-accounting's ``RdpAccountant``.
     """
     sigma = check_real(noise_multiplier, "noise_multiplier", low=0.0, low_open=True)
     q = check_real(
@@ -73,39 +69,31 @@ def dpsgd_epsilon(
 
 
 def calibrate_noise_multiplier(
-    *,
-    epsilon: float,
-    sampling_probability: float,
-    steps: int,
-    delta: float,
-    tol: float = 1e-3,
+    *, epsilon: float, sampling_probability: float, steps: int, delta: float
 ) -> float:
     r"""Smallest noise multiplier whose :func:`dpsgd_epsilon` is at most ``epsilon``.
 
     Bisection on :math:`\log\sigma` (epsilon decreases with :math:`\sigma`) to relative
-    precision ``tol``; the returned :math:`\sigma` is on the safe side.
+    precision 1e-3; the returned :math:`\sigma` is on the safe side.
     """
     target = check_epsilon(epsilon, allow_inf=False)
-    tol = check_real(tol, "tol", low=0.0, low_open=True)
 
-    def eps_of(sigma: float) -> float:
-        return dpsgd_epsilon(
-            noise_multiplier=sigma,
-            sampling_probability=sampling_probability,
-            steps=steps,
-            delta=delta,
-        )
-
+    eps_of = partial(
+        dpsgd_epsilon,
+        sampling_probability=sampling_probability,
+        steps=steps,
+        delta=delta,
+    )
     low, high = 0.05, 1.0
-    while eps_of(high) > target:
+    while eps_of(noise_multiplier=high) > target:
         low, high = high, 2.0 * high
         if high > 1e7:
             raise ValueError(f"no noise multiplier reaches epsilon={target!r}")
-    if eps_of(low) <= target:
+    if eps_of(noise_multiplier=low) <= target:
         return low
-    while high / low > 1.0 + tol:
+    while high / low > 1.0 + 1e-3:
         mid = math.sqrt(low * high)
-        if eps_of(mid) <= target:
+        if eps_of(noise_multiplier=mid) <= target:
             high = mid
         else:
             low = mid
@@ -120,19 +108,14 @@ class DPSGDLogisticRegression(_LinearClassifier):
     ----------
     epsilon, noise_multiplier : float or None
         Exactly one: a target epsilon (the noise multiplier :math:`\sigma` is then
-        calibrated at fit time) or a fixed :math:`\sigma` (``epsilon_`` computed).
-    delta : float or None
-        Default :math:`1/n`.
+        calibrated at fit time) or a fixed :math:`\sigma`.
     clip_norm, learning_rate : float
         :math:`C` (fixed before seeing the data) and :math:`\eta`.
-    batch_size : int
-        Expected batch size :math:`B`; the sampling probability is :math:`B/n`.
-    epochs : float
-        Passes over the data; ``steps = ceil(epochs n / B)``.
-    n_classes : int or None
-        K; default ``max(y) + 1``.
-    random_state : int or None
-        Seed of batch sampling and noise.
+    batch_size, epochs
+        Expected batch size :math:`B` (sampling probability :math:`B/n`) and passes over
+        the data (``steps = ceil(epochs n / B)``).
+    n_classes, random_state
+        K (default ``max(y) + 1``) and the seed of batch sampling and noise.
 
     Attributes
     ----------
@@ -141,11 +124,11 @@ class DPSGDLogisticRegression(_LinearClassifier):
 
     References
     ----------
-    M. Abadi et al., "Deep learning with differential privacy", CCS 2016.
+    M. Abadi, A. Chu, I. Goodfellow, H. B. McMahan, I. Mironov, K. Talwar, L. Zhang,
+    "Deep learning with differential privacy", CCS 2016.
     """
 
     epsilon: float | None = 1.0
-    delta: float | None = None
     noise_multiplier: float | None = None
     clip_norm: float = 1.0
     batch_size: int = 500
@@ -155,13 +138,7 @@ class DPSGDLogisticRegression(_LinearClassifier):
     random_state: int | None = None
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> DPSGDLogisticRegression:
-        raw = np.asarray(y)
-        k = (
-            max(int(raw.max()) + 1, 2)
-            if self.n_classes is None
-            else check_int(self.n_classes, "n_classes", minimum=2)
-        )
-        x, labels = _check_xy(X, raw, k)
+        x, labels, k = _check_xy(X, y, self.n_classes)
         n, p = x.shape
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("give exactly one of epsilon and noise_multiplier")
@@ -169,25 +146,19 @@ class DPSGDLogisticRegression(_LinearClassifier):
         batch = check_int(self.batch_size, "batch_size", minimum=1, maximum=n)
         epochs = check_real(self.epochs, "epochs", low=0.0, low_open=True)
         lr = check_real(self.learning_rate, "learning_rate", low=0.0, low_open=True)
-        delta = 1.0 / n
-        if self.delta is not None:
-            delta = check_real(
-                self.delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True
-            )
-        rate = batch / n
+        delta, rate = 1.0 / n, batch / n
         steps = max(1, math.ceil(epochs / rate))
-        if self.noise_multiplier is None:
-            eps = check_epsilon(self.epsilon, allow_inf=False)
-            sigma = calibrate_noise_multiplier(
-                epsilon=eps, sampling_probability=rate, steps=steps, delta=delta
-            )
-        else:
-            sigma = check_real(
-                self.noise_multiplier, "noise_multiplier", low=0.0, low_open=True
-            )
-        achieved = dpsgd_epsilon(
-            noise_multiplier=sigma, sampling_probability=rate, steps=steps, delta=delta
-        )
+        # Both functions validate the epsilon or noise multiplier they are given.
+        accounting: dict[str, Any] = {
+            "sampling_probability": rate,
+            "steps": steps,
+            "delta": delta,
+        }
+        sigma = self.noise_multiplier
+        if sigma is None:
+            assert self.epsilon is not None  # exactly one of the two was given
+            sigma = calibrate_noise_multiplier(epsilon=self.epsilon, **accounting)
+        achieved = dpsgd_epsilon(noise_multiplier=sigma, **accounting)
 
         gen = np.random.default_rng(self.random_state)
         xt = np.hstack([x, np.ones((n, 1))])
@@ -214,7 +185,7 @@ class DPSGDLogisticRegression(_LinearClassifier):
             "dp_sgd",
             achieved,
             delta=delta,
-            noise_multiplier=sigma,
+            noise_multiplier=self.noise_multiplier_,
             sampling_probability=rate,
             steps=steps,
             clip_norm=clip,

@@ -4,24 +4,16 @@ All three minimise an average loss plus the ridge penalty
 :math:`\frac{\alpha}{2}\lVert W\rVert_F^2` on **every** weight, intercepts included
 (this keeps the backward objective, whose targets have negative entries, strongly
 convex and coercive), with :math:`\alpha = 1/(C n)`, by L-BFGS with the analytic
-gradient. With logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`, the
-backward loss is :math:`\operatorname{lse}(z_i) - a_i^\top z_i` (:math:`a_i` the row of
-the inverse channel), the forward loss
-:math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)` with
-:math:`t_i = T_{c_i}(\beta)[\cdot, \tilde y_i]`.
+gradient, in the logits :math:`z_i = W \tilde x_i`, :math:`\tilde x_i = (x_i, 1)`.
 
-**Choosing C from the release.** With ``Cs`` given, a random ``validation_fraction`` of
-the noisy examples is held out and every ``C`` is scored by the held-out noisy-label
+**Parameters of all three.** ``C`` is the inverse penalty strength; ``max_iter`` and
+``tol`` are L-BFGS's iteration limit and gradient tolerance. With candidates ``Cs``
+given instead, a random ``validation_fraction`` of the noisy examples (split seeded by
+``random_state``) is held out and every ``C`` is scored by the held-out noisy-label
 log-likelihood through the channel,
 :math:`\frac{1}{|V|}\sum_{i\in V}\log[T_{c_i}(\beta)^\top s_i]_{\tilde y_i}` (a proper
-scoring rule computed from released data only); the best ``C`` is refitted on all.
-
-References
-----------
-G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural networks robust
-to label noise: a loss correction approach", CVPR 2017. N. Natarajan et al., "Learning
-with noisy labels", NeurIPS 2013. H. Esfandiari et al., "Label differential privacy via
-clustering", AISTATS 2022.
+scoring rule computed from released data only; ``validation_scores_``); the best
+``C``, ``C_``, is refitted on all.
 """
 
 from __future__ import annotations
@@ -40,7 +32,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from ldpfda._validation import check_int, check_real
-from ldpfda.labeldp.mechanisms import LabelRelease, check_labels
+from ldpfda.labeldp.mechanisms import LabelRelease, _given_clusters, check_labels
 from ldpfda.labeldp.transition import check_distributions
 
 __all__ = [
@@ -73,13 +65,20 @@ def _soft_cross_entropy(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
     return loss_grad
 
 
-def _check_xy(X: ArrayLike, y: ArrayLike, n_classes: int) -> tuple[NDArray, NDArray]:
-    """``X`` as floats and ``y`` as classes of ``range(n_classes)``, of one length."""
+def _check_xy(
+    X: ArrayLike, y: ArrayLike, n_classes: int | None
+) -> tuple[NDArray, NDArray, int]:
+    """``X`` as floats, ``y`` as classes of ``range(K)`` of the same length, and K:
+    ``n_classes``, by default ``max(y) + 1`` (at least 2)."""
+    raw = np.asarray(y)
+    if n_classes is None:
+        n_classes = max(int(raw.max()) + 1 if raw.size else 2, 2)
+    k = check_int(n_classes, "n_classes", minimum=2)
     x = check_array(X, dtype=np.float64)
-    labels = check_labels(y, n_classes, "y")
+    labels = check_labels(raw, k, "y")
     if labels.size != x.shape[0]:
         raise ValueError(f"X and y differ in length: {x.shape[0]} != {labels.size}")
-    return x, labels
+    return x, labels, k
 
 
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
@@ -216,29 +215,6 @@ class _LogisticBase(_LinearClassifier):
         self._set_weights(w)
 
 
-_DOC_PARAMETERS = """
-    Parameters
-    ----------
-    C : float
-        Inverse penalty strength (:math:`\\alpha = 1/(Cn)`); used when ``Cs`` is None.
-    Cs : sequence of float, optional
-        Candidate values of ``C``, chosen by the held-out noisy-label likelihood.
-    validation_fraction : float
-        Share of examples held out to choose ``C``.
-    max_iter, tol : int, float
-        L-BFGS iteration limit and gradient tolerance.
-    random_state : int, optional
-        Seed of the held-out split.
-
-    Attributes
-    ----------
-    C_ : float
-        The ``C`` of the final fit.
-    validation_scores_ : dict or None
-        Held-out mean log-likelihood of the noisy labels for every candidate ``C``.
-"""
-
-
 class _CorrectedLogisticBase(_LogisticBase):
     """A learner that needs the release's channel (distributions, clusters, beta)."""
 
@@ -261,7 +237,7 @@ class _CorrectedLogisticBase(_LogisticBase):
         """
         self._check_params()
         q = check_distributions(distributions)
-        x, labels = _check_xy(X, y, q.shape[1])
+        x, labels, _ = _check_xy(X, y, q.shape[1])
         if clusters is None:
             if q.shape[0] != 1:
                 raise ValueError(
@@ -269,11 +245,7 @@ class _CorrectedLogisticBase(_LogisticBase):
                 )
             c = np.zeros(labels.size, dtype=np.int64)
         else:
-            c = check_labels(clusters, q.shape[0], "clusters")
-            if c.size != labels.size:
-                raise ValueError(
-                    f"clusters and y differ in length: {c.size} != {labels.size}"
-                )
+            c, _ = _given_clusters(clusters, labels, q.shape[0])
         b = check_real(beta, "beta", low=0.0, high=1.0, high_open=self._needs_targets)
         self._fit_channels(x, labels, q[c], np.full(labels.size, b))
         return self
@@ -340,9 +312,7 @@ class _CorrectedLogisticBase(_LogisticBase):
 
 
 class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
-    _needs_targets = True
-    __doc__ = (
-        r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
+    r"""Minimiser of the backward-corrected cross-entropy on noisy labels.
 
     .. math:: \min_W \frac1n \sum_i \sum_y [T_{c_i}(\beta)^{-1}]_{\tilde y_i y}
               \bigl(-\log \mathrm{softmax}(W\tilde x_i)_y\bigr)
@@ -351,22 +321,19 @@ class BackwardCorrectedLogisticRegression(_CorrectedLogisticBase):
     With :math:`\beta = \lambda` the data term is an unbiased estimate of the clean
     cross-entropy. Its variance grows like :math:`1/(1-\beta)^2`, so at small epsilon
     the fit is dominated by the penalty.
-    """
-        + _DOC_PARAMETERS
-        + r"""
+
     References
     ----------
-    N. Natarajan et al., NeurIPS 2013; G. Patrini et al., CVPR 2017; H. Esfandiari et
-    al., AISTATS 2022.
+    N. Natarajan et al., "Learning with noisy labels", NeurIPS 2013; G. Patrini et al.,
+    CVPR 2017; H. Esfandiari et al., AISTATS 2022.
     """
-    )
 
+    _needs_targets = True
     _loss_grad = staticmethod(_soft_cross_entropy)
 
 
 class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
-    __doc__ = (
-        r"""Maximum likelihood of the noisy labels through the known channel.
+    r"""Maximum likelihood of the noisy labels through the known channel.
 
     .. math:: \min_W -\frac1n \sum_i \log\bigl[T_{c_i}(\beta)^\top
               \mathrm{softmax}(W\tilde x_i)\bigr]_{\tilde y_i}
@@ -374,17 +341,17 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
     :meth:`predict_proba` returns the clean-label model :math:`\mathrm{softmax}(W x)`.
     The objective is not convex in general; L-BFGS starts from :math:`W = 0`.
-    """
-        + _DOC_PARAMETERS
-        + r"""
+
     References
     ----------
-    G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, CVPR 2017.
+    G. Patrini, A. Rozza, A. K. Menon, R. Nock, L. Qu, "Making deep neural networks
+    robust to label noise: a loss correction approach", CVPR 2017.
     """
-    )
 
     @staticmethod
     def _loss_grad(arrays: dict[str, NDArray], index: NDArray) -> LossGrad:
+        r""":math:`\mathrm{lse}(z_i) - \mathrm{lse}(z_i + \log t_i)`, :math:`t_i` the
+        channel's column of :math:`\tilde y_i`."""
         log_t = arrays["log_t"][index]
 
         def loss_grad(z: NDArray[np.float64]) -> tuple[NDArray, NDArray]:
@@ -399,8 +366,7 @@ class ForwardCorrectedLogisticRegression(_CorrectedLogisticBase):
 
 @dataclass(kw_only=True, eq=False, repr=False)
 class NoisyLabelLogisticRegression(_LogisticBase):
-    __doc__ = (
-        r"""Plain multinomial logistic regression on the (noisy) labels as given.
+    r"""Plain multinomial logistic regression on the (noisy) labels as given.
 
     .. math:: \min_W -\frac1n \sum_i \log \mathrm{softmax}(W\tilde x_i)_{y_i}
               + \frac{1}{2Cn}\lVert W\rVert_F^2
@@ -408,8 +374,6 @@ class NoisyLabelLogisticRegression(_LogisticBase):
     Also the non-private reference when fitted on clean labels. ``n_classes`` (K)
     defaults to ``max(y) + 1``; give it when a class may be absent from ``y``.
     """
-        + _DOC_PARAMETERS
-    )
 
     n_classes: int | None = None
 
@@ -423,11 +387,8 @@ class NoisyLabelLogisticRegression(_LogisticBase):
     def _fit_labels(self, X: ArrayLike, y: ArrayLike, default_k: int | None) -> Self:
         """Fit on ``y``; K is ``n_classes``, else ``default_k``, else ``max(y) + 1``."""
         self._check_params()
-        raw = np.asarray(y)
         k = default_k if self.n_classes is None else self.n_classes
-        if k is None:
-            k = max(int(raw.max()) + 1 if raw.size else 2, 2)
-        x, labels = _check_xy(X, raw, check_int(k, "n_classes", minimum=2))
+        x, labels, k = _check_xy(X, y, k)
         onehot = np.eye(k)[labels]
         with np.errstate(divide="ignore"):
             log_t = np.log(onehot)

@@ -1,12 +1,8 @@
 r"""Label-DP release of a training set: cluster-based and uniform randomized response.
 
-Both mechanisms take the true labels of a whole training set (a trusted curator holds
-them) and return a :class:`LabelRelease`: the noisy labels, the released cluster label
-distributions :math:`q_c` and the resampling probability :math:`\lambda` (from which the
-corrected losses of :mod:`ldpfda.labeldp.transition` are built), with one
-:class:`~ldpfda.privacy.ReleaseEvent` per part of the release. ClusterRR is a central
-mechanism (its second step depends on everybody's labels), not a local
-:class:`~ldpfda.privacy.Mechanism`.
+Both take the true labels of a whole training set (a trusted curator holds them) and
+return a :class:`LabelRelease`. ClusterRR is a central mechanism (its second step
+depends on everybody's labels), not a local :class:`~ldpfda.privacy.Mechanism`.
 """
 
 from __future__ import annotations
@@ -60,8 +56,7 @@ def assign_clusters(
 ) -> NDArray[np.int64]:
     """Cluster examples on their (public) features with scikit-learn's k-means.
 
-    Costs no label-DP epsilon; KMeans runs with its defaults and a ``random_state``
-    drawn from ``rng``.
+    Costs no label-DP epsilon; KMeans's ``random_state`` is drawn from ``rng``.
 
     References
     ----------
@@ -100,11 +95,9 @@ def noisy_cluster_histograms(
     .. math:: \tilde p_c(y) = \frac{n_c(y) + k_{cy}}{n_c},
               \qquad P(k_{cy} = k) \propto e^{-|k|/\sigma}\ \text{i.i.d.}
 
-    The noise is the exact discrete Laplace law on the integer counts
-    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`): no floating-point side
-    channel. One label change moves two counts by 1, so the release is
-    :math:`2/\sigma`-label-DP (:func:`~ldpfda.labeldp.accounting.histogram_epsilon`).
-    An empty cluster releases the uniform distribution.
+    The noise is exact discrete Laplace on the integer counts (no floating-point side
+    channel). One label change moves two counts by 1: :math:`2/\sigma`-label-DP. An
+    empty cluster releases the uniform distribution.
     """
     n = np.asarray(counts)
     if n.ndim != 2 or n.dtype.kind not in "iu" or np.any(n < 0):
@@ -128,12 +121,9 @@ def cluster_distributions(
 
     ``truncation="clip"`` clips every entry to :math:`[\tau, 1]`; ``"zero"`` sets the
     entries below :math:`\tau` to 0 and clips the rest at 1. Rows are renormalised (a
-    row with no mass left becomes uniform) and mixed with the uniform distribution,
-
-    .. math:: q_c = (1 - \omega)\, \frac{\bar p_c}{\mathbf 1^\top \bar p_c}
-                    + \frac{\omega}{K},
-
-    with floor :math:`\omega \in [0, 1]`.
+    row with no mass left becomes uniform) and mixed with the uniform law by the floor
+    :math:`\omega \in [0, 1]`:
+    :math:`q_c = (1 - \omega)\, \bar p_c / \mathbf 1^\top \bar p_c + \omega / K`.
     """
     p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
     tau = check_real(tau, "tau", low=0.0, high=1.0)
@@ -171,12 +161,9 @@ def _q_min(q: NDArray[np.float64], sizes: NDArray) -> float:
 class LabelRelease:
     r"""What a label-DP mechanism publishes about a training set.
 
-    The noisy labels :math:`\tilde y_i`, the (public) cluster of every example, the
-    released sampling distributions :math:`q_c` (C, K), :math:`\lambda`, the public
-    sizes :math:`n_c`, one event per part of the release that spends epsilon (their
-    epsilons add up to :attr:`epsilon`; resampling with :math:`\lambda = 1` records
-    none), the Laplace histograms if any, the recommended correction
-    :math:`\beta \in [0, \lambda]` and the mechanism's settings (for reports).
+    One event per part of the release that spends epsilon (resampling with
+    :math:`\lambda = 1` spends none); ``beta`` is the recommended correction in
+    :math:`[0, \lambda]`, ``parameters`` the mechanism's settings (for reports).
     """
 
     labels: NDArray[np.int64]
@@ -275,14 +262,14 @@ def _resample_release(
     q: NDArray[np.float64],
     lam: float,
     gen: np.random.Generator,
-    *,
     sizes: NDArray,
     noisy: NDArray[np.float64] | None,
     sigma: float,
     beta: float,
-    parameters: tuple[tuple[str, Any], ...],
+    parameters: tuple[tuple[str, Any], ...] = (),
 ) -> LabelRelease:
-    """Step 5 after the histogram release ``noisy`` (None: none), with its events."""
+    """Step 5 after the histogram release ``noisy`` at ``sigma`` (None: no histogram),
+    with the events of both."""
     events = []
     if noisy is not None:
         events.append(
@@ -318,12 +305,12 @@ def _resample_release(
 class ClusterRR:
     r"""Cluster-based randomized response with a trusted curator (Algorithm 1).
 
-    Clusters come from k-means on the features (``n_clusters``) or are given; every
-    cluster's label distribution is released with Laplace noise
-    (:func:`noisy_cluster_histograms`), truncated, renormalised and mixed with a uniform
-    floor into :math:`q_c` (:func:`cluster_distributions`); each label is then replaced
-    with probability :math:`\lambda` by a draw from its cluster's :math:`q_c`. The
-    release is :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
+    Clusters are given or come from k-means on the features (``n_clusters``). The label
+    histograms are released (:func:`noisy_cluster_histograms`) and turned into
+    :math:`q_c` (:func:`cluster_distributions`: ``tau``, ``truncation``, ``floor``);
+    each label is then replaced with probability :math:`\lambda` by a draw from its
+    cluster's :math:`q_c`. The release is
+    :math:`(\varepsilon_1 + \varepsilon_2)`-label-DP with
     :math:`\varepsilon_1 = 2/\sigma` and
     :math:`\varepsilon_2 = \ln(1 + (1-\lambda)/(\lambda q_{\min}))`, :math:`q_{\min}`
     the smallest released probability (:mod:`ldpfda.labeldp.accounting`).
@@ -333,8 +320,6 @@ class ClusterRR:
     sigma : float
         Histogram noise factor in (0, inf]; ``inf`` releases no histogram and needs
         ``floor=1`` (uniform :math:`q_c`, i.e. UniformRR).
-    tau, truncation, floor
-        Step 3 (:func:`cluster_distributions`).
     resample_probability, epsilon_resample : float, optional
         Exactly one: a fixed :math:`\lambda \in (0, 1]` or a fixed
         :math:`\varepsilon_2 \ge 0`; the other follows from the realised
@@ -359,7 +344,7 @@ class ClusterRR:
     n_clusters: int = 100
     beta: float | None = None
 
-    def _validate(self) -> None:
+    def __post_init__(self) -> None:
         check_int(self.n_classes, "n_classes", minimum=2)
         check_real(self.sigma, "sigma", low=0.0, low_open=True)
         check_real(self.tau, "tau", low=0.0, high=1.0)
@@ -387,19 +372,6 @@ class ClusterRR:
         if self.beta is not None:
             check_real(self.beta, "beta", low=0.0, high=1.0)
 
-    def __post_init__(self) -> None:
-        self._validate()
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.name,
-            "sigma": self.sigma,
-            "tau": self.tau,
-            "truncation": self.truncation,
-            "floor": self.floor,
-            "n_clusters": self.n_clusters,
-        }
-
     def release(
         self,
         labels: ArrayLike,
@@ -409,7 +381,6 @@ class ClusterRR:
         rng: Rng = None,
     ) -> LabelRelease:
         """Release noisy labels of a training set; give ``clusters`` or ``features``."""
-        self._validate()
         k = int(self.n_classes)
         y = check_labels(labels, k)
         gen = as_generator(rng)
@@ -443,20 +414,15 @@ class ClusterRR:
         elif q_min == 0.0:
             lam = 1.0  # spends 0 <= epsilon_resample
         else:
-            # _validate saw exactly one of resample_probability and epsilon_resample
+            # __post_init__ saw exactly one of resample_probability and epsilon_resample
             assert self.epsilon_resample is not None
             lam = resampling_probability(epsilon=self.epsilon_resample, q_min=q_min)
+        beta = lam if self.beta is None else min(float(self.beta), lam)
+        settings = ("floor", "n_clusters", "sigma", "tau", "truncation")
+        params = {"mechanism": self.name, **{f: getattr(self, f) for f in settings}}
+        recorded = tuple(sorted(params.items()))
         return _resample_release(
-            y,
-            c,
-            q,
-            lam,
-            gen,
-            sizes=sizes,
-            noisy=noisy,
-            sigma=float(self.sigma),
-            beta=lam if self.beta is None else min(float(self.beta), lam),
-            parameters=tuple(sorted(self.parameters().items())),
+            y, c, q, lam, gen, sizes, noisy, float(self.sigma), beta, recorded
         )
 
 
@@ -464,8 +430,7 @@ class ClusterRR:
 class UniformRR:
     r"""K-ary randomized response on every label, with its correction (Corollary 1).
 
-    Each label is kept with probability :math:`e^\varepsilon/(e^\varepsilon + K - 1)`,
-    that is resampled uniformly with probability
+    Each label is resampled uniformly with probability
     :math:`\lambda = K/(e^\varepsilon + K - 1)`
     (:class:`~ldpfda.privacy.KaryRandomizedResponse`): :class:`ClusterRR` with one
     cluster, no histogram and :math:`q = \mathbf 1/K`, so the same corrections apply
@@ -494,7 +459,6 @@ class UniformRR:
 
     def release(self, labels: ArrayLike, *, rng: Rng = None) -> LabelRelease:
         """Release noisy labels; all examples form the single cluster 0."""
-        self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
         k = self.n_classes
         y = check_labels(labels, k)
         rr = KaryRandomizedResponse(epsilon=self.epsilon, n_categories=k)

@@ -3,40 +3,37 @@ r"""Choosing ClusterRR's parameters for a target epsilon from released statistic
 The rule sees the true labels only through differentially private releases charged to
 the same budget.
 
-**Criterion.** For a configuration (sampling distributions :math:`q_c`, resampling
-probability :math:`\lambda`, correction :math:`\beta`) the rule predicts the share of
-training examples whose true label a learner recovers. For an example of cluster
-:math:`c` and label :math:`y`, the expected corrected label vector and its per-example
-variance are
+**Criterion.** The predicted share of training examples whose true label a learner
+recovers under a configuration (sampling distributions :math:`q_c`, resampling
+probability :math:`\lambda`, correction :math:`\beta`). For an example of cluster
+:math:`c` and label :math:`y`, the expected corrected label vector and its variance are
 
 .. math:: v = [T_c(\lambda) R_c]_{y\cdot}, \qquad
           \sigma_j^2 = [T_c(\lambda) (R_c \circ R_c)]_{yj} - v_j^2,
 
 with :math:`R_c = T_c(\beta)^{-1}` (:math:`R_c = I` for the plain learner,
 :math:`\beta = 0`). A linear learner with :math:`d` parameters fitted on :math:`n`
-examples estimates its target with the precision of an average over
-:math:`n_{\mathrm{eff}} = n/d` examples (its average leverage is :math:`d/n`), so
+examples has average leverage :math:`d/n`: the precision of an average over
+:math:`n_{\mathrm{eff}} = n/d` examples, so
 
 .. math:: P_c(y) = P\Bigl(\arg\max_j \bigl(v_j
           + \tfrac{\sigma_j}{\sqrt{n_{\mathrm{eff}}}} Z_j\bigr) = y\Bigr),
           \qquad Z_j \sim N(0, 1)\ \text{i.i.d.},
 
 by Gauss-Hermite quadrature, and the criterion is
-:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. Treating the within-cluster label as
-a function of the example charges cluster resampling its full bias; with :math:`p_c`
-estimated by the noisy histograms the criterion is post-processing.
+:math:`\sum_c \frac{n_c}{n} \sum_y p_c(y) P_c(y)`. It charges cluster resampling its
+full bias (the within-cluster label is a function of the example), and it is
+post-processing with the noisy histograms standing in for :math:`p_c`.
 
-**Budget split.** The histogram's epsilon must be fixed before the histogram is
-released, so :class:`AutoClusterRR` (1) releases a *pilot*, the share of examples
-carrying their cluster's majority label :math:`\pi = \frac1n\sum_c \max_y n_c(y)`, with
-Laplace noise (sensitivity :math:`1/n`) at a small :math:`\varepsilon_0` fixed from
-public quantities; (2) plans the split :math:`\varepsilon_1 / \varepsilon_2` of the rest
-by simulating the release on a model fitted to :math:`\hat\pi` (share 0 is UniformRR,
-scored exactly, so a histogram is released only when the plan predicts better); (3)
-releases the histograms at :math:`\varepsilon_1` and picks :math:`\tau`, truncation,
-floor, :math:`\lambda` (the largest that :math:`\varepsilon_2` allows) and
-:math:`\beta` by the criterion. The total is
-:math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 = \varepsilon`.
+**Budget split** (:class:`AutoClusterRR`). The histogram's epsilon is fixed before
+the histogram is released: (1) a *pilot* releases the majority share
+:math:`\pi = \frac1n\sum_c \max_y n_c(y)` at a small :math:`\varepsilon_0`
+(:func:`release_majority_share`); (2) :func:`plan_histogram_share` splits the rest
+into :math:`\varepsilon_1 + \varepsilon_2` by simulation on a model fitted to
+:math:`\hat\pi`; (3) the histograms are released at :math:`\varepsilon_1` and
+:func:`choose_resampling` picks :math:`\tau`, truncation, floor, :math:`\lambda` and
+:math:`\beta`. The total is :math:`\varepsilon_0 + \varepsilon_1 + \varepsilon_2 =
+\varepsilon`.
 
 References
 ----------
@@ -51,6 +48,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -79,6 +77,7 @@ from ldpfda.labeldp.mechanisms import (
     cluster_label_counts,
     noisy_cluster_histograms,
 )
+from ldpfda.labeldp.transition import inverse_transition_matrices, transition_matrices
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.discrete_laplace import discrete_laplace
 from ldpfda.privacy.random import as_generator
@@ -94,11 +93,14 @@ __all__ = [
     "release_majority_share",
 ]
 
-#: Default search grid of the post-processing step.
+#: Search grid of the post-processing step (the floors may be narrowed by a caller).
 DEFAULT_TAUS: tuple[float, ...] = (0.0, 0.05, 0.1)
 DEFAULT_FLOORS: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0)
 DEFAULT_TRUNCATIONS: tuple[Truncation, ...] = ("clip", "zero")
+#: Candidate histogram shares of the budget after the pilot.
 DEFAULT_SHARES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: Target standard deviation and largest budget share of the pilot.
+PILOT_STD, PILOT_MAX_SHARE = 0.02, 0.1
 _NODES, _WEIGHTS = hermegauss(16)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 #: Relative tolerance under which two predicted accuracies count as equal.
@@ -128,33 +130,21 @@ def predicted_accuracy(
         resample_probability, "resample_probability (lambda)", low=0.0, high=1.0
     )
     b = check_real(beta, "beta", low=0.0, high=lam)
-    if b >= 1.0:
-        raise ValueError(f"beta must be < 1 for the criterion, got {b!r}")
     n_eff = check_real(n_effective, "n_effective", low=0.0, low_open=True)
     n_clusters, k = q.shape
-    w = np.full(n_clusters, 1.0 / n_clusters)
-    if weights is not None:
-        w = np.asarray(weights, dtype=float)
-    eye = np.eye(k)
-    t = (1.0 - lam) * eye[None] + lam * q[:, None, :]
-    r = (eye[None] - b * q[:, None, :]) / (1.0 - b)
+    w = np.full(n_clusters, 1 / n_clusters) if weights is None else np.asarray(weights)
+    t = transition_matrices(q, lam)
+    r = inverse_transition_matrices(q, b)  # refuses beta = 1
     v = t @ r
     var = np.maximum(t @ (r * r) - v * v, 0.0)
     sd = np.sqrt(var / n_eff)
-    diag_v = np.einsum("cyy->cy", v)
-    diag_sd = np.einsum("cyy->cy", sd)
+    diag_v, diag_sd = (np.einsum("cyy->cy", a)[:, :, None, None] for a in (v, sd))
     # Competitor j of true label y, at quadrature node z: v_y - v_j + sd_y z.
-    num = (
-        diag_v[:, :, None, None]
-        - v[:, :, :, None]
-        + diag_sd[:, :, None, None] * _NODES[None, None, None, :]
-    )
+    num = diag_v - v[:, :, :, None] + diag_sd * _NODES
     den = sd[:, :, :, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         phi = np.where(
-            den > 0,
-            ndtr(num / np.where(den > 0, den, 1.0)),
-            np.where(num > 0, 1.0, np.where(num < 0, 0.0, 0.5)),
+            den > 0, ndtr(num / np.where(den > 0, den, 1.0)), np.heaviside(num, 0.5)
         )
     phi[:, np.arange(k), np.arange(k), :] = 1.0
     wins = np.prod(phi, axis=2) @ _WEIGHTS  # (C, K)
@@ -189,15 +179,15 @@ def _score_candidates(
     sizes: NDArray,
     epsilon_resample: float,
     n_effective: float,
-    taus: Sequence[float],
-    floors: Sequence[float],
-    truncations: Sequence[Truncation],
+    floors: Sequence[float] = DEFAULT_FLOORS,
 ) -> tuple[Choice, float]:
     """Best choice by the criterion on ``estimate``, and its criterion on ``truth``."""
     weights = sizes / max(sizes.sum(), 1)
+    criterion = partial(predicted_accuracy, n_effective=n_effective, weights=weights)
     best: tuple[tuple[float, float, float], Choice, NDArray] | None = None
     seen: set[bytes] = set()
-    for truncation, tau, floor in itertools.product(truncations, taus, floors):
+    grid = itertools.product(DEFAULT_TRUNCATIONS, DEFAULT_TAUS, floors)
+    for truncation, tau, floor in grid:
         q = cluster_distributions(noisy, tau=tau, truncation=truncation, floor=floor)
         key = q.tobytes()
         if key in seen:
@@ -209,14 +199,7 @@ def _score_candidates(
         else:
             lam = resampling_probability(epsilon=epsilon_resample, q_min=q_min)
         for beta in (0.0, lam) if lam < 1.0 else (0.0,):
-            score = predicted_accuracy(
-                estimate,
-                q,
-                resample_probability=lam,
-                beta=beta,
-                n_effective=n_effective,
-                weights=weights,
-            )
+            score = criterion(estimate, q, resample_probability=lam, beta=beta)
             # Ties: prefer the unbiased correction, then the larger floor.
             rank = (score, beta, floor)
             top = None if best is None else best[0]
@@ -234,15 +217,8 @@ def _score_candidates(
                 best = (rank, choice, q)
     assert best is not None
     _, choice, q = best
-    true_score = predicted_accuracy(
-        truth,
-        q,
-        resample_probability=choice.resample_probability,
-        beta=choice.beta,
-        n_effective=n_effective,
-        weights=weights,
-    )
-    return choice, true_score
+    lam, beta = choice.resample_probability, choice.beta
+    return choice, criterion(truth, q, resample_probability=lam, beta=beta)
 
 
 def choose_resampling(
@@ -251,18 +227,16 @@ def choose_resampling(
     *,
     epsilon_resample: float,
     n_effective: float,
-    taus: Sequence[float] = DEFAULT_TAUS,
     floors: Sequence[float] = DEFAULT_FLOORS,
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
 ) -> Choice:
     r"""Pick :math:`\tau`, truncation, floor, :math:`\lambda`, :math:`\beta` (step 3).
 
-    Every combination of the grids gives a :math:`q_c`
+    Every combination of :data:`DEFAULT_TRUNCATIONS`, :data:`DEFAULT_TAUS` and
+    ``floors`` gives a :math:`q_c`
     (:func:`~ldpfda.labeldp.mechanisms.cluster_distributions`); :math:`\lambda` is the
     largest that ``epsilon_resample`` allows with the realised :math:`q_{\min}` (1 when
     it is 0), :math:`\beta \in \{0, \lambda\}`. The winner maximises
-    :func:`predicted_accuracy` with the noisy histograms (clipped at 0, renormalised)
-    standing in for the true label distributions.
+    :func:`predicted_accuracy` on the noisy histograms (clipped at 0, renormalised).
     """
     noisy = np.asarray(noisy_histograms, dtype=float)
     sizes = np.asarray(cluster_sizes, dtype=float)
@@ -270,10 +244,9 @@ def choose_resampling(
         epsilon_resample, "epsilon_resample", low=0.0, high=math.inf, high_open=True
     )
     estimate = _estimate_distributions(noisy)
-    choice, _ = _score_candidates(
-        estimate, estimate, noisy, sizes, eps2, n_effective, taus, floors, truncations
-    )
-    return choice
+    return _score_candidates(
+        estimate, estimate, noisy, sizes, eps2, n_effective, floors
+    )[0]
 
 
 def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choice:
@@ -293,23 +266,17 @@ def _uniform_choice(epsilon: float, n_classes: int, n_effective: float) -> Choic
     return Choice(0.0, "clip", 1.0, lam, beta, 1.0 / n_classes, scores[beta])
 
 
-def pilot_epsilon(
-    epsilon: float, n_samples: int, *, target_std: float = 0.02, max_share: float = 0.1
-) -> float:
+def pilot_epsilon(epsilon: float, n_samples: int) -> float:
     r"""Epsilon of the pilot majority-share release, from public quantities only.
 
-    The pilot is :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))`, with
-    standard deviation :math:`\sqrt2/(n\varepsilon_0)`; this returns
-    :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` for target standard
-    deviation :math:`s` and largest share :math:`\rho`.
+    The pilot :math:`\hat\pi = \pi + \mathrm{Laplace}(1/(n\varepsilon_0))` has
+    standard deviation :math:`\sqrt2/(n\varepsilon_0)`, hence
+    :math:`\varepsilon_0 = \min(\sqrt2/(n\,s), \rho\,\varepsilon)` with
+    :math:`s` = :data:`PILOT_STD`, :math:`\rho` = :data:`PILOT_MAX_SHARE`.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     n = check_int(n_samples, "n_samples", minimum=1)
-    s = check_real(target_std, "target_std", low=0.0, low_open=True)
-    rho = check_real(
-        max_share, "max_share", low=0.0, high=1.0, low_open=True, high_open=True
-    )
-    return min(math.sqrt(2.0) / (n * s), rho * epsilon)
+    return min(math.sqrt(2.0) / (n * PILOT_STD), PILOT_MAX_SHARE * epsilon)
 
 
 def release_majority_share(
@@ -326,10 +293,8 @@ def release_majority_share(
     .. math:: \hat\pi = \frac1n\Bigl(\sum_c \max_y n_c(y) + k\Bigr),
               \qquad P(k) \propto e^{-\varepsilon |k|}
 
-    Changing one label changes one cluster's counts by one in two entries, so its
-    maximum count, and the sum, by at most 1: sensitivity 1, epsilon-label-DP. The
-    noise is the exact discrete Laplace law on the integer sum
-    (:func:`~ldpfda.privacy.discrete_laplace.discrete_laplace`).
+    One label change moves the sum of the cluster maxima by at most 1 (sensitivity 1):
+    epsilon-label-DP, with exact discrete Laplace noise on the integer sum.
 
     References
     ----------
@@ -361,22 +326,17 @@ def plan_histogram_share(
     cluster_sizes: ArrayLike,
     n_classes: int,
     n_effective: float,
-    shares: Sequence[float] = DEFAULT_SHARES,
-    n_simulations: int = 1,
-    taus: Sequence[float] = DEFAULT_TAUS,
-    floors: Sequence[float] = DEFAULT_FLOORS,
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS,
     rng: Rng = None,
 ) -> Plan:
     r"""Choose the histogram's share of ``epsilon`` before the histogram is released.
 
     Every cluster is modelled with label distribution
     :math:`(\hat\pi, (1-\hat\pi)/(K-1), \dots)` (``majority_share`` clipped to
-    :math:`[1/K, 1]`). For each share :math:`s > 0` the release (Laplace noise at
-    :math:`\varepsilon_1 = s\varepsilon`, then :func:`choose_resampling` at
-    :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated ``n_simulations`` times with
-    randomness independent of the data and scored by :func:`predicted_accuracy` against
-    the model; share 0 is UniformRR at ``epsilon``.
+    :math:`[1/K, 1]`). For each share :math:`s > 0` of :data:`DEFAULT_SHARES` the
+    release (Laplace noise at :math:`\varepsilon_1 = s\varepsilon`, then
+    :func:`choose_resampling` at :math:`\varepsilon_2 = (1-s)\varepsilon`) is simulated
+    once with randomness independent of the data and scored by
+    :func:`predicted_accuracy` against the model; share 0 is UniformRR at ``epsilon``.
     """
     epsilon = check_epsilon(epsilon, allow_inf=False)
     k = check_int(n_classes, "n_classes", minimum=2)
@@ -386,24 +346,18 @@ def plan_histogram_share(
     model[:, 0] = pi
     gen = as_generator(rng)
     scores: list[tuple[float, float]] = []
-    for share in shares:
-        share = check_real(share, "shares", low=0.0, high=1.0)
+    for share in DEFAULT_SHARES:
         if share == 0.0:
             scores.append((0.0, _uniform_choice(epsilon, k, n_effective).score))
             continue
         sigma = histogram_sigma(epsilon=share * epsilon)
+        noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
+        noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
         eps2 = (1.0 - share) * epsilon
-        total = 0.0
-        for _ in range(check_int(n_simulations, "n_simulations", minimum=1)):
-            noise = discrete_laplace(sigma, model.size, gen).reshape(model.shape)
-            noisy = model + noise / np.maximum(sizes, 1.0)[:, None]
-            estimate = _estimate_distributions(noisy)
-            grid = (taus, floors, truncations)
-            _, true_score = _score_candidates(
-                estimate, model, noisy, sizes, eps2, n_effective, *grid
-            )
-            total += true_score
-        scores.append((share, total / n_simulations))
+        _, true_score = _score_candidates(
+            _estimate_distributions(noisy), model, noisy, sizes, eps2, n_effective
+        )
+        scores.append((share, true_score))
     best = max(score for _, score in scores)
     chosen = min(share for share, score in scores if score >= best * (1 - _TIE))
     return Plan(share=chosen, scores=tuple(scores))
@@ -414,20 +368,9 @@ class AutoClusterRR:
     r"""ClusterRR with every parameter chosen for a target epsilon (module docstring).
 
     ``release`` spends exactly ``epsilon``; the release recommends :math:`\beta` (0: the
-    plain learner, :math:`\lambda`: the unbiased correction).
-
-    Parameters
-    ----------
-    n_parameters : int
-        Parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
-        regression on p features).
-    pilot_std, pilot_max_share : float
-        Passed to :func:`pilot_epsilon`.
-    shares, n_simulations
-        Candidate histogram shares of the budget after the pilot, and simulations per
-        share (:func:`plan_histogram_share`).
-    taus, floors, truncations : sequences
-        The post-processing grid of :func:`choose_resampling`.
+    plain learner, :math:`\lambda`: the unbiased correction). ``n_parameters`` counts
+    the parameters of the learner to be trained (public; :math:`(p+1)K` for logistic
+    regression on p features).
 
     References
     ----------
@@ -438,30 +381,11 @@ class AutoClusterRR:
     epsilon: float
     n_classes: int
     n_parameters: int
-    pilot_std: float = 0.02
-    pilot_max_share: float = 0.1
-    shares: Sequence[float] = DEFAULT_SHARES
-    n_simulations: int = 1
-    taus: Sequence[float] = DEFAULT_TAUS
-    floors: Sequence[float] = DEFAULT_FLOORS
-    truncations: Sequence[Truncation] = DEFAULT_TRUNCATIONS
 
     def __post_init__(self) -> None:
         self.epsilon = check_epsilon(self.epsilon, allow_inf=False)
         self.n_classes = check_int(self.n_classes, "n_classes", minimum=2)
         self.n_parameters = check_int(self.n_parameters, "n_parameters", minimum=1)
-        self.pilot_std = check_real(self.pilot_std, "pilot_std", low=0.0, low_open=True)
-        share = self.pilot_max_share
-        self.pilot_max_share = check_real(
-            share, "pilot_max_share", low=0.0, high=1.0, low_open=True, high_open=True
-        )
-        self.shares = tuple(
-            check_real(s, "shares", low=0.0, high=1.0) for s in self.shares
-        )
-        self.n_simulations = check_int(self.n_simulations, "n_simulations", minimum=1)
-        self.taus = tuple(self.taus)
-        self.floors = tuple(self.floors)
-        self.truncations = tuple(self.truncations)
 
     def release(
         self, labels: ArrayLike, *, clusters: ArrayLike, rng: Rng = None
@@ -475,25 +399,18 @@ class AutoClusterRR:
         n_eff = n / self.n_parameters
         sizes = np.bincount(c, minlength=n_clusters)
 
-        eps0 = pilot_epsilon(
-            self.epsilon, n, target_std=self.pilot_std, max_share=self.pilot_max_share
-        )
+        eps0 = pilot_epsilon(self.epsilon, n)
         pi_hat, pilot_event = release_majority_share(
             y, c, epsilon=eps0, n_clusters=n_clusters, n_classes=k, rng=gen
         )
         rest = self.epsilon - eps0
-        grid: dict[str, Any] = {"taus": self.taus, "floors": self.floors}
-        grid["truncations"] = self.truncations
         plan = plan_histogram_share(
             rest,
             majority_share=pi_hat,
             cluster_sizes=sizes,
             n_classes=k,
             n_effective=n_eff,
-            shares=self.shares,
-            n_simulations=self.n_simulations,
             rng=np.random.default_rng(gen.integers(2**63)),
-            **grid,
         )
         info: dict[str, Any] = {
             "mechanism": self.name,
@@ -515,7 +432,7 @@ class AutoClusterRR:
             counts = cluster_label_counts(y, c, n_clusters=n_clusters, n_classes=k)
             noisy = noisy_cluster_histograms(counts, sigma=sigma, rng=gen)
             choice = choose_resampling(
-                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff, **grid
+                noisy, sizes, epsilon_resample=eps2, n_effective=n_eff
             )
             lam = choice.resample_probability
             spent = resampling_epsilon(resample_probability=lam, q_min=choice.q_min)
@@ -527,23 +444,14 @@ class AutoClusterRR:
                 noisy, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
             )
             release = _resample_release(
-                y,
-                c,
-                q,
-                lam,
-                gen,
-                sizes=sizes,
-                noisy=noisy,
-                sigma=sigma,
-                beta=choice.beta,
-                parameters=(),
+                y, c, q, lam, gen, sizes, noisy, sigma, choice.beta
             )
             info.update(sigma=sigma, tau=choice.tau, truncation=choice.truncation)
             info["floor"] = choice.floor
         info["choice"] = choice.as_dict()
-        params = {**dict(release.parameters), **info}
+        # The sub-release records at most its mechanism, which info's replaces.
         return replace(
             release,
             events=(pilot_event, *release.events),
-            parameters=tuple(sorted(params.items())),
+            parameters=tuple(sorted(info.items())),
         )

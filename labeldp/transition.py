@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array, check_real
-from ldpfda.privacy.labels import check_distributions
+from ldpfda.privacy.labels import check_distributions, check_labels
 
 __all__ = [
     "check_distributions",
@@ -73,18 +73,6 @@ def inverse_transition_matrices(
     return (np.eye(q.shape[1])[None, :, :] - b * q[:, None, :]) / (1.0 - b)
 
 
-def _check_index(values: ArrayLike, name: str, size: int) -> NDArray[np.int64]:
-    a = np.asarray(values)
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
-    if a.size and (a.min() < 0 or a.max() >= size):
-        bad = a[(a < 0) | (a >= size)][0]
-        raise ValueError(f"{name} must be in {{0, ..., {size - 1}}}, got {bad!r}")
-    return a.astype(np.int64)
-
-
 def corrected_targets(
     noisy_labels: ArrayLike, clusters: ArrayLike, distributions: ArrayLike, beta: float
 ) -> NDArray[np.float64]:
@@ -98,8 +86,8 @@ def corrected_targets(
     """
     q = check_distributions(distributions)
     b = _check_beta(beta, inverse=True)
-    c = _check_index(clusters, "clusters", q.shape[0])
-    y = _check_index(noisy_labels, "noisy_labels", q.shape[1])
+    c = check_labels(clusters, q.shape[0], "clusters")
+    y = check_labels(noisy_labels, q.shape[1], "noisy_labels")
     if y.shape != c.shape:
         raise ValueError(
             f"noisy_labels and clusters differ in length: {y.size} != {c.size}"

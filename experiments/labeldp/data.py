@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from numpy.typing import DTypeLike, NDArray
+from numpy.typing import NDArray
 from sklearn.datasets import load_digits
 from sklearn.decomposition import PCA
 from sklearn.model_selection import train_test_split
@@ -35,15 +35,6 @@ _FASHION_FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-#: IDX element types (third byte of the magic number).
-_IDX_TYPES: dict[int, DTypeLike] = {
-    0x08: np.uint8,
-    0x09: np.int8,
-    0x0B: ">i2",
-    0x0C: ">i4",
-    0x0D: ">f4",
-    0x0E: ">f8",
-}
 
 
 @dataclass(frozen=True)
@@ -54,7 +45,6 @@ class Dataset:
     k-means (unscaled projections, so that distances keep the geometry of the inputs).
     """
 
-    name: str
     x_train: NDArray[np.float64]
     y_train: NDArray[np.int64]
     x_test: NDArray[np.float64]
@@ -64,22 +54,21 @@ class Dataset:
 
 
 def read_idx(path: str | os.PathLike[str]) -> NDArray:
-    """Read an IDX file (optionally gzipped) into an array of its stated shape."""
+    """Read an IDX file of unsigned bytes (optionally gzipped) into its stated shape."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
         raw = handle.read()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(f"{path} is not an IDX file (bad magic number)")
-    dtype = _IDX_TYPES.get(raw[2])
-    if dtype is None:
-        raise ValueError(f"{path}: unknown IDX element type 0x{raw[2]:02x}")
+    if raw[2] != 0x08:  # Fashion-MNIST holds unsigned bytes only
+        raise ValueError(f"{path}: IDX element type 0x{raw[2]:02x} is not 0x08 (uint8)")
     ndim = raw[3]
     header = 4 + 4 * ndim
     shape = tuple(
         int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)
     )
-    data = np.frombuffer(raw, dtype=dtype, offset=header)
+    data = np.frombuffer(raw, dtype=np.uint8, offset=header)
     if data.size != int(np.prod(shape)):
         raise ValueError(f"{path}: header says {shape}, file holds {data.size} values")
     return data.reshape(shape)
@@ -157,7 +146,6 @@ def load_dataset(
     scale = float(np.sqrt(np.mean(ctr.var(axis=0))))
     scale = scale if scale > 0 else 1.0
     return Dataset(
-        name=name,
         x_train=(ctr - center) / scale,
         y_train=np.asarray(ytr, dtype=np.int64),
         x_test=(cte - center) / scale,

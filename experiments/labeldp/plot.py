@@ -60,15 +60,11 @@ def summarise(results_dir: Path) -> dict[str, Any]:
         groups[key].append(r["accuracy"] / nonprivate[r["dataset"]])
     # "best" learner of UniformRR: the learner with the highest mean over trials.
     means = {key: float(np.mean(v)) for key, v in groups.items()}
-    for key in list(groups):
-        if key[2] == "uniform_rr" and key[3] != "best":
-            candidates = [
-                k
-                for k in groups
-                if k[:3] == key[:3] and k[4:] == key[4:] and k[3] != "best"
-            ]
-            winner = max(candidates, key=lambda k: means[k])
-            groups[(*key[:3], "best", *key[4:])] = groups[winner]
+    for key in means:
+        if key[2] == "uniform_rr":
+            rivals = [k for k in means if k[:3] == key[:3] and k[4:] == key[4:]]
+            best = max(rivals, key=means.__getitem__)
+            groups[(*key[:3], "best", *key[4:])] = groups[best]
     table = [
         {
             **dict(zip(FIELDS, key, strict=True)),
@@ -101,6 +97,14 @@ def _markdown(columns: list[str], rows: list[tuple[str, list[str]]]) -> list[str
     ]
 
 
+def _cell(table: list[dict], sd: bool = False, **match: Any) -> str:
+    """Normalized mean (± sd) of the first point of ``table`` matching, or a dash."""
+    if not (hits := _lookup(table, **match)):
+        return "–"
+    mean = f"{hits[0]['normalized_mean']:.3f}"
+    return f"{mean} ± {hits[0]['normalized_sd']:.3f}" if sd else mean
+
+
 def markdown_tables(summary: dict[str, Any]) -> str:
     """Normalized-accuracy tables (mean ± sd) for the experiments page."""
     table = summary["points"]
@@ -112,38 +116,26 @@ def markdown_tables(summary: dict[str, Any]) -> str:
             f"\n**{dataset}** (non-private test accuracy {acc:.4f}); normalized "
             "accuracy, mean ± sd over trials\n"
         )
-        rows = []
-        for method, learner, label, _ in (
-            *CURVES,
-            ("uniform_rr", "backward", "UniformRR, backward", ""),
-        ):
-            cells = []
-            for e in eps:
-                hit = _lookup(main, method=method, learner=learner, epsilon=e)
-                cells.append(
-                    f"{hit[0]['normalized_mean']:.3f} ± {hit[0]['normalized_sd']:.3f}"
-                    if hit
-                    else "–"
-                )
-            rows.append((label, cells))
+        curves = (*CURVES, ("uniform_rr", "backward", "UniformRR, backward", ""))
+        rows = [
+            (label, [_cell(main, True, method=m, learner=ln, epsilon=e) for e in eps])
+            for m, ln, label, _ in curves
+        ]
         lines += _markdown([f"ε={e:g}" for e in eps], rows)
         abl = _lookup(table, dataset=dataset, study="ablation")
         if abl:
-            counts = sorted({r["n_clusters"] for r in abl})
+            ns = sorted({r["n_clusters"] for r in abl})
             lines.append(f"\nCluster-count ablation at ε={abl[0]['epsilon']:g}\n")
-            rows = []
-            for method, learner, label, *_ in ABLATION:
-                hits = [
-                    _lookup(abl, method=method, learner=learner, n_clusters=c)
-                    for c in counts
-                ]
-                cells = [f"{h[0]['normalized_mean']:.3f}" if h else "–" for h in hits]
-                rows.append((label, cells))
-            lines += _markdown([str(c) for c in counts], rows)
+            rows = [
+                (label, [_cell(abl, method=m, learner=ln, n_clusters=c) for c in ns])
+                for m, ln, label, *_ in ABLATION
+            ]
+            lines += _markdown([str(c) for c in ns], rows)
     return "\n".join(lines) + "\n"
 
 
 def _errorbar(ax: Any, points: list[dict], x: str, label: str, style: str) -> None:
+    points = sorted(points, key=lambda r: r[x])
     ax.errorbar(
         [r[x] for r in points],
         [r["normalized_mean"] for r in points],
@@ -184,9 +176,7 @@ def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
         main = _lookup(table, dataset=dataset, study="main")
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for method, learner, label, style in CURVES:
-            pts = _lookup(main, method=method, learner=learner)
-            if pts:
-                pts = sorted(pts, key=lambda r: r["epsilon"])
+            if pts := _lookup(main, method=method, learner=learner):
                 _errorbar(ax, pts, "epsilon", label, style)
         ax.axhline(1.0, color="grey", lw=0.6)
         labels = (
@@ -202,10 +192,7 @@ def plot(summary: dict[str, Any], figures: Path) -> list[Path]:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for method, learner, _, label, style in ABLATION:
-            pts = sorted(
-                _lookup(abl, method=method, learner=learner),
-                key=lambda r: r["n_clusters"],
-            )
+            pts = _lookup(abl, method=method, learner=learner)
             _errorbar(ax, pts, "n_clusters", label, style)
         eps_abl = abl[0]["epsilon"]
         uniform = _lookup(main, method="uniform_rr", epsilon=eps_abl, learner="forward")

@@ -63,7 +63,6 @@ def load_config(path: Path, quick: bool) -> dict[str, Any]:
         "fixed": _table(raw["fixed-cluster-rr"], float),
         "dpsgd": _table(raw["dpsgd"], float),
         "data": {name: _table(table) for name, table in raw["data"].items()},
-        "quick": quick,
     }
     if quick:
         fashion = settings["data"].setdefault("fashion_mnist", {})
@@ -334,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             f"clustering: {len(needed)} k-means fits (cached after the first run)",
             flush=True,
         )
-        jobs = [(name, n_c, trial, settings) for name, n_c, trial in needed]
+        jobs = [(*key, settings) for key in needed]
         fits = _run_all(_clusters, jobs, workers)
         for _ in tqdm(fits, total=len(jobs), unit="fit", file=sys.stdout):
             pass
@@ -344,11 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         runs = [(task, settings) for task in tasks]
         for (task, _), rows in _run_all(run_task, runs, workers):
-            for row in rows:
-                sink.write(
-                    json.dumps({"key": task["key"], **row}, default=_json_default)
-                    + "\n"
-                )
+            sink.writelines(
+                json.dumps({"key": task["key"], **row}, default=_json_default) + "\n"
+                for row in rows
+            )
             sink.flush()
             bar.set_postfix_str(task["key"][:48])
             bar.update(1)
