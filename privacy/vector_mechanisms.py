@@ -557,6 +557,6 @@ def make_vector_mechanism(name: str, *, epsilon: float, dimension: int) -> Mecha
         "piecewise": PiecewiseMechanism,
         "hybrid": HybridMechanism,
     }
-    if name not in classes:
+    if name not in VECTOR_MECHANISMS:
         raise ValueError(f"mechanism must be one of {VECTOR_MECHANISMS}, got {name!r}")
     return classes[name](epsilon=epsilon, dimension=dimension)
