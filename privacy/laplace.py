@@ -45,11 +45,10 @@ def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
 class LaplaceMechanism(Mechanism):
     r"""Laplace noise on vectors in :math:`[\mathrm{lower}, \mathrm{upper}]^p`.
 
-    A client releases :math:`z = x + b\,\xi` with i.i.d. standard Laplace
-    :math:`\xi_k` and :math:`b = \Delta_1/\varepsilon`,
-    :math:`\Delta_1 = p(\mathrm{upper}-\mathrm{lower})` (each coordinate spends
-    :math:`\varepsilon/p`); the box is fixed before any data is seen and inputs are
-    clipped to it. Unbiased in the box, variance :math:`2b^2` per entry.
+    A client releases :math:`z = x + b\,\xi`, i.i.d. standard Laplace :math:`\xi_k`,
+    :math:`b = \Delta_1/\varepsilon`,
+    :math:`\Delta_1 = p(\mathrm{upper}-\mathrm{lower})`, inputs clipped to the (public)
+    box: unbiased there, variance :math:`2b^2` per entry.
 
     ``sampler="discrete"`` (default) avoids the floating-point leak of :math:`x + b\xi`
     (Mironov 2012): it releases the grid points :math:`\ell + \gamma\,\mathrm{clip}(
@@ -57,13 +56,12 @@ class LaplaceMechanism(Mechanism):
     (\mathrm{upper}-\ell)/G`, :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with
     :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`: the same output set for
     every input and the density ratio :math:`e^{\Delta_1/b}` (the clamp is
-    post-processing). :math:`k` is drawn by inversion of three uniforms (see
-    ``_discrete``); K keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every
-    input, so every atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform
-    cells and its probability is exact to a relative error below :math:`2^{-17}`; the
-    slack :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP.
-    This needs a per-coordinate epsilon below about 19 (else ``sampler="continuous"``,
-    the naive sampler, kept for comparison).
+    post-processing). :math:`k` is drawn by inversion of three uniforms; K keeps a tail
+    mass :math:`\ge 2^{-30}` beyond the clamp from every input, so every atom owns at
+    least :math:`2^{18}` of the :math:`2^{52}` uniform cells and its probability is
+    exact to a relative error below :math:`2^{-17}`; the slack :math:`p\,2^{-16}` is
+    taken out of the budget, so the release is epsilon-LDP for a per-coordinate epsilon
+    below about 19 (above: ``sampler="continuous"``, the naive sampler).
 
     References
     ----------
@@ -103,22 +101,18 @@ class LaplaceMechanism(Mechanism):
                 f"sampler must be 'discrete' or 'continuous', got {sampler!r}"
             )
         self.sampler = sampler
-        effective = self.epsilon
-        if sampler == "discrete" and self.is_private:
-            slack = self.dimension * self.SLACK_PER_COORDINATE
-            if self.epsilon <= 2 * slack:
-                raise ValueError(
-                    f"epsilon must exceed {2 * slack:.3g} for the discrete sampler's "
-                    f"accounting, got {self.epsilon!r}"
-                )
-            effective = self.epsilon - slack
-        self.scale = laplace_scale(epsilon=effective, sensitivity=self.sensitivity)
+        grid = sampler == "discrete" and self.is_private
+        slack = self.dimension * self.SLACK_PER_COORDINATE if grid else 0.0
+        if grid and self.epsilon <= 2 * slack:
+            raise ValueError(
+                f"epsilon must exceed {2 * slack:.3g} for the discrete sampler's "
+                f"accounting, got {self.epsilon!r}"
+            )
+        self.scale = laplace_scale(
+            epsilon=self.epsilon - slack, sensitivity=self.sensitivity
+        )
         self.grid_step = (self.upper - self.lower) / self.GRID_STEPS
-        if (
-            sampler == "discrete"
-            and self.is_private
-            and self.clamp_steps < self.steps_per_scale
-        ):
+        if grid and self.clamp_steps < self.steps_per_scale:
             raise ValueError(
                 f"epsilon per coordinate must be below "
                 f"{30 * math.log(2) - 1:.1f} for the discrete sampler, got "
@@ -145,12 +139,33 @@ class LaplaceMechanism(Mechanism):
         if not self.is_private:
             return x
         rng = as_source(rng)
-        u = uniform(rng, x.shape)
+        u0 = uniform(rng, x.shape)
         if self.sampler == "continuous":
             # Inverse CDF of the Laplace law: -b sign(v) log(1 - 2|v|), v = u - 1/2.
-            v = u - 0.5
+            v = u0 - 0.5
             return x - self.scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
-        return self._discrete(x, u, rng)
+        # Discrete: k from three uniforms; |k| - 1 = qQ + R in two geometric stages.
+        t = self.steps_per_scale
+        q = self.block
+        a = math.exp(-1.0 / t)
+        p_zero = (1.0 - a) / (1.0 + a)
+        u1 = uniform(rng, x.shape)
+        u2 = uniform(rng, x.shape)
+        # Stage 0: k = 0 with probability (1-a)/(1+a), otherwise a fair sign.
+        # Stage 1: Q with P(Q >= j) = a^(q j), by inversion of u1.
+        blocks = np.floor(np.log(u1) / (-q / t))
+        # Stage 2: R on {0..q-1} with P(R >= r) = (a^r - a^q)/(1 - a^q), by inversion:
+        # R = floor(-t log(a^q + u2 (1 - a^q))), written with log1p/expm1 for accuracy.
+        tail = -math.expm1(-q / t)  # 1 - a^q
+        within = np.clip(np.floor(-t * np.log1p(-(1.0 - u2) * tail)), 0.0, q - 1.0)
+        magnitude = 1.0 + q * blocks + within
+        sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
+        k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
+        origin = np.round((x - self.lower) / self.grid_step)
+        index = np.clip(
+            origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps
+        )
+        return self.lower + index * self.grid_step
 
     @property
     def steps_per_scale(self) -> float:
@@ -166,33 +181,6 @@ class LaplaceMechanism(Mechanism):
     def clamp_steps(self) -> int:
         """K: released grid indices lie in [-K, G + K], with (G + K)/t <= 30 ln 2."""
         return math.floor(30 * math.log(2) * self.steps_per_scale) - self.GRID_STEPS
-
-    def _discrete(
-        self, x: NDArray[np.float64], u0: NDArray[np.float64], rng: RandomLike
-    ) -> NDArray[np.float64]:
-        """k from three uniforms; |k| - 1 = qQ + R in two geometric stages."""
-        t = self.steps_per_scale
-        q = self.block
-        a = math.exp(-1.0 / t)
-        p_zero = (1.0 - a) / (1.0 + a)
-        u1 = uniform(rng, x.shape)
-        u2 = uniform(rng, x.shape)
-        # Stage 0: k = 0 with probability (1-a)/(1+a), otherwise a fair sign.
-        # Stage 1: Q with P(Q >= j) = a^(q j), by inversion of u1.
-        blocks = np.floor(np.log(u1) / (-q / t))
-        # Stage 2: R on {0..q-1} with P(R >= r) = (a^r - a^q)/(1 - a^q), by inversion:
-        # R = floor(-t log(a^q + u2 (1 - a^q))), written with log1p/expm1 for accuracy.
-        tail = -math.expm1(-q / t)  # 1 - a^q
-        within = np.floor(-t * np.log1p(-(1.0 - u2) * tail))
-        within = np.clip(within, 0.0, q - 1.0)
-        magnitude = 1.0 + q * blocks + within
-        sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
-        k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
-        origin = np.round((x - self.lower) / self.grid_step)
-        index = np.clip(
-            origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps
-        )
-        return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         x = check_vectors(values, self.dimension)
