@@ -215,9 +215,8 @@ def product_moments(mechanism: Mechanism) -> ProductMoments:
             f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
         )
     p = mechanism.dimension
-    if not mechanism.is_private:
-        return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
-    if isinstance(mechanism, LaplaceMechanism):
+    if isinstance(mechanism, LaplaceMechanism) or not mechanism.is_private:
+        # Additive noise (or none): its variance is the offset.
         noise = mechanism.variance(np.zeros((1, p)))[0]
         return ProductMoments(np.ones((p, p)), noise, np.ones(p))
     return mechanism.product_moments()
@@ -389,7 +388,7 @@ class _SampledCoordinateMechanism(_VectorMechanism):
 
     @property
     def piecewise_probability(self) -> float:
-        """:math:`\alpha`, the probability of the piecewise part (1 unless hybrid)."""
+        r""":math:`\alpha`, the probability of the piecewise part (1 unless hybrid)."""
         return 1.0
 
     @property
