@@ -129,16 +129,15 @@ class PrivacyLedger:
         """Totals for a run report: budget, spent (max/min/mean), releases by kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
+            event, n = entry.event, int(entry.client_ids.size)
             item = releases.setdefault(
-                entry.event.mechanism,
-                {"epsilon": entry.event.epsilon, "clients": 0, "epsilon_total": 0.0},
+                event.mechanism,
+                {"epsilon": event.epsilon, "clients": 0, "epsilon_total": 0.0},
             )
-            if item["epsilon"] != entry.event.epsilon:
+            if item["epsilon"] != event.epsilon:
                 item["epsilon"] = float("nan")  # mixed epsilons: see epsilon_total
-            item["clients"] = int(item["clients"]) + int(entry.client_ids.size)
-            item["epsilon_total"] = float(item["epsilon_total"]) + (
-                entry.event.epsilon * entry.client_ids.size
-            )
+            item["clients"] += n
+            item["epsilon_total"] += event.epsilon * n
         spent = self._spent
         return {
             "budget_per_client": self.budget,
