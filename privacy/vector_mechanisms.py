@@ -210,7 +210,9 @@ class ProductMoments:
 def product_moments(mechanism: Mechanism) -> ProductMoments:
     """The :class:`ProductMoments` of a vector mechanism (Laplace: additive noise, so
     :math:`a_{ij} = s_j = 1` and :math:`c_j` is the sampler's variance)."""
-    if not isinstance(mechanism, _VectorMechanism | LaplaceMechanism):
+    if not isinstance(
+        mechanism, DuchiMechanism | _SampledCoordinateMechanism | LaplaceMechanism
+    ):
         raise TypeError(
             f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
         )
@@ -244,10 +246,6 @@ class _VectorMechanism(Mechanism):
 
     def output_bound(self) -> float:  # pragma: no cover - abstract
         """The largest magnitude of a released coordinate (exact arithmetic)."""
-        raise NotImplementedError
-
-    def product_moments(self) -> ProductMoments:  # pragma: no cover - abstract
-        """The moments of a private release (see :func:`product_moments`)."""
         raise NotImplementedError
 
 
