@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ class ReleaseEvent:
 
     mechanism: str
     epsilon: float
-    parameters: tuple[tuple[str, Any], ...] = field(default=())
+    parameters: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon, "event epsilon")
