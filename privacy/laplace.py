@@ -16,11 +16,8 @@ __all__ = ["LaplaceMechanism", "laplace_epsilon", "laplace_scale"]
 
 
 def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
-    r"""Laplace scale that makes a release of L1 ``sensitivity`` epsilon-DP.
-
-    .. math:: b = \Delta_1 / \varepsilon
-
-    ``epsilon = inf`` gives ``b = 0`` (no noise). Inverse of :func:`laplace_epsilon`.
+    r"""Laplace scale :math:`b = \Delta_1 / \varepsilon` that makes a release of L1
+    ``sensitivity`` epsilon-DP (0, no noise, for ``epsilon = inf``).
 
     References
     ----------
@@ -33,10 +30,8 @@ def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
 
 
 def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
-    r"""Epsilon :math:`\varepsilon = \Delta_1 / b` of a Laplace release of scale b.
-
-    ``scale = 0`` gives ``inf``. Inverse of :func:`laplace_scale`.
-    """
+    r"""Epsilon :math:`\varepsilon = \Delta_1 / b` of a Laplace release of scale b
+    (``inf`` for 0)."""
     scale = check_real(scale, "scale", low=0.0)
     sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
     return math.inf if scale == 0 else sensitivity / scale
@@ -66,10 +61,8 @@ class LaplaceMechanism(Mechanism):
     References
     ----------
     C. Dwork, F. McSherry, K. Nissim, A. Smith, TCC 2006; J. Duchi, M. Jordan,
-    M. Wainwright, "Local privacy and statistical minimax rates", FOCS 2013;
-    I. Mironov, "On significance of the least significant bits for differential
-    privacy", CCS 2012; C. Canonne, G. Kamath, T. Steinke, "The discrete Gaussian for
-    differential privacy", NeurIPS 2020 (discrete Laplace).
+    M. Wainwright, "Local privacy and statistical minimax rates", FOCS 2013; I. Mironov,
+    CCS 2012; C. Canonne, G. Kamath, T. Steinke, NeurIPS 2020 (discrete Laplace).
     """
 
     name = "laplace"

@@ -163,10 +163,7 @@ class KeyedUniform:
         self._k1 = (keys >> np.uint64(32))[:, None]
         self._purpose = np.uint64(zlib.crc32(purpose.encode()))
         self._offset = 0
-
-    @property
-    def n_clients(self) -> int:
-        return int(self._k0.shape[0])
+        self.n_clients = int(keys.size)
 
     @property
     def drawn(self) -> int:
@@ -184,9 +181,8 @@ class KeyedUniform:
         first_block = self._offset // 2
         n_blocks = (self._offset + per_client + 1) // 2 - first_block
         block = np.arange(first_block, first_block + n_blocks, dtype=np.uint64)[None, :]
-        zero = np.uint64(0)
         w0, w1, w2, w3 = philox4x32(
-            (block & _MASK32, block >> np.uint64(32), self._purpose, zero),
+            (block & _MASK32, block >> np.uint64(32), self._purpose, np.uint64(0)),
             (self._k0, self._k1),
         )
         # Two 52-bit doubles per Philox block, each centred in its cell: the largest
