@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -66,6 +65,7 @@ class LaplaceMechanism(Mechanism):
     """
 
     name = "laplace"
+    _recorded = ("dimension", "scale", "lower", "upper", "sampler")
 
     #: Grid steps per box width of the discrete sampler (a power of two).
     GRID_STEPS = 2**21
@@ -115,15 +115,6 @@ class LaplaceMechanism(Mechanism):
     @property
     def sensitivity(self) -> float:
         return self.dimension * (self.upper - self.lower)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "dimension": self.dimension,
-            "scale": self.scale,
-            "lower": self.lower,
-            "upper": self.upper,
-            "sampler": self.sampler,
-        }
 
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None

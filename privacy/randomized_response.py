@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -64,6 +63,7 @@ class KaryRandomizedResponse(Mechanism):
     """
 
     name = "randomized_response"
+    _recorded: tuple[str, ...] = ("n_categories", "keep_probability")
 
     def __init__(self, *, epsilon: float, n_categories: int = 2) -> None:
         super().__init__(epsilon=epsilon)
@@ -76,12 +76,6 @@ class KaryRandomizedResponse(Mechanism):
     def other_probability(self) -> float:
         """Probability of reporting one given wrong category."""
         return (1.0 - self.keep_probability) / (self.n_categories - 1)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "n_categories": self.n_categories,
-            "keep_probability": self.keep_probability,
-        }
 
     def _check_values(self, values: ArrayLike) -> NDArray[np.int64]:
         y = np.asarray(values)
@@ -146,12 +140,10 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
     """
 
     name = "binary_randomized_response"
+    _recorded = ("keep_probability",)
 
     def __init__(self, *, epsilon: float) -> None:
         super().__init__(epsilon=epsilon, n_categories=2)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"keep_probability": self.keep_probability}
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         y = self._check_values(values)

@@ -274,13 +274,11 @@ class DuchiMechanism(_VectorMechanism):
     """
 
     name = "duchi"
+    _recorded = ("dimension", "bound")
 
     def __init__(self, *, epsilon: float, dimension: int) -> None:
         super().__init__(epsilon=epsilon, dimension=dimension)
         self.bound = duchi_bound(epsilon=self.epsilon, dimension=self.dimension)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"dimension": self.dimension, "bound": self.bound}
 
     def output_bound(self) -> float:
         return self.bound
@@ -341,6 +339,7 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     :attr:`piecewise_probability`, else Duchi's (bound :attr:`duchi_bound_1d`).
     """
 
+    _recorded: tuple[str, ...] = ("dimension", "n_sampled")
     #: Uniforms each client draws per coordinate for the one-dimensional mechanism.
     _draws_per_coordinate = 2
     #: Grid cells over [-C, C] that piecewise outputs are snapped to.
@@ -393,9 +392,6 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     def duchi_bound_1d(self) -> float:
         """:math:`B_1` of the one-dimensional Duchi part."""
         return duchi_bound(epsilon=self.coordinate_epsilon, dimension=1)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"dimension": self.dimension, "n_sampled": self.n_sampled}
 
     def output_bound(self) -> float:
         """:math:`(p/k)` times the largest of C and :math:`B_1` that may be used."""
@@ -524,17 +520,12 @@ class HybridMechanism(_SampledCoordinateMechanism):
     """
 
     name = "hybrid"
+    _recorded = ("dimension", "n_sampled", "piecewise_probability")
     _draws_per_coordinate = 3
 
     @property
     def piecewise_probability(self) -> float:
         return hybrid_piecewise_probability(epsilon=self.coordinate_epsilon)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            **super().parameters(),
-            "piecewise_probability": self.piecewise_probability,
-        }
 
     def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         b1 = self.duchi_bound_1d
