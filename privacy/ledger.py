@@ -105,8 +105,7 @@ class PrivacyLedger:
                 f"{first} (already spent {self.spent(first):.6g})"
             )
         self._spent[self._index(ids)] += total
-        for event in events:
-            self.entries.append(LedgerEntry(event, ids.copy()))
+        self.entries.extend(LedgerEntry(event, ids.copy()) for event in events)
 
     def restore(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
         """Record releases that already happened (a stored ledger read back), with no

@@ -188,12 +188,11 @@ class ProductMoments:
     def second_moment(
         self, released: ArrayLike
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-        r"""Unbiased estimate of :math:`E[xx^\top]` from releases, where identified.
+        r"""Unbiased estimate of :math:`E[xx^\top]` from releases, and the mask of
+        :meth:`identified` entries (the others are 0).
 
         .. math:: \hat M_{ij} = \frac{\overline{z_i z_j}}{a_{ij}}, \qquad
-                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j};
-
-        entries not identified are 0, and the mask of identified entries is returned.
+                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j}
         """
         z = np.asarray(released, dtype=float)
         if z.ndim != 2 or z.shape[1] != self.dimension:
@@ -366,14 +365,13 @@ class _SampledCoordinateMechanism(_VectorMechanism):
 
     @property
     def coordinate_epsilon(self) -> float:
-        r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`.
+        r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`,
+        :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}`.
 
-        Piecewise outputs are snapped to :attr:`SNAP_CELLS` cells on :math:`[-C, C]`
-        (post-processing). Each cell owns at least :math:`2^{32}/(e^{\varepsilon/2k}+1)`
-        of the :math:`2^{52}` uniform cells and roundings move its edges by a few, so
-        its probability is exact to a relative error below :math:`s/2`,
-        :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}`; taking :math:`s` out of the share
-        keeps epsilon-LDP.
+        Piecewise outputs are snapped to :attr:`SNAP_CELLS` cells on :math:`[-C, C]`.
+        Each cell owns at least :math:`2^{32}/(e^{\varepsilon/2k}+1)` of the
+        :math:`2^{52}` uniform cells and roundings move its edges by a few, so its
+        probability is exact to a relative error below :math:`s/2`.
         """
         share = self.epsilon / self.n_sampled
         return share - (math.exp(min(share, 1400.0) / 2.0) + 1.0) * 2.0**-28
@@ -501,22 +499,20 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
 class HybridMechanism(_SampledCoordinateMechanism):
     r"""Wang et al.'s hybrid mechanism with dimension sampling.
 
-    **One coordinate** at budget :math:`\epsilon'`: with probability
-    :math:`\alpha` (:func:`hybrid_piecewise_probability`) the piecewise mechanism,
-    otherwise Duchi's one-dimensional mechanism, which reports
-    :math:`\pm B_1`, :math:`B_1 = (e^{\epsilon'}+1)/(e^{\epsilon'}-1)`, with
-    :math:`P(+B_1) = \frac12 + \frac{t}{2B_1}`. Both parts are epsilon'-LDP and unbiased
-    and the choice does not depend on t, so the mixture is too, with
+    **One coordinate** at budget :math:`\epsilon'`: with probability :math:`\alpha`
+    (:func:`hybrid_piecewise_probability`) the piecewise mechanism, else Duchi's
+    one-dimensional mechanism, which reports :math:`\pm B_1`,
+    :math:`B_1 = (e^{\epsilon'}+1)/(e^{\epsilon'}-1)`, with
+    :math:`P(+B_1) = \frac12 + \frac{t}{2B_1}`: a mixture, chosen independently of t,
+    of two epsilon'-LDP unbiased parts, with
 
     .. math:: \mathrm{Var}(y \mid t) = \alpha\,\mathrm{Var}_{PM}(t)
-              + (1 - \alpha)(B_1^2 - t^2),
-
-    a worst case below both parts' (Wang et al. 2019, Lemma 4).
+              + (1 - \alpha)(B_1^2 - t^2).
 
     References
     ----------
-    N. Wang et al., ICDE 2019, Section III-C and Algorithm 4; J. C. Duchi, M. I. Jordan,
-    M. J. Wainwright, JASA 2018.
+    N. Wang et al., ICDE 2019, Section III-C, Lemma 4 and Algorithm 4; J. C. Duchi,
+    M. I. Jordan, M. J. Wainwright, JASA 2018.
     """
 
     name = "hybrid"
