@@ -1,19 +1,10 @@
 r"""Label-DP epsilon of :class:`~ldpfda.labeldp.ClusterRR`, as maps with inverses.
 
-A release's epsilon is the sum of its two parts' (sequential composition):
-
-1. **Histogram.** Cluster :math:`c` publishes its label distribution plus Laplace noise
-   of scale :math:`\sigma/n_c` per entry; one label change moves :math:`1/n_c` between
-   two entries (cluster sizes are public), so :math:`\varepsilon_1 = 2/\sigma`.
-2. **Resampling.** Each label is kept with probability :math:`1-\lambda`, else redrawn
-   from its cluster's released :math:`q_c` (post-processing of the histograms). The
-   output ratio is largest at :math:`\tilde y = y_i`: at most
-   :math:`1 + (1-\lambda)/(\lambda q_{\min}) = e^{\varepsilon_2}`,
-   :math:`q_{\min} = \min_{c, y} q_c(y)`.
-
-With :math:`q_c` uniform no histogram is released and resampling is K-ary randomized
-response. Standard library only, so a client of the label-only modes sizes its own
-:math:`\lambda`; re-exported by :mod:`ldpfda.labeldp.accounting`.
+A release's epsilon is the sum (sequential composition) of its noisy cluster
+histograms' and its resampling's; with uniform :math:`q_c` no histogram is released and
+resampling is K-ary randomized response. Standard library only, so a client of the
+label-only modes sizes its own :math:`\lambda`; re-exported by
+:mod:`ldpfda.labeldp.accounting`.
 
 References
 ----------
@@ -39,8 +30,10 @@ __all__ = [
 
 
 def histogram_epsilon(*, sigma: float) -> float:
-    r"""Epsilon :math:`\varepsilon_1 = 2/\sigma` of the noisy cluster histograms
-    (0 for ``sigma = inf``, no release).
+    r"""Epsilon :math:`\varepsilon_1 = 2/\sigma` of the noisy cluster histograms (0 for
+    ``sigma = inf``, no release): cluster :math:`c` publishes its label distribution
+    plus Laplace noise of scale :math:`\sigma/n_c` per entry, and one label change moves
+    :math:`1/n_c` between two entries (cluster sizes are public).
 
     References
     ----------
@@ -59,11 +52,13 @@ def histogram_sigma(*, epsilon: float) -> float:
 
 
 def resampling_epsilon(*, resample_probability: float, q_min: float) -> float:
-    r"""Epsilon of resampling labels from :math:`q_c` with probability :math:`\lambda`.
+    r"""Epsilon of keeping each label with probability :math:`1 - \lambda`, else
+    redrawing it from its cluster's released :math:`q_c`: the output ratio is largest at
+    the true label,
 
-    .. math:: \varepsilon_2 = \ln\Bigl(1 + \frac{1-\lambda}{\lambda\, q_{\min}}\Bigr)
+    .. math:: e^{\varepsilon_2} = 1 + \frac{1-\lambda}{\lambda\, q_{\min}},
 
-    :math:`\lambda \in (0, 1]` (1 gives 0); ``q_min`` is the smallest released
+    :math:`\lambda \in (0, 1]` (1 gives 0), ``q_min`` the smallest released
     :math:`q_c(y)` over non-empty clusters (0 gives ``inf`` for :math:`\lambda < 1`).
 
     References
