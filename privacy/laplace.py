@@ -94,6 +94,7 @@ class LaplaceMechanism(Mechanism):
                 f"sampler must be 'discrete' or 'continuous', got {sampler!r}"
             )
         self.sampler = sampler
+        self.sensitivity = self.dimension * (self.upper - self.lower)
         grid = sampler == "discrete" and self.is_private
         slack = self.dimension * self.SLACK_PER_COORDINATE if grid else 0.0
         if grid and self.epsilon <= 2 * slack:
@@ -111,10 +112,6 @@ class LaplaceMechanism(Mechanism):
                 f"{30 * math.log(2) - 1:.1f} for the discrete sampler, got "
                 f"{self.epsilon / self.dimension:.4g}; use sampler='continuous'"
             )
-
-    @property
-    def sensitivity(self) -> float:
-        return self.dimension * (self.upper - self.lower)
 
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None

@@ -355,9 +355,8 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         self.n_sampled = check_int(
             n_sampled, "n_sampled", minimum=1, maximum=self.dimension
         )
-        if self.is_private and self.coordinate_epsilon <= 0.5 * self.epsilon / (
-            self.n_sampled
-        ):
+        share = self.epsilon / self.n_sampled
+        if self.is_private and self.coordinate_epsilon <= 0.5 * share:
             raise ValueError(
                 f"epsilon is too small for the snapped sampler's accounting, got "
                 f"{self.epsilon!r}"
