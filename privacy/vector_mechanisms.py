@@ -10,7 +10,6 @@ low-order bits (Mironov, CCS 2012): piecewise outputs are snapped to a fixed gri
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,8 +166,7 @@ class ProductMoments:
         E[z_j^2 \mid x] = c_j + s_j x_j^2 .
 
     ``offdiagonal`` is :math:`a_{ij}` (diagonal ignored), ``offset`` :math:`c_j`,
-    ``slope`` :math:`s_j`; entries with :math:`a_{ij} = 0` or :math:`s_j = 0` are not
-    identified by the releases.
+    ``slope`` :math:`s_j`; entries with a zero factor are not identified.
     """
 
     offdiagonal: NDArray[np.float64]
@@ -258,13 +256,13 @@ class DuchiMechanism(_VectorMechanism):
               \\ 1 & \sum_j r_j \le 0 \end{cases}, \quad
               N = 2^p + (e^\varepsilon - 1)\, n_+,
 
-    and releases :math:`z = B\,(v \odot r)`, B from :func:`duchi_bound`. The ties
-    :math:`\sum r = 0` of even p get weight 1, so :math:`P(z \mid x)` is a mixture of
-    weights in :math:`[1, e^\varepsilon]/N`: exactly epsilon-LDP.
-    :math:`E[z \mid x] = x`, :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2`, and for
-    :math:`i \ne j`, :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j` with
-    :math:`\rho = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)`, :math:`\pi_k` the
-    probability of k minus signs in r.
+    and releases :math:`z = B\,(v \odot r)`, B from :func:`duchi_bound`: a mixture of
+    weights in :math:`[1, e^\varepsilon]/N` (ties of even p at weight 1), exactly
+    epsilon-LDP, with :math:`E[z \mid x] = x`,
+    :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2` and, for :math:`i \ne j`,
+    :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j`,
+    :math:`\rho = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)` (:math:`\pi_k`: k minus
+    signs in r).
 
     References
     ----------
@@ -534,12 +532,7 @@ class HybridMechanism(_SampledCoordinateMechanism):
 
 def make_vector_mechanism(name: str, *, epsilon: float, dimension: int) -> Mechanism:
     """The vector mechanism ``name`` (one of :data:`VECTOR_MECHANISMS`) on [-1, 1]^p."""
-    classes: dict[str, Callable[..., Mechanism]] = {
-        "laplace": LaplaceMechanism,
-        "duchi": DuchiMechanism,
-        "piecewise": PiecewiseMechanism,
-        "hybrid": HybridMechanism,
-    }
     if name not in VECTOR_MECHANISMS:
         raise ValueError(f"mechanism must be one of {VECTOR_MECHANISMS}, got {name!r}")
-    return classes[name](epsilon=epsilon, dimension=dimension)
+    classes = (LaplaceMechanism, DuchiMechanism, PiecewiseMechanism, HybridMechanism)
+    return classes[VECTOR_MECHANISMS.index(name)](epsilon=epsilon, dimension=dimension)
