@@ -132,8 +132,7 @@ def client_keys(seed: int, client_ids: ArrayLike) -> NDArray[np.uint64]:
 
 
 def philox4x32(
-    counter: tuple[ArrayLike, ...],
-    key: tuple[ArrayLike, ArrayLike],
+    counter: tuple[ArrayLike, ...], key: tuple[ArrayLike, ArrayLike]
 ) -> tuple[NDArray[np.uint64], ...]:
     """Philox4x32-10 on four counter and two key arrays of 32-bit words in uint64
     (broadcasting); returns the four output words."""
