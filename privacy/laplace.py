@@ -37,25 +37,25 @@ def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
 
 
 class LaplaceMechanism(Mechanism):
-    r"""Laplace noise on vectors in :math:`[\mathrm{lower}, \mathrm{upper}]^p`.
+    r"""Laplace noise on vectors in the public box :math:`[\ell, u]^p` (``lower``,
+    ``upper``), inputs clipped to it.
 
     A client releases :math:`z = x + b\,\xi`, i.i.d. standard Laplace :math:`\xi_k`,
-    :math:`b = \Delta_1/\varepsilon`,
-    :math:`\Delta_1 = p(\mathrm{upper}-\mathrm{lower})`, inputs clipped to the (public)
-    box: unbiased there, variance :math:`2b^2` per entry.
+    :math:`b = \Delta_1/\varepsilon`, :math:`\Delta_1 = p(u - \ell)`: unbiased in the
+    box, variance :math:`2b^2` per entry.
 
     ``sampler="discrete"`` (default) avoids the floating-point leak of :math:`x + b\xi`
     (Mironov 2012): it releases the grid points :math:`\ell + \gamma\,\mathrm{clip}(
-    \mathrm{round}((x-\ell)/\gamma) + k, -K, G + K)`, :math:`\gamma =
-    (\mathrm{upper}-\ell)/G`, :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with
-    :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`: the same output set for
-    every input and the density ratio :math:`e^{\Delta_1/b}` (the clamp is
-    post-processing). :math:`k` is drawn by inversion of three uniforms; K keeps a tail
-    mass :math:`\ge 2^{-30}` beyond the clamp from every input, so every atom owns at
-    least :math:`2^{18}` of the :math:`2^{52}` uniform cells and its probability is
-    exact to a relative error below :math:`2^{-17}`; the slack :math:`p\,2^{-16}` is
-    taken out of the budget, so the release is epsilon-LDP for a per-coordinate epsilon
-    below about 19 (above: ``sampler="continuous"``, the naive sampler).
+    \mathrm{round}((x-\ell)/\gamma) + k, -K, G + K)`, :math:`\gamma = (u-\ell)/G`,
+    :math:`G = 2^{21}`, with :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`:
+    the same output set for every input and the density ratio :math:`e^{\Delta_1/b}`
+    (the clamp is post-processing). :math:`k` is drawn by inversion of three uniforms; K
+    keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every input, so every
+    atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform cells and its
+    probability is exact to a relative error below :math:`2^{-17}`; the slack
+    :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP for a
+    per-coordinate epsilon below about 19 (above: ``sampler="continuous"``, the naive
+    sampler).
 
     References
     ----------

@@ -93,11 +93,10 @@ def hockey_stick_epsilon(
     d = check_real(delta, "delta", low=0.0, high=1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = np.where(pa > 0, np.log(pa) - np.log(qa), -np.inf)
-    order = np.argsort(-loss, axis=1, kind="stable")
-    cum_p = np.cumsum(np.take_along_axis(pa, order, axis=1), axis=1)
-    cum_q = np.cumsum(np.take_along_axis(qa, order, axis=1), axis=1)
-    ok = cum_p > d
-    with np.errstate(divide="ignore", invalid="ignore"):
+        order = np.argsort(-loss, axis=1, kind="stable")
+        cum_p = np.cumsum(np.take_along_axis(pa, order, axis=1), axis=1)
+        cum_q = np.cumsum(np.take_along_axis(qa, order, axis=1), axis=1)
+        ok = cum_p > d
         cand = np.where(ok, np.log(np.maximum(cum_p - d, 0.0)) - np.log(cum_q), -np.inf)
     cand = np.where(ok & (cum_q <= 0), np.inf, cand)
     return np.maximum(cand.max(axis=1), 0.0)
