@@ -1,9 +1,6 @@
-"""Local differential privacy: mechanisms, per-client randomness and budget ledgers.
-
-Every :class:`Mechanism` is vectorised over a batch of clients and every release is an
-immutable :class:`ReleaseEvent` that a :class:`PrivacyLedger` adds up per client. The
-label mechanisms a client runs live here too. Needs numpy and scipy only.
-"""
+"""Local differential privacy: mechanisms vectorised over a batch of clients,
+per-client randomness, and ledgers that add up each client's :class:`ReleaseEvent`.
+Needs numpy and scipy only."""
 
 from ldpfda.exceptions import BudgetExceededError, PrivacyLeakWarning
 from ldpfda.privacy.base import Mechanism, ReleaseEvent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ class ReleaseEvent:
 
     mechanism: str
     epsilon: float
-    parameters: tuple[tuple[str, Any], ...] = field(default=())
+    parameters: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon, "event epsilon")
@@ -58,6 +58,8 @@ class Mechanism(ABC):
 
     #: Short identifier recorded in :class:`ReleaseEvent`.
     name: str = "mechanism"
+    #: Attributes recorded with a release, in this order (see :meth:`parameters`).
+    _recorded: tuple[str, ...] = ()
 
     def __init__(self, *, epsilon: float) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -81,7 +83,7 @@ class Mechanism(ABC):
 
     def parameters(self) -> dict[str, Any]:
         """The noise parameters recorded with a release."""
-        return {}
+        return {k: getattr(self, k) for k in self._recorded}
 
     def event(self) -> ReleaseEvent:
         """The immutable description of one release by this mechanism."""

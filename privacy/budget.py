@@ -48,9 +48,4 @@ def split_budget(
         share = check_real(
             label_share, "label_share", low=0.0, high=1.0, low_open=True, high_open=True
         )
-    return BudgetSplit(
-        total=epsilon,
-        per_coordinate=epsilon * (1.0 - share) / p,
-        label=epsilon * share,
-        n_coefficients=p,
-    )
+    return BudgetSplit(epsilon, epsilon * (1.0 - share) / p, epsilon * share, p)

@@ -1,18 +1,15 @@
 r"""Exact discrete Laplace noise for integer statistics (counts, sums of counts).
 
-A count released as ``count + k`` with :math:`P(k) \propto e^{-|k|/s}` is
-:math:`\Delta_1/s`-DP for L1 sensitivity :math:`\Delta_1` (in counts), with no
-floating-point caveat (Mironov 2012): the output is an integer and :math:`k` is drawn
-exactly from uniform integers only. The rational scale :math:`s = S/T` is the float
-scale rounded *up* to :math:`T = 2^{20}` (:func:`rational_scale`), so the epsilon is at
-most the float scale's.
+``count + k`` with :math:`P(k) \propto e^{-|k|/s}` is :math:`\Delta_1/s`-DP for L1
+sensitivity :math:`\Delta_1` (in counts) with no floating-point caveat (Mironov 2012):
+the output is an integer and :math:`k` is drawn exactly from uniform integers. The
+scale is rounded *up* to a multiple of :math:`2^{-20}` (:func:`rational_scale`).
 
 References
 ----------
 C. Canonne, G. Kamath, T. Steinke, "The discrete Gaussian for differential privacy",
-NeurIPS 2020, Algorithms 1 and 2 (exact Bernoulli(exp(-gamma)) and discrete Laplace
-samplers). I. Mironov, "On significance of the least significant bits for differential
-privacy", CCS 2012.
+NeurIPS 2020, Algorithms 1 and 2. I. Mironov, "On significance of the least significant
+bits for differential privacy", CCS 2012.
 """
 
 from __future__ import annotations
@@ -43,11 +40,9 @@ def rational_scale(scale: float) -> Fraction:
 def _bernoulli_exp_below_one(
     num: NDArray[np.int64], den: NDArray[np.int64], gen: np.random.Generator
 ) -> NDArray[np.bool_]:
-    r"""Bernoulli(:math:`e^{-\gamma}`) for :math:`\gamma = num/den \in [0, 1]`, exactly.
-
-    CKS Algorithm 1: draw Bernoulli(:math:`\gamma/k`) for k = 1, 2, ... until one is
-    0; the result is 1 iff that k is odd.
-    """
+    r"""Bernoulli(:math:`e^{-\gamma}`), :math:`\gamma = num/den \in [0, 1]`, exactly
+    (CKS Algorithm 1: Bernoulli(:math:`\gamma/k`), k = 1, 2, ... up to a 0; 1 if k is
+    odd)."""
     out = np.empty(num.shape, dtype=bool)
     active = np.arange(num.size)
     k = np.ones(num.shape, dtype=np.int64)

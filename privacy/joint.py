@@ -1,15 +1,10 @@
-r"""Joint release of a client's label and features.
+r"""Joint release of a client's label and features as one vector,
+:math:`u = \tilde y\,(1, x) \in [-1, 1]^{p+1}`, :math:`\tilde y = 2y - 1`.
 
-:class:`SignedFeatureMechanism` releases once, at the client's whole epsilon, the vector
-
-.. math:: u = \tilde y\,(1, x) \in [-1, 1]^{p+1}, \qquad \tilde y = 2y - 1,
-
-with a vector mechanism. A linear classifier needs :math:`E[\tilde y\,(1, x)]` and the
-feature second moment (:math:`u u^\top = (1, x)(1, x)^\top` does not involve the label),
-so nothing is spent on parts the server cannot use and :math:`\tilde y x` is perturbed
-once. :math:`(x, y) \mapsto u` is a fixed map into the box, so the release is
-epsilon-LDP for the pair; one :class:`~ldpfda.privacy.ReleaseEvent` of the whole
-epsilon is charged.
+A linear classifier needs :math:`E[\tilde y\,(1, x)]` and the feature second moment
+(:math:`u u^\top = (1, x)(1, x)^\top`), so nothing is spent on parts the server cannot
+use. :math:`(x, y) \mapsto u` is a fixed map into the box, so one release of u at the
+whole epsilon is epsilon-LDP for the pair.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda._validation import check_binary_labels, check_finite_array, check_int
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.random import RandomLike
-from ldpfda.privacy.vector_mechanisms import VECTOR_MECHANISMS, make_vector_mechanism
+from ldpfda.privacy.vector_mechanisms import make_vector_mechanism
 
 __all__ = ["SignedFeatureMechanism", "signed_features"]
 
@@ -48,12 +43,12 @@ def signed_features(
 
 
 class SignedFeatureMechanism(Mechanism):
-    r"""One release per client of :math:`u = \tilde y (1, x)` with a vector mechanism.
+    r"""One release per client of :math:`u = \tilde y (1, x)` with the vector
+    ``mechanism`` (:func:`~ldpfda.privacy.vector_mechanisms.make_vector_mechanism`).
 
     :meth:`randomise` takes rows :math:`(y, x_1, \dots, x_p)` (label first),
     :meth:`release` features and labels apart; :meth:`bias` and :meth:`variance` refer
-    to u, which the release estimates without bias. ``mechanism`` is one of
-    :data:`~ldpfda.privacy.vector_mechanisms.VECTOR_MECHANISMS`, applied to u.
+    to u, which the release estimates without bias.
 
     References
     ----------
@@ -68,18 +63,10 @@ class SignedFeatureMechanism(Mechanism):
     ) -> None:
         super().__init__(epsilon=epsilon)
         self.n_features = check_int(n_features, "n_features", minimum=1)
-        if mechanism not in VECTOR_MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {VECTOR_MECHANISMS}, got {mechanism!r}"
-            )
+        self.dimension = self.n_features + 1
         self.inner = make_vector_mechanism(
             mechanism, epsilon=self.epsilon, dimension=self.dimension
         )
-
-    @property
-    def dimension(self) -> int:
-        """Length p + 1 of the released vector."""
-        return self.n_features + 1
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -90,9 +77,9 @@ class SignedFeatureMechanism(Mechanism):
 
     def _encode(self, values: ArrayLike) -> NDArray[np.float64]:
         v = check_finite_array(values, "values", ndim=2)
-        if v.shape[1] != self.n_features + 1:
+        if v.shape[1] != self.dimension:
             raise ValueError(
-                f"values must have shape (n_clients, {self.n_features + 1}) "
+                f"values must have shape (n_clients, {self.dimension}) "
                 f"(label, then features), got {v.shape}"
             )
         return signed_features(v[:, 1:], v[:, 0])

@@ -1,8 +1,5 @@
-"""Validation of class labels and label distributions for the label mechanisms.
-
-Shared by the clients of the label-only modes (which check the labels they hold and the
-priors a server sends them) and by :mod:`ldpfda.labeldp`; numpy only.
-"""
+"""Validation of class labels and label distributions, shared by the clients of the
+label-only modes and by :mod:`ldpfda.labeldp`; numpy only."""
 
 from __future__ import annotations
 

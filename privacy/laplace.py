@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -16,11 +15,8 @@ __all__ = ["LaplaceMechanism", "laplace_epsilon", "laplace_scale"]
 
 
 def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
-    r"""Laplace scale that makes a release of L1 ``sensitivity`` epsilon-DP.
-
-    .. math:: b = \Delta_1 / \varepsilon
-
-    ``epsilon = inf`` gives ``b = 0`` (no noise). Inverse of :func:`laplace_epsilon`.
+    r"""Laplace scale :math:`b = \Delta_1 / \varepsilon` that makes a release of L1
+    ``sensitivity`` epsilon-DP (0, no noise, for ``epsilon = inf``).
 
     References
     ----------
@@ -33,48 +29,43 @@ def laplace_scale(*, epsilon: float, sensitivity: float) -> float:
 
 
 def laplace_epsilon(*, scale: float, sensitivity: float) -> float:
-    r"""Epsilon :math:`\varepsilon = \Delta_1 / b` of a Laplace release of scale b.
-
-    ``scale = 0`` gives ``inf``. Inverse of :func:`laplace_scale`.
-    """
+    r"""Epsilon :math:`\varepsilon = \Delta_1 / b` of a Laplace release of scale b
+    (``inf`` for 0)."""
     scale = check_real(scale, "scale", low=0.0)
     sensitivity = check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
     return math.inf if scale == 0 else sensitivity / scale
 
 
 class LaplaceMechanism(Mechanism):
-    r"""Laplace noise on vectors in :math:`[\mathrm{lower}, \mathrm{upper}]^p`.
+    r"""Laplace noise on vectors in the public box :math:`[\ell, u]^p` (``lower``,
+    ``upper``), inputs clipped to it.
 
-    A client releases :math:`z = x + b\,\xi` with i.i.d. standard Laplace
-    :math:`\xi_k` and :math:`b = \Delta_1/\varepsilon`,
-    :math:`\Delta_1 = p(\mathrm{upper}-\mathrm{lower})` (each coordinate spends
-    :math:`\varepsilon/p`); the box is fixed before any data is seen and inputs are
-    clipped to it. Unbiased in the box, variance :math:`2b^2` per entry.
+    A client releases :math:`z = x + b\,\xi`, i.i.d. standard Laplace :math:`\xi_k`,
+    :math:`b = \Delta_1/\varepsilon`, :math:`\Delta_1 = p(u - \ell)`: unbiased in the
+    box, variance :math:`2b^2` per entry.
 
     ``sampler="discrete"`` (default) avoids the floating-point leak of :math:`x + b\xi`
     (Mironov 2012): it releases the grid points :math:`\ell + \gamma\,\mathrm{clip}(
-    \mathrm{round}((x-\ell)/\gamma) + k, -K, G + K)`, :math:`\gamma =
-    (\mathrm{upper}-\ell)/G`, :math:`G = 2^{21}`, :math:`\ell = \mathrm{lower}`, with
-    :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`: the same output set for
-    every input and the density ratio :math:`e^{\Delta_1/b}` (the clamp is
-    post-processing). :math:`k` is drawn by inversion of three uniforms (see
-    ``_discrete``); K keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every
-    input, so every atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform
-    cells and its probability is exact to a relative error below :math:`2^{-17}`; the
-    slack :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP.
-    This needs a per-coordinate epsilon below about 19 (else ``sampler="continuous"``,
-    the naive sampler, kept for comparison).
+    \mathrm{round}((x-\ell)/\gamma) + k, -K, G + K)`, :math:`\gamma = (u-\ell)/G`,
+    :math:`G = 2^{21}`, with :math:`P(k) \propto a^{|k|}`, :math:`a = e^{-\gamma/b}`:
+    the same output set for every input and the density ratio :math:`e^{\Delta_1/b}`
+    (the clamp is post-processing). :math:`k` is drawn by inversion of three uniforms; K
+    keeps a tail mass :math:`\ge 2^{-30}` beyond the clamp from every input, so every
+    atom owns at least :math:`2^{18}` of the :math:`2^{52}` uniform cells and its
+    probability is exact to a relative error below :math:`2^{-17}`; the slack
+    :math:`p\,2^{-16}` is taken out of the budget, so the release is epsilon-LDP for a
+    per-coordinate epsilon below about 19 (above: ``sampler="continuous"``, the naive
+    sampler).
 
     References
     ----------
     C. Dwork, F. McSherry, K. Nissim, A. Smith, TCC 2006; J. Duchi, M. Jordan,
-    M. Wainwright, "Local privacy and statistical minimax rates", FOCS 2013;
-    I. Mironov, "On significance of the least significant bits for differential
-    privacy", CCS 2012; C. Canonne, G. Kamath, T. Steinke, "The discrete Gaussian for
-    differential privacy", NeurIPS 2020 (discrete Laplace).
+    M. Wainwright, "Local privacy and statistical minimax rates", FOCS 2013; I. Mironov,
+    CCS 2012; C. Canonne, G. Kamath, T. Steinke, NeurIPS 2020 (discrete Laplace).
     """
 
     name = "laplace"
+    _recorded = ("dimension", "scale", "lower", "upper", "sampler")
 
     #: Grid steps per box width of the discrete sampler (a power of two).
     GRID_STEPS = 2**21
@@ -103,40 +94,24 @@ class LaplaceMechanism(Mechanism):
                 f"sampler must be 'discrete' or 'continuous', got {sampler!r}"
             )
         self.sampler = sampler
-        effective = self.epsilon
-        if sampler == "discrete" and self.is_private:
-            slack = self.dimension * self.SLACK_PER_COORDINATE
-            if self.epsilon <= 2 * slack:
-                raise ValueError(
-                    f"epsilon must exceed {2 * slack:.3g} for the discrete sampler's "
-                    f"accounting, got {self.epsilon!r}"
-                )
-            effective = self.epsilon - slack
-        self.scale = laplace_scale(epsilon=effective, sensitivity=self.sensitivity)
+        self.sensitivity = self.dimension * (self.upper - self.lower)
+        grid = sampler == "discrete" and self.is_private
+        slack = self.dimension * self.SLACK_PER_COORDINATE if grid else 0.0
+        if grid and self.epsilon <= 2 * slack:
+            raise ValueError(
+                f"epsilon must exceed {2 * slack:.3g} for the discrete sampler's "
+                f"accounting, got {self.epsilon!r}"
+            )
+        self.scale = laplace_scale(
+            epsilon=self.epsilon - slack, sensitivity=self.sensitivity
+        )
         self.grid_step = (self.upper - self.lower) / self.GRID_STEPS
-        if (
-            sampler == "discrete"
-            and self.is_private
-            and self.clamp_steps < self.steps_per_scale
-        ):
+        if grid and self.clamp_steps < self.steps_per_scale:
             raise ValueError(
                 f"epsilon per coordinate must be below "
                 f"{30 * math.log(2) - 1:.1f} for the discrete sampler, got "
                 f"{self.epsilon / self.dimension:.4g}; use sampler='continuous'"
             )
-
-    @property
-    def sensitivity(self) -> float:
-        return self.dimension * (self.upper - self.lower)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "dimension": self.dimension,
-            "scale": self.scale,
-            "lower": self.lower,
-            "upper": self.upper,
-            "sampler": self.sampler,
-        }
 
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None
@@ -145,12 +120,33 @@ class LaplaceMechanism(Mechanism):
         if not self.is_private:
             return x
         rng = as_source(rng)
-        u = uniform(rng, x.shape)
+        u0 = uniform(rng, x.shape)
         if self.sampler == "continuous":
             # Inverse CDF of the Laplace law: -b sign(v) log(1 - 2|v|), v = u - 1/2.
-            v = u - 0.5
+            v = u0 - 0.5
             return x - self.scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
-        return self._discrete(x, u, rng)
+        # Discrete: k from three uniforms; |k| - 1 = qQ + R in two geometric stages.
+        t = self.steps_per_scale
+        q = self.block
+        a = math.exp(-1.0 / t)
+        p_zero = (1.0 - a) / (1.0 + a)
+        u1 = uniform(rng, x.shape)
+        u2 = uniform(rng, x.shape)
+        # Stage 0: k = 0 with probability (1-a)/(1+a), otherwise a fair sign.
+        # Stage 1: Q with P(Q >= j) = a^(q j), by inversion of u1.
+        blocks = np.floor(np.log(u1) / (-q / t))
+        # Stage 2: R on {0..q-1} with P(R >= r) = (a^r - a^q)/(1 - a^q), by inversion:
+        # R = floor(-t log(a^q + u2 (1 - a^q))), written with log1p/expm1 for accuracy.
+        tail = -math.expm1(-q / t)  # 1 - a^q
+        within = np.clip(np.floor(-t * np.log1p(-(1.0 - u2) * tail)), 0.0, q - 1.0)
+        magnitude = 1.0 + q * blocks + within
+        sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
+        k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
+        origin = np.round((x - self.lower) / self.grid_step)
+        index = np.clip(
+            origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps
+        )
+        return self.lower + index * self.grid_step
 
     @property
     def steps_per_scale(self) -> float:
@@ -166,33 +162,6 @@ class LaplaceMechanism(Mechanism):
     def clamp_steps(self) -> int:
         """K: released grid indices lie in [-K, G + K], with (G + K)/t <= 30 ln 2."""
         return math.floor(30 * math.log(2) * self.steps_per_scale) - self.GRID_STEPS
-
-    def _discrete(
-        self, x: NDArray[np.float64], u0: NDArray[np.float64], rng: RandomLike
-    ) -> NDArray[np.float64]:
-        """k from three uniforms; |k| - 1 = qQ + R in two geometric stages."""
-        t = self.steps_per_scale
-        q = self.block
-        a = math.exp(-1.0 / t)
-        p_zero = (1.0 - a) / (1.0 + a)
-        u1 = uniform(rng, x.shape)
-        u2 = uniform(rng, x.shape)
-        # Stage 0: k = 0 with probability (1-a)/(1+a), otherwise a fair sign.
-        # Stage 1: Q with P(Q >= j) = a^(q j), by inversion of u1.
-        blocks = np.floor(np.log(u1) / (-q / t))
-        # Stage 2: R on {0..q-1} with P(R >= r) = (a^r - a^q)/(1 - a^q), by inversion:
-        # R = floor(-t log(a^q + u2 (1 - a^q))), written with log1p/expm1 for accuracy.
-        tail = -math.expm1(-q / t)  # 1 - a^q
-        within = np.floor(-t * np.log1p(-(1.0 - u2) * tail))
-        within = np.clip(within, 0.0, q - 1.0)
-        magnitude = 1.0 + q * blocks + within
-        sign = np.where(u0 < (1.0 + p_zero) / 2.0, -1.0, 1.0)
-        k = np.where(np.abs(u0 - 0.5) < p_zero / 2.0, 0.0, sign * magnitude)
-        origin = np.round((x - self.lower) / self.grid_step)
-        index = np.clip(
-            origin + k, -self.clamp_steps, self.GRID_STEPS + self.clamp_steps
-        )
-        return self.lower + index * self.grid_step
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         x = check_vectors(values, self.dimension)

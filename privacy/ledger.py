@@ -105,8 +105,7 @@ class PrivacyLedger:
                 f"{first} (already spent {self.spent(first):.6g})"
             )
         self._spent[self._index(ids)] += total
-        for event in events:
-            self.entries.append(LedgerEntry(event, ids.copy()))
+        self.entries.extend(LedgerEntry(event, ids.copy()) for event in events)
 
     def restore(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
         """Record releases that already happened (a stored ledger read back), with no
@@ -129,16 +128,15 @@ class PrivacyLedger:
         """Totals for a run report: budget, spent (max/min/mean), releases by kind."""
         releases: dict[str, dict[str, float | int]] = {}
         for entry in self.entries:
+            event, n = entry.event, int(entry.client_ids.size)
             item = releases.setdefault(
-                entry.event.mechanism,
-                {"epsilon": entry.event.epsilon, "clients": 0, "epsilon_total": 0.0},
+                event.mechanism,
+                {"epsilon": event.epsilon, "clients": 0, "epsilon_total": 0.0},
             )
-            if item["epsilon"] != entry.event.epsilon:
+            if item["epsilon"] != event.epsilon:
                 item["epsilon"] = float("nan")  # mixed epsilons: see epsilon_total
-            item["clients"] = int(item["clients"]) + int(entry.client_ids.size)
-            item["epsilon_total"] = float(item["epsilon_total"]) + (
-                entry.event.epsilon * entry.client_ids.size
-            )
+            item["clients"] += n
+            item["epsilon_total"] += event.epsilon * n
         spent = self._spent
         return {
             "budget_per_client": self.budget,

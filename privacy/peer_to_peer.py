@@ -2,33 +2,21 @@ r"""Peer-to-peer cluster randomized response for binary labels (Algorithm 2).
 
 User :math:`i` randomises her bit with binary randomized response at
 :math:`\varepsilon_0` (keep probability
-:math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`), asks a user :math:`J_i` drawn
-uniformly with replacement from her cluster for his noisy bit and forwards
-:math:`z_i = \tilde y_{J_i}`; :func:`peer_to_peer_rr` runs all users at once. Toward
-another user the guarantee is :math:`\varepsilon_0`.
-
-**Toward the learner** (who sees every :math:`(x_i, z_i)`, not the :math:`J_i`): given
-the noisy bits, a cluster's :math:`z_i` are i.i.d. Bernoulli :math:`(m/s)`, a
-post-processing of the count :math:`m` of noisy ones in the cluster of size s. With
-:math:`a` of the other :math:`s-1` users holding label 1,
+:math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`) and forwards
+:math:`z_i = \tilde y_{J_i}`, the noisy bit of a user :math:`J_i` drawn uniformly with
+replacement from her cluster. Toward another user the guarantee is
+:math:`\varepsilon_0`. The learner sees every :math:`(x_i, z_i)`, not the :math:`J_i`:
+a cluster's :math:`z_i` are a post-processing of the count :math:`m` of noisy ones in
+the cluster of size s. With :math:`a` of the other :math:`s-1` users holding label 1,
 
 .. math:: R_a = \mathrm{Bin}(a, p) * \mathrm{Bin}(s-1-a, 1-p), \quad
           P_1(m) = p R_a(m-1) + (1-p) R_a(m), \quad
           P_0(m) = (1-p) R_a(m-1) + p R_a(m)
 
-are the laws of :math:`m` for :math:`y_k = 1, 0`. With outcomes sorted by privacy loss
-:math:`\log P(m)/Q(m)` and prefix sums :math:`P_{(j)}, Q_{(j)}`, the smallest epsilon
-with :math:`\sup_S P(S) - e^\varepsilon Q(S) \le \delta` is
-
-.. math:: \varepsilon_a(\delta) = \max\Bigl(0, \max_{j: P_{(j)} > \delta}
-          \log\frac{P_{(j)} - \delta}{Q_{(j)}}\Bigr),
-
-computed exactly over every :math:`a` (FFT convolution; one order of
-:math:`(P_1, P_0)` suffices by complementing all bits). :func:`p2p_guarantee` reports
-:math:`\delta = 1/s^2` for the smallest cluster and the worst :math:`\varepsilon` over
-cluster sizes, never above :math:`\varepsilon_0`. This exact profile of the count
-replaces the asymptotic statement of the paper's Theorem 3. Needs numpy and scipy only;
-re-exported by :mod:`ldpfda.labeldp.peer_to_peer`.
+are the laws of :math:`m` for :math:`y_k = 1, 0`; the exact :math:`\varepsilon(\delta)`
+of every pair (:func:`hockey_stick_epsilon`; one order suffices by complementing all
+bits) replaces the asymptotic statement of the paper's Theorem 3. Needs numpy and scipy
+only; re-exported by :mod:`ldpfda.labeldp.peer_to_peer`.
 
 References
 ----------
@@ -54,7 +42,6 @@ from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 
 __all__ = [
     "PeerToPeerRelease",
-    "count_distributions",
     "hockey_stick_epsilon",
     "p2p_epsilon",
     "p2p_guarantee",
@@ -65,20 +52,15 @@ __all__ = [
 
 #: Rows of the (a, m) tables processed at once (bounds memory for large clusters).
 _CHUNK = 256
+#: Bisection tolerance and upper end of :func:`p2p_local_epsilon`.
+_TOL = 1e-4
+_MAX_LOCAL = 20.0
 
 
-def count_distributions(
-    *, local_epsilon: float, cluster_size: int, others: ArrayLike | None = None
+def _count_distributions(
+    p: float, s: int, a: NDArray[np.int64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    r"""Laws :math:`P_1, P_0` of the cluster's noisy-bit count :math:`m`.
-
-    Row ``r`` is for ``others[r]`` = :math:`a` users with label 1 among the other
-    :math:`s-1` (default every :math:`a = 0, \dots, s-1`); column :math:`m = 0..s`.
-    """
-    eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
-    s = check_int(cluster_size, "cluster_size", minimum=1)
-    p = 1.0 / (1.0 + math.exp(-eps0))
-    a = np.arange(s) if others is None else np.asarray(others, dtype=np.int64)
+    """Laws P_1, P_0 of the noisy-bit count m = 0..s, one row per ``a``."""
     support = np.arange(s)
     # scipy.stats takes a quarter of a second to import: only when it is needed.
     from scipy.stats import binom
@@ -100,36 +82,37 @@ def hockey_stick_epsilon(
 ) -> NDArray[np.float64]:
     r"""Smallest epsilon with :math:`P(S) \le e^\varepsilon Q(S) + \delta` for all S.
 
-    Row-wise over discrete laws of shape (rows, outcomes), by the module's formula.
+    Row-wise over discrete laws of shape (rows, outcomes): with outcomes sorted by
+    privacy loss :math:`\log P(m)/Q(m)` and prefix sums :math:`P_{(j)}, Q_{(j)}`,
+
+    .. math:: \varepsilon(\delta) = \max\Bigl(0, \max_{j: P_{(j)} > \delta}
+              \log\frac{P_{(j)} - \delta}{Q_{(j)}}\Bigr).
     """
     pa = np.atleast_2d(np.asarray(p, dtype=float))
     qa = np.atleast_2d(np.asarray(q, dtype=float))
     d = check_real(delta, "delta", low=0.0, high=1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         loss = np.where(pa > 0, np.log(pa) - np.log(qa), -np.inf)
-    order = np.argsort(-loss, axis=1, kind="stable")
-    cum_p = np.cumsum(np.take_along_axis(pa, order, axis=1), axis=1)
-    cum_q = np.cumsum(np.take_along_axis(qa, order, axis=1), axis=1)
-    ok = cum_p > d
-    with np.errstate(divide="ignore", invalid="ignore"):
+        order = np.argsort(-loss, axis=1, kind="stable")
+        cum_p = np.cumsum(np.take_along_axis(pa, order, axis=1), axis=1)
+        cum_q = np.cumsum(np.take_along_axis(qa, order, axis=1), axis=1)
+        ok = cum_p > d
         cand = np.where(ok, np.log(np.maximum(cum_p - d, 0.0)) - np.log(cum_q), -np.inf)
     cand = np.where(ok & (cum_q <= 0), np.inf, cand)
     return np.maximum(cand.max(axis=1), 0.0)
 
 
 def p2p_epsilon(*, local_epsilon: float, cluster_size: int, delta: float) -> float:
-    r"""Exact :math:`\varepsilon(\delta)` toward the learner for one cluster size.
-
-    Maximum over :math:`a = 0..s-1` of :func:`hockey_stick_epsilon` of
-    :math:`(P_1, P_0)` from :func:`count_distributions`; at most ``local_epsilon``.
-    """
+    r"""Exact :math:`\varepsilon(\delta)` toward the learner for one cluster size: the
+    maximum over :math:`a = 0..s-1` of :func:`hockey_stick_epsilon` of
+    :math:`(P_1, P_0)`, at most ``local_epsilon``."""
     eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
     s = check_int(cluster_size, "cluster_size", minimum=1)
     d = check_real(delta, "delta", low=0.0, high=1.0)
+    p = 1.0 / (1.0 + math.exp(-eps0))
     worst = 0.0
     for start in range(0, s, _CHUNK):
-        others = np.arange(start, min(start + _CHUNK, s))
-        p1, p0 = count_distributions(local_epsilon=eps0, cluster_size=s, others=others)
+        p1, p0 = _count_distributions(p, s, np.arange(start, min(start + _CHUNK, s)))
         worst = max(worst, float(hockey_stick_epsilon(p1, p0, d).max()))
     return min(worst, eps0)
 
@@ -155,34 +138,21 @@ def p2p_guarantee(
     return eps, d
 
 
-def p2p_local_epsilon(
-    *,
-    epsilon: float,
-    cluster_sizes: ArrayLike,
-    tol: float = 1e-4,
-    max_local: float = 20.0,
-) -> float:
-    r"""Largest ``local_epsilon`` whose :func:`p2p_guarantee` is at most ``epsilon``.
-
-    Bisection (:math:`\varepsilon` grows with :math:`\varepsilon_0`); inverse of
-    :func:`p2p_guarantee` at :math:`\delta = 1/s^2`.
-    """
+def p2p_local_epsilon(*, epsilon: float, cluster_sizes: ArrayLike) -> float:
+    r"""Largest ``local_epsilon`` (at most 20, to within 1e-4) whose
+    :func:`p2p_guarantee` is at most ``epsilon``, by bisection."""
     target = check_epsilon(epsilon, allow_inf=False)
-    low, high = 0.0, check_real(max_local, "max_local", low=0.0, low_open=True)
+    low, high = 0.0, _MAX_LOCAL
     if p2p_guarantee(local_epsilon=high, cluster_sizes=cluster_sizes)[0] <= target:
         return high
-    while high - low > tol:
+    while high - low > _TOL:
         mid = 0.5 * (low + high)
-        if (
-            mid > 0
-            and p2p_guarantee(local_epsilon=mid, cluster_sizes=cluster_sizes)[0]
-            <= target
-        ):
+        if p2p_guarantee(local_epsilon=mid, cluster_sizes=cluster_sizes)[0] <= target:
             low = mid
         else:
             high = mid
     if low == 0.0:
-        raise ValueError(f"no local_epsilon reaches epsilon={target!r} at tol={tol!r}")
+        raise ValueError(f"no local_epsilon reaches epsilon={target!r} at tol={_TOL!r}")
     return low
 
 
@@ -191,8 +161,6 @@ class PeerToPeerRelease:
     """Forwarded bits of Algorithm 2 with their guarantee toward the learner."""
 
     labels: NDArray[np.int8]
-    clusters: NDArray[np.int64]
-    local_epsilon: float
     epsilon: float
     delta: float
     event: ReleaseEvent
@@ -231,7 +199,6 @@ def peer_to_peer_rr(
     ids, start, sizes = np.unique(c[order], return_index=True, return_counts=True)
     slot = np.searchsorted(ids, c)
     pick = start[slot] + pick_peers(gen.random(y.size), sizes[slot])
-    forwarded = noisy[order[pick]].astype(np.int8)
     if account:
         eps, delta = p2p_guarantee(local_epsilon=eps0, cluster_sizes=sizes)
     else:
@@ -243,11 +210,4 @@ def peer_to_peer_rr(
         local_epsilon=eps0,
         min_cluster_size=int(sizes.min()),
     )
-    return PeerToPeerRelease(
-        labels=forwarded,
-        clusters=c.astype(np.int64),
-        local_epsilon=eps0,
-        epsilon=eps,
-        delta=delta,
-        event=event,
-    )
+    return PeerToPeerRelease(noisy[order[pick]].astype(np.int8), eps, delta, event)

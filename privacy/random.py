@@ -1,10 +1,9 @@
 """Randomness: numpy Generators for the server and data, keyed streams for clients.
 
-Server-side and data-generation randomness is a :class:`numpy.random.Generator`
-(:func:`as_generator`). A client's privatization noise comes from its own
-counter-based Philox4x32-10 stream keyed by ``(run seed, client id)`` and evaluated with
-numpy over many keys at once, so its numbers depend only on the seed, its id and how
-many it has drawn for a purpose, not on the batch or the order of clients.
+A client's privatization noise comes from its own counter-based Philox4x32-10 stream
+keyed by ``(run seed, client id)`` and evaluated with numpy over many keys at once, so
+its numbers depend only on the seed, its id and how many it has drawn for a purpose,
+not on the batch or the order of clients.
 
 References
 ----------
@@ -88,8 +87,7 @@ def run_seed(random_state: np.random.Generator | int | None) -> int:
 def derive_seed(seed: int, *tags: int | str) -> int:
     """A 63-bit seed derived deterministically from ``seed`` and int or str tags."""
     words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
-    for tag in tags:
-        words.append(zlib.crc32(tag.encode()) if isinstance(tag, str) else int(tag))
+    words += [zlib.crc32(t.encode()) if isinstance(t, str) else int(t) for t in tags]
     state = np.random.SeedSequence(words).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1]))
 
@@ -104,12 +102,12 @@ def as_source(rng: RandomLike) -> np.random.Generator | UniformSource:
 
 def uniform(rng: RandomLike, shape: tuple[int, ...]) -> NDArray[np.float64]:
     """Uniform draws in the open interval (0, 1) from any accepted source."""
-    if isinstance(rng, UniformSource) and not isinstance(rng, np.random.Generator):
-        return rng.uniform(shape)
-    generator = as_generator(rng)
+    source = as_source(rng)
+    if not isinstance(source, np.random.Generator):
+        return source.uniform(shape)
     # 52 random bits centred in their cells: the largest value 1 - 2^-53 is exactly
     # representable, so the interval is open at both ends.
-    bits = generator.integers(0, 1 << 52, size=shape, dtype=np.int64)
+    bits = source.integers(0, 1 << 52, size=shape, dtype=np.int64)
     return (bits.astype(np.float64) + 0.5) * 2.0**-52
 
 
@@ -134,8 +132,7 @@ def client_keys(seed: int, client_ids: ArrayLike) -> NDArray[np.uint64]:
 
 
 def philox4x32(
-    counter: tuple[ArrayLike, ...],
-    key: tuple[ArrayLike, ArrayLike],
+    counter: tuple[ArrayLike, ...], key: tuple[ArrayLike, ArrayLike]
 ) -> tuple[NDArray[np.uint64], ...]:
     """Philox4x32-10 on four counter and two key arrays of 32-bit words in uint64
     (broadcasting); returns the four output words."""
@@ -165,10 +162,7 @@ class KeyedUniform:
         self._k1 = (keys >> np.uint64(32))[:, None]
         self._purpose = np.uint64(zlib.crc32(purpose.encode()))
         self._offset = 0
-
-    @property
-    def n_clients(self) -> int:
-        return int(self._k0.shape[0])
+        self.n_clients = int(keys.size)
 
     @property
     def drawn(self) -> int:
@@ -186,9 +180,8 @@ class KeyedUniform:
         first_block = self._offset // 2
         n_blocks = (self._offset + per_client + 1) // 2 - first_block
         block = np.arange(first_block, first_block + n_blocks, dtype=np.uint64)[None, :]
-        zero = np.uint64(0)
         w0, w1, w2, w3 = philox4x32(
-            (block & _MASK32, block >> np.uint64(32), self._purpose, zero),
+            (block & _MASK32, block >> np.uint64(32), self._purpose, np.uint64(0)),
             (self._k0, self._k1),
         )
         # Two 52-bit doubles per Philox block, each centred in its cell: the largest
@@ -207,20 +200,11 @@ class ClientStreams:
     configured ids on hosts) under one run seed."""
 
     def __init__(self, seed: int, client_ids: ArrayLike) -> None:
-        self.seed = int(seed)
-        self.client_ids = np.asarray(client_ids).reshape(-1)
-        self._keys = client_keys(self.seed, self.client_ids)
+        self._keys = client_keys(int(seed), np.asarray(client_ids).reshape(-1))
         self._streams: dict[str, KeyedUniform] = {}
-
-    def __len__(self) -> int:
-        return int(self.client_ids.size)
 
     def stream(self, purpose: str) -> KeyedUniform:
         """The (stateful) stream for ``purpose``; the same object on every call."""
         if purpose not in self._streams:
             self._streams[purpose] = KeyedUniform(self._keys, purpose)
         return self._streams[purpose]
-
-    def subset(self, index: ArrayLike) -> ClientStreams:
-        """Fresh streams for a subset of the clients (positions ``index``)."""
-        return ClientStreams(self.seed, self.client_ids[np.asarray(index)])

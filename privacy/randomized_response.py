@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -25,8 +24,7 @@ def rr_keep_probability(*, epsilon: float, n_categories: int = 2) -> float:
     r"""Probability that K-ary randomized response reports the true category.
 
     .. math:: q = \frac{e^\varepsilon}{e^\varepsilon + K - 1}
-
-    ``epsilon = inf`` gives 1. Inverse of :func:`rr_epsilon`.
+              \quad (1 \text{ for } \varepsilon = \infty)
 
     References
     ----------
@@ -42,12 +40,8 @@ def rr_keep_probability(*, epsilon: float, n_categories: int = 2) -> float:
 
 
 def rr_epsilon(*, keep_probability: float, n_categories: int = 2) -> float:
-    r"""Epsilon of K-ary randomized response that keeps the truth with probability q.
-
-    .. math:: \varepsilon = \ln\frac{q (K - 1)}{1 - q},
-
-    defined for :math:`1/K < q \le 1`. Inverse of :func:`rr_keep_probability`.
-    """
+    r"""Epsilon :math:`\ln\frac{q (K - 1)}{1 - q}` of K-ary randomized response that
+    keeps the truth with probability :math:`q \in (1/K, 1]`."""
     k = check_int(n_categories, "n_categories", minimum=2)
     q = check_real(
         keep_probability, "keep_probability", low=1.0 / k, high=1.0, low_open=True
@@ -61,8 +55,7 @@ class KaryRandomizedResponse(Mechanism):
     A client keeps its category with probability
     :math:`q = e^\varepsilon/(e^\varepsilon+K-1)`, else reports one of the other
     :math:`K-1` uniformly: output ratios are at most
-    :math:`q / ((1-q)/(K-1)) = e^\varepsilon`. :meth:`bias` and :meth:`variance` refer
-    to the reported one-hot indicator.
+    :math:`q / ((1-q)/(K-1)) = e^\varepsilon`.
 
     References
     ----------
@@ -70,6 +63,7 @@ class KaryRandomizedResponse(Mechanism):
     """
 
     name = "randomized_response"
+    _recorded: tuple[str, ...] = ("n_categories", "keep_probability")
 
     def __init__(self, *, epsilon: float, n_categories: int = 2) -> None:
         super().__init__(epsilon=epsilon)
@@ -82,12 +76,6 @@ class KaryRandomizedResponse(Mechanism):
     def other_probability(self) -> float:
         """Probability of reporting one given wrong category."""
         return (1.0 - self.keep_probability) / (self.n_categories - 1)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "n_categories": self.n_categories,
-            "keep_probability": self.keep_probability,
-        }
 
     def _check_values(self, values: ArrayLike) -> NDArray[np.int64]:
         y = np.asarray(values)
@@ -126,8 +114,7 @@ class KaryRandomizedResponse(Mechanism):
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         """Bias of the reported one-hot indicator, shape ``values.shape + (K,)``."""
         y = self._check_values(values)
-        onehot = np.eye(self.n_categories)[y]
-        return self.transition_matrix()[y] - onehot
+        return self.transition_matrix()[y] - np.eye(self.n_categories)[y]
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         """Variance of the reported one-hot indicator, shape ``values.shape + (K,)``."""
@@ -153,21 +140,18 @@ class BinaryRandomizedResponse(KaryRandomizedResponse):
     """
 
     name = "binary_randomized_response"
+    _recorded = ("keep_probability",)
 
     def __init__(self, *, epsilon: float) -> None:
         super().__init__(epsilon=epsilon, n_categories=2)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"keep_probability": self.keep_probability}
 
     def bias(self, values: ArrayLike) -> NDArray[np.float64]:
         y = self._check_values(values)
         return (1.0 - self.keep_probability) * (1.0 - 2.0 * y.astype(np.float64))
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
-        y = self._check_values(values)
         q = self.keep_probability
-        return np.full(y.shape, q * (1.0 - q))
+        return np.full(self._check_values(values).shape, q * (1.0 - q))
 
     def debias_mean(self, reported_mean: ArrayLike) -> NDArray[np.float64]:
         """Unbiased estimate of the true mean of the bits from the reported mean."""

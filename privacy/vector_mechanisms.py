@@ -1,22 +1,15 @@
 r"""Mechanisms that release a whole vector in :math:`[-1, 1]^p` at the whole budget.
 
-Per-coordinate Laplace noise with an even budget share has variance
-:math:`O(p^2/\varepsilon^2)` per coordinate; :class:`DuchiMechanism` (outputs in
-:math:`\{\pm B\}^p`) has :math:`O(p/\varepsilon^2)`, and :class:`PiecewiseMechanism` and
+Laplace noise has variance :math:`O(p^2/\varepsilon^2)` per coordinate,
+:class:`DuchiMechanism` :math:`O(p/\varepsilon^2)`; :class:`PiecewiseMechanism` and
 :class:`HybridMechanism` report k sampled coordinates at :math:`\varepsilon/k` each. All
-are unbiased on the box (inputs outside are clipped first), draw a fixed number of
-uniforms per client through :func:`ldpfda.privacy.random.uniform`, and output no
-input-dependent low-order bits (I. Mironov, "On significance of the least significant
-bits for differential privacy", CCS 2012): Duchi outputs are :math:`\pm B`, piecewise
-outputs are snapped to a fixed grid, the sampler's rounding charged to the budget.
-:func:`product_moments` gives the second moments a learner needs to estimate
-:math:`E[xx^\top]`.
+are unbiased on the box (inputs are clipped to it) and output no input-dependent
+low-order bits (Mironov, CCS 2012): piecewise outputs are snapped to a fixed grid.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,10 +74,8 @@ def duchi_bound(*, epsilon: float, dimension: int) -> float:
         n_0 = \binom{p}{p/2}\,[p \text{ even}],\;
         A_p = \binom{p-1}{\lfloor p/2 \rfloor},
 
-    :math:`n_+` (:math:`n_0`) counting the sign patterns :math:`r \in \{\pm1\}^p` with
-    :math:`\sum r > 0` (:math:`= 0`): Duchi et al.'s B for odd p, with the ties of even
-    p at weight 1. ``epsilon = inf`` gives :math:`n_+/A_p`. Inverse of
-    :func:`duchi_epsilon`.
+    :math:`n_+` (:math:`n_0`) counting sign patterns :math:`r \in \{\pm1\}^p` with
+    :math:`\sum r > 0` (:math:`= 0`). ``epsilon = inf`` gives :math:`n_+/A_p`.
 
     References
     ----------
@@ -102,9 +93,7 @@ def duchi_epsilon(*, bound: float, dimension: int) -> float:
     r"""Epsilon of :class:`DuchiMechanism` with output magnitude ``bound``.
 
     .. math:: \varepsilon = \ln\Big(1 + \frac{2^p}{A_p B - n_+}\Big),
-              \qquad B > n_+/A_p.
-
-    Inverse of :func:`duchi_bound` (``bound = n_+/A_p`` gives ``inf``).
+              \qquad B \ge n_+/A_p \;(\text{equality: } \infty).
     """
     p = check_int(dimension, "dimension", minimum=1)
     n_plus, _, a_p = _duchi_counts(p)
@@ -117,8 +106,7 @@ def piecewise_bound(*, epsilon: float) -> float:
     r"""Output bound C of the one-dimensional piecewise mechanism at ``epsilon``.
 
     .. math:: C = \frac{e^{\varepsilon/2} + 1}{e^{\varepsilon/2} - 1}
-
-    ``epsilon = inf`` gives 1. Inverse of :func:`piecewise_epsilon`.
+              \quad (1 \text{ for } \varepsilon = \infty)
 
     References
     ----------
@@ -131,12 +119,8 @@ def piecewise_bound(*, epsilon: float) -> float:
 
 
 def piecewise_epsilon(*, bound: float) -> float:
-    r"""Epsilon of the piecewise mechanism with output bound C > 1.
-
-    .. math:: \varepsilon = 2 \ln\frac{C + 1}{C - 1}
-
-    Inverse of :func:`piecewise_bound` (``bound = 1`` gives ``inf``).
-    """
+    r"""Epsilon :math:`\varepsilon = 2 \ln\frac{C + 1}{C - 1}` of the piecewise
+    mechanism with output bound :math:`C \ge 1` (``inf`` for 1)."""
     bound = check_real(bound, "bound", low=1.0)
     return math.inf if bound == 1.0 else 2.0 * math.log((bound + 1.0) / (bound - 1.0))
 
@@ -145,11 +129,10 @@ def hybrid_piecewise_probability(*, epsilon: float) -> float:
     r"""Probability that the hybrid mechanism uses its piecewise part.
 
     .. math:: \alpha = \begin{cases} 1 - e^{-\varepsilon/2}
-              & \varepsilon > \varepsilon^* \\
-              0 & \varepsilon \le \varepsilon^* \end{cases},
-              \qquad \varepsilon^* \approx 0.61,
+              & \varepsilon > \varepsilon^* \approx 0.61 \\
+              0 & \varepsilon \le \varepsilon^* \end{cases}
 
-    which minimises the worst-case variance (Wang et al. 2019, Lemma 4); no inverse.
+    which minimises the worst-case variance (Wang et al. 2019, Lemma 4).
     """
     epsilon = check_epsilon(epsilon)
     if epsilon <= EPSILON_STAR:
@@ -183,9 +166,7 @@ class ProductMoments:
         E[z_j^2 \mid x] = c_j + s_j x_j^2 .
 
     ``offdiagonal`` is :math:`a_{ij}` (diagonal ignored), ``offset`` :math:`c_j`,
-    ``slope`` :math:`s_j`. Entries with :math:`a_{ij} = 0` or :math:`s_j = 0` (Duchi:
-    :math:`s_j = 0`, and :math:`a_{ij} = 0` for odd p; one sampled coordinate:
-    :math:`a_{ij} = 0`) are not identified by the releases.
+    ``slope`` :math:`s_j`; entries with a zero factor are not identified.
     """
 
     offdiagonal: NDArray[np.float64]
@@ -205,42 +186,36 @@ class ProductMoments:
     def second_moment(
         self, released: ArrayLike
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-        r"""Unbiased estimate of :math:`E[xx^\top]` from releases, where identified.
+        r"""Unbiased estimate of :math:`E[xx^\top]` from releases, and the mask of
+        :meth:`identified` entries (the others are 0).
 
         .. math:: \hat M_{ij} = \frac{\overline{z_i z_j}}{a_{ij}}, \qquad
-                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j};
-
-        entries not identified are 0, and the mask of identified entries is returned.
+                  \hat M_{jj} = \frac{\overline{z_j^2} - c_j}{s_j}
         """
         z = np.asarray(released, dtype=float)
         if z.ndim != 2 or z.shape[1] != self.dimension:
             raise ValueError(
                 f"released must have shape (n, {self.dimension}), got {z.shape}"
             )
-        raw = z.T @ z / max(z.shape[0], 1)
+        centred = z.T @ z / max(z.shape[0], 1) - np.diag(self.offset)
+        factor = self.offdiagonal.copy()
+        np.fill_diagonal(factor, self.slope)
         mask = self.identified()
-        off = self.offdiagonal != 0
-        estimate = np.where(off, raw / np.where(off, self.offdiagonal, 1.0), 0.0)
-        has_slope = self.slope != 0
-        diag = (np.diag(raw) - self.offset) / np.where(has_slope, self.slope, 1.0)
-        np.fill_diagonal(estimate, np.where(has_slope, diag, 0.0))
-        return estimate, mask
+        return np.where(mask, centred / np.where(mask, factor, 1.0), 0.0), mask
 
 
 def product_moments(mechanism: Mechanism) -> ProductMoments:
-    """The :class:`ProductMoments` of a vector mechanism (including Laplace).
-
-    Laplace noise is additive and independent, so :math:`a_{ij} = s_j = 1` and
-    :math:`c_j` is the sampler's variance.
-    """
-    if not isinstance(mechanism, _VectorMechanism | LaplaceMechanism):
+    """The :class:`ProductMoments` of a vector mechanism (Laplace: additive noise, so
+    :math:`a_{ij} = s_j = 1` and :math:`c_j` is the sampler's variance)."""
+    if not isinstance(
+        mechanism, DuchiMechanism | _SampledCoordinateMechanism | LaplaceMechanism
+    ):
         raise TypeError(
             f"mechanism must be a vector mechanism, got {type(mechanism).__name__}"
         )
     p = mechanism.dimension
-    if not mechanism.is_private:
-        return ProductMoments(np.ones((p, p)), np.zeros(p), np.ones(p))
-    if isinstance(mechanism, LaplaceMechanism):
+    if isinstance(mechanism, LaplaceMechanism) or not mechanism.is_private:
+        # Additive noise (or none): its variance is the offset.
         noise = mechanism.variance(np.zeros((1, p)))[0]
         return ProductMoments(np.ones((p, p)), noise, np.ones(p))
     return mechanism.product_moments()
@@ -270,10 +245,6 @@ class _VectorMechanism(Mechanism):
         """The largest magnitude of a released coordinate (exact arithmetic)."""
         raise NotImplementedError
 
-    def product_moments(self) -> ProductMoments:  # pragma: no cover - abstract
-        """The moments of a private release (see :func:`product_moments`)."""
-        raise NotImplementedError
-
 
 class DuchiMechanism(_VectorMechanism):
     r"""Duchi et al.'s mechanism on :math:`[-1, 1]^p`; outputs in :math:`\{\pm B\}^p`.
@@ -285,16 +256,13 @@ class DuchiMechanism(_VectorMechanism):
               \\ 1 & \sum_j r_j \le 0 \end{cases}, \quad
               N = 2^p + (e^\varepsilon - 1)\, n_+,
 
-    and releases :math:`z = B\,(v \odot r)`, B from :func:`duchi_bound`. For even p the
-    ties :math:`\sum r = 0` get weight 1 (sampling the two half-cubes with probabilities
-    :math:`e^\varepsilon/(e^\varepsilon+1)` and :math:`1/(e^\varepsilon+1)` would give
-    the ratio :math:`e^\varepsilon (n_+ + n_0)/n_+`). :math:`P(z \mid x)` is a mixture
-    of weights in :math:`[1, e^\varepsilon]/N`: exactly epsilon-LDP.
-
-    :math:`E[z \mid x] = x`, :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2`, and for
-    :math:`i \ne j`, :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j` with
-    :math:`\rho = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)`, :math:`\pi_k` the
-    probability of k minus signs in r. ``epsilon = inf`` releases the input.
+    and releases :math:`z = B\,(v \odot r)`, B from :func:`duchi_bound`: a mixture of
+    weights in :math:`[1, e^\varepsilon]/N` (ties of even p at weight 1), exactly
+    epsilon-LDP, with :math:`E[z \mid x] = x`,
+    :math:`\mathrm{Var}(z_j \mid x) = B^2 - x_j^2` and, for :math:`i \ne j`,
+    :math:`E[z_i z_j \mid x] = B^2 \rho\, x_i x_j`,
+    :math:`\rho = \sum_k \pi_k \big(1 - 4k(p-k)/(p(p-1))\big)` (:math:`\pi_k`: k minus
+    signs in r).
 
     References
     ----------
@@ -303,13 +271,11 @@ class DuchiMechanism(_VectorMechanism):
     """
 
     name = "duchi"
+    _recorded = ("dimension", "bound")
 
     def __init__(self, *, epsilon: float, dimension: int) -> None:
         super().__init__(epsilon=epsilon, dimension=dimension)
         self.bound = duchi_bound(epsilon=self.epsilon, dimension=self.dimension)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"dimension": self.dimension, "bound": self.bound}
 
     def output_bound(self) -> float:
         return self.bound
@@ -345,25 +311,17 @@ class DuchiMechanism(_VectorMechanism):
             return np.zeros_like(x)
         return self.bound**2 - x**2
 
-    def pair_correlation(self) -> float:
-        r""":math:`\rho = E[r_i r_j]` for :math:`i \ne j` (1 if p = 1)."""
-        p = self.dimension
-        if p == 1:
-            return 1.0
-        k = np.arange(p + 1)
-        rho = float(
-            self.flip_count_probabilities() @ (1.0 - 4.0 * k * (p - k) / (p * (p - 1)))
-        )
-        # For odd p the sum is exactly 0 (products of two coordinates carry no
-        # information); keep it exact rather than a rounding residue.
-        return 0.0 if abs(rho) < 1e-12 else rho
-
     def product_moments(self) -> ProductMoments:
         p = self.dimension
+        rho = 1.0
+        if p > 1:
+            k = np.arange(p + 1)
+            pairs = 1.0 - 4.0 * k * (p - k) / (p * (p - 1))
+            rho = float(self.flip_count_probabilities() @ pairs)
+            # Exactly 0 for odd p (a rounding residue otherwise).
+            rho = 0.0 if abs(rho) < 1e-12 else rho
         b2 = self.bound**2
-        return ProductMoments(
-            np.full((p, p), b2 * self.pair_correlation()), np.full(p, b2), np.zeros(p)
-        )
+        return ProductMoments(np.full((p, p), b2 * rho), np.full(p, b2), np.zeros(p))
 
 
 class _SampledCoordinateMechanism(_VectorMechanism):
@@ -374,11 +332,15 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     :math:`\epsilon' = \varepsilon/k` and reports :math:`z_j = (p/k)\, y_j` on S, 0
     elsewhere: epsilon-LDP by composition, unbiased, with
     :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
-    ``epsilon = inf`` releases the input.
+    The one-dimensional release is piecewise with probability
+    :attr:`piecewise_probability`, else Duchi's (bound :attr:`duchi_bound_1d`).
     """
 
+    _recorded: tuple[str, ...] = ("dimension", "n_sampled")
     #: Uniforms each client draws per coordinate for the one-dimensional mechanism.
     _draws_per_coordinate = 2
+    #: Grid cells over [-C, C] that piecewise outputs are snapped to.
+    SNAP_CELLS = 2**20
 
     def __init__(
         self, *, epsilon: float, dimension: int, n_sampled: int | None = None
@@ -391,53 +353,51 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         self.n_sampled = check_int(
             n_sampled, "n_sampled", minimum=1, maximum=self.dimension
         )
-        if self.is_private and self.coordinate_epsilon <= 0.5 * self.epsilon / (
-            self.n_sampled
-        ):
+        share = self.epsilon / self.n_sampled
+        if self.is_private and self.coordinate_epsilon <= 0.5 * share:
             raise ValueError(
                 f"epsilon is too small for the snapped sampler's accounting, got "
                 f"{self.epsilon!r}"
             )
 
-    #: Grid cells over [-C, C] that piecewise outputs are snapped to.
-    SNAP_CELLS = 2**20
-
-    @property
-    def snap_slack(self) -> float:
-        r"""Slack :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}` per coordinate."""
-        share = self.epsilon / self.n_sampled
-        return (math.exp(min(share, 1400.0) / 2.0) + 1.0) * 2.0**-28
-
     @property
     def coordinate_epsilon(self) -> float:
-        r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`.
+        r"""Epsilon of each reported coordinate's noise, :math:`\varepsilon/k - s`,
+        :math:`s = (e^{\varepsilon/2k} + 1)\,2^{-28}`.
 
-        Piecewise outputs are snapped to :attr:`SNAP_CELLS` cells on :math:`[-C, C]`
-        (post-processing). Each cell owns at least :math:`2^{32}/(e^{\varepsilon/2k}+1)`
-        of the :math:`2^{52}` uniform cells and roundings move its edges by a few, so
-        its probability is exact to a relative error below :math:`s/2`
-        (:attr:`snap_slack`); taking :math:`s` out of the share keeps epsilon-LDP.
+        Piecewise outputs are snapped to :attr:`SNAP_CELLS` cells on :math:`[-C, C]`.
+        Each cell owns at least :math:`2^{32}/(e^{\varepsilon/2k}+1)` of the
+        :math:`2^{52}` uniform cells and roundings move its edges by a few, so its
+        probability is exact to a relative error below :math:`s/2`.
         """
-        return self.epsilon / self.n_sampled - self.snap_slack
+        share = self.epsilon / self.n_sampled
+        return share - (math.exp(min(share, 1400.0) / 2.0) + 1.0) * 2.0**-28
 
     @property
     def scale(self) -> float:
         """The factor p/k applied to every reported coordinate."""
         return self.dimension / self.n_sampled
 
-    def parameters(self) -> dict[str, Any]:
-        return {"dimension": self.dimension, "n_sampled": self.n_sampled}
+    @property
+    def piecewise_probability(self) -> float:
+        r""":math:`\alpha`, the probability of the piecewise part (1 unless hybrid)."""
+        return 1.0
+
+    @property
+    def duchi_bound_1d(self) -> float:
+        """:math:`B_1` of the one-dimensional Duchi part."""
+        return duchi_bound(epsilon=self.coordinate_epsilon, dimension=1)
+
+    def output_bound(self) -> float:
+        """:math:`(p/k)` times the largest of C and :math:`B_1` that may be used."""
+        alpha = self.piecewise_probability
+        bounds = [self.duchi_bound_1d] if alpha < 1.0 else []
+        if alpha > 0.0:
+            bounds.append(piecewise_bound(epsilon=self.coordinate_epsilon))
+        return self.scale * max(bounds)
 
     def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         """The one-dimensional releases of t from the uniforms u."""
-        raise NotImplementedError  # pragma: no cover - abstract
-
-    def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
-        """Variance of the one-dimensional release of t (before scaling)."""
-        raise NotImplementedError  # pragma: no cover - abstract
-
-    def _coordinate_square_moments(self) -> tuple[float, float]:
-        r"""(c, s) with :math:`E[y^2 \mid t] = c + s t^2` for the 1-D release."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     def randomise(
@@ -459,16 +419,26 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)
         if not self.is_private:
             return np.zeros_like(x)
-        return self.scale * (self.coordinate_variance(x) + x**2) - x**2
+        alpha = self.piecewise_probability
+        e = math.expm1(self.coordinate_epsilon / 2.0)
+        y_var = x**2 / e + (e + 4.0) / (3.0 * e**2)
+        if alpha < 1.0:
+            y_var = alpha * y_var + (1.0 - alpha) * (self.duchi_bound_1d**2 - x**2)
+        return self.scale * (y_var + x**2) - x**2
 
     def product_moments(self) -> ProductMoments:
         p, k = self.dimension, self.n_sampled
         both = k * (k - 1) / (p * (p - 1)) if p > 1 else 1.0
-        c, s = self._coordinate_square_moments()
+        # E[y^2 | t] = c + s t^2 for the one-dimensional release.
+        alpha = self.piecewise_probability
+        e = math.expm1(self.coordinate_epsilon / 2.0)
+        c = alpha * (e + 4.0) / (3.0 * e**2)
+        if alpha < 1.0:
+            c += (1.0 - alpha) * self.duchi_bound_1d**2
         return ProductMoments(
             np.full((p, p), self.scale**2 * both),
             np.full(p, self.scale * c),
-            np.full(p, self.scale * s),
+            np.full(p, self.scale * (alpha * (1.0 + 1.0 / e))),
         )
 
 
@@ -519,68 +489,36 @@ class PiecewiseMechanism(_SampledCoordinateMechanism):
             "bound": piecewise_bound(epsilon=self.coordinate_epsilon),
         }
 
-    def output_bound(self) -> float:
-        """:math:`(p/k)\\,C`: a reported coordinate lies in :math:`[-C, C]`."""
-        return self.scale * piecewise_bound(epsilon=self.coordinate_epsilon)
-
     def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         return _piecewise_release(t, self.coordinate_epsilon, u[..., 0], u[..., 1])
-
-    def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
-        t = np.asarray(t, dtype=float)
-        e = math.expm1(self.coordinate_epsilon / 2.0)
-        return t**2 / e + (e + 4.0) / (3.0 * e**2)
-
-    def _coordinate_square_moments(self) -> tuple[float, float]:
-        e = math.expm1(self.coordinate_epsilon / 2.0)
-        return (e + 4.0) / (3.0 * e**2), 1.0 + 1.0 / e
 
 
 class HybridMechanism(_SampledCoordinateMechanism):
     r"""Wang et al.'s hybrid mechanism with dimension sampling.
 
-    **One coordinate** at budget :math:`\epsilon'`: with probability
-    :math:`\alpha` (:func:`hybrid_piecewise_probability`) the piecewise mechanism,
-    otherwise Duchi's one-dimensional mechanism, which reports
-    :math:`\pm B_1`, :math:`B_1 = (e^{\epsilon'}+1)/(e^{\epsilon'}-1)`, with
-    :math:`P(+B_1) = \frac12 + \frac{t}{2B_1}`. Both parts are epsilon'-LDP and unbiased
-    and the choice does not depend on t, so the mixture is too, with
+    **One coordinate** at budget :math:`\epsilon'`: with probability :math:`\alpha`
+    (:func:`hybrid_piecewise_probability`) the piecewise mechanism, else Duchi's
+    one-dimensional mechanism, which reports :math:`\pm B_1`,
+    :math:`B_1 = (e^{\epsilon'}+1)/(e^{\epsilon'}-1)`, with
+    :math:`P(+B_1) = \frac12 + \frac{t}{2B_1}`: a mixture, chosen independently of t,
+    of two epsilon'-LDP unbiased parts, with
 
     .. math:: \mathrm{Var}(y \mid t) = \alpha\,\mathrm{Var}_{PM}(t)
-              + (1 - \alpha)(B_1^2 - t^2),
-
-    a worst case below both parts' (Wang et al. 2019, Lemma 4).
+              + (1 - \alpha)(B_1^2 - t^2).
 
     References
     ----------
-    N. Wang et al., ICDE 2019, Section III-C and Algorithm 4; J. C. Duchi, M. I. Jordan,
-    M. J. Wainwright, JASA 2018.
+    N. Wang et al., ICDE 2019, Section III-C, Lemma 4 and Algorithm 4; J. C. Duchi,
+    M. I. Jordan, M. J. Wainwright, JASA 2018.
     """
 
     name = "hybrid"
+    _recorded = ("dimension", "n_sampled", "piecewise_probability")
     _draws_per_coordinate = 3
 
     @property
     def piecewise_probability(self) -> float:
         return hybrid_piecewise_probability(epsilon=self.coordinate_epsilon)
-
-    @property
-    def duchi_bound_1d(self) -> float:
-        """:math:`B_1` of the one-dimensional Duchi part."""
-        return duchi_bound(epsilon=self.coordinate_epsilon, dimension=1)
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            **super().parameters(),
-            "piecewise_probability": self.piecewise_probability,
-        }
-
-    def output_bound(self) -> float:
-        """:math:`(p/k)\\max(C, B_1)`; :math:`(p/k)B_1` without the piecewise part."""
-        b1 = self.duchi_bound_1d
-        if self.piecewise_probability == 0.0:
-            return self.scale * b1
-        return self.scale * max(piecewise_bound(epsilon=self.coordinate_epsilon), b1)
 
     def _one_dimensional(self, t: NDArray, u: NDArray) -> NDArray[np.float64]:
         b1 = self.duchi_bound_1d
@@ -591,28 +529,10 @@ class HybridMechanism(_SampledCoordinateMechanism):
         pm = _piecewise_release(t, self.coordinate_epsilon, u[..., 1], u[..., 2])
         return np.where(u[..., 0] < alpha, pm, duchi)
 
-    def coordinate_variance(self, t: ArrayLike) -> NDArray[np.float64]:
-        t = np.asarray(t, dtype=float)
-        alpha = self.piecewise_probability
-        e = math.expm1(self.coordinate_epsilon / 2.0)
-        pm = t**2 / e + (e + 4.0) / (3.0 * e**2)
-        return alpha * pm + (1.0 - alpha) * (self.duchi_bound_1d**2 - t**2)
-
-    def _coordinate_square_moments(self) -> tuple[float, float]:
-        alpha = self.piecewise_probability
-        e = math.expm1(self.coordinate_epsilon / 2.0)
-        c = alpha * (e + 4.0) / (3.0 * e**2) + (1.0 - alpha) * self.duchi_bound_1d**2
-        return c, alpha * (1.0 + 1.0 / e)
-
 
 def make_vector_mechanism(name: str, *, epsilon: float, dimension: int) -> Mechanism:
     """The vector mechanism ``name`` (one of :data:`VECTOR_MECHANISMS`) on [-1, 1]^p."""
-    classes: dict[str, Callable[..., Mechanism]] = {
-        "laplace": LaplaceMechanism,
-        "duchi": DuchiMechanism,
-        "piecewise": PiecewiseMechanism,
-        "hybrid": HybridMechanism,
-    }
-    if name not in classes:
+    if name not in VECTOR_MECHANISMS:
         raise ValueError(f"mechanism must be one of {VECTOR_MECHANISMS}, got {name!r}")
-    return classes[name](epsilon=epsilon, dimension=dimension)
+    classes = (LaplaceMechanism, DuchiMechanism, PiecewiseMechanism, HybridMechanism)
+    return classes[VECTOR_MECHANISMS.index(name)](epsilon=epsilon, dimension=dimension)

@@ -216,14 +216,6 @@ def test_same_seed_reproduces_and_different_seeds_differ():
     assert not np.any(a == other)
 
 
-def test_subset_gives_fresh_streams_of_the_chosen_clients():
-    streams = ClientStreams(6, np.arange(30, 60))
-    full = streams.stream("noise").uniform((30, 5))
-    sub = streams.subset([4, 0, 17])
-    np.testing.assert_array_equal(sub.client_ids, [34, 30, 47])
-    np.testing.assert_array_equal(sub.stream("noise").uniform((3, 5)), full[[4, 0, 17]])
-
-
 def test_keys_are_distinct_across_client_ids_and_seeds():
     ids = np.arange(200_000)
     keys = client_keys(0, ids)
