@@ -27,7 +27,7 @@ from ldpfda._validation import (
 )
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
-from ldpfda.server.mrma import LinearModels, fit_weak_models
+from ldpfda.server.mrma import LinearModels
 
 __all__ = [
     "MomentLinearClassifier",
@@ -35,7 +35,6 @@ __all__ = [
     "REGULARIZATIONS",
     "WeakLearner",
     "as_weak_learner",
-    "fit_weak_models_with",
     "nearest_psd",
 ]
 
@@ -205,13 +204,10 @@ class MomentLinearClassifier(_LinearClassifier):
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
             p = x.shape[1]
-        moments = (
-            None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-        )
         n = rows.shape[0]
         cross = rows.mean(axis=0)
         noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
-        gram, identified = self._estimate_gram(x, moments, p + start)
+        gram, identified = self._estimate_gram(x, p + start)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
         self._set_fit(theta, p)
         self.cross_moment_ = cross
@@ -222,7 +218,7 @@ class MomentLinearClassifier(_LinearClassifier):
         return self
 
     def _estimate_gram(
-        self, x: NDArray[np.float64], moments: Any, d: int
+        self, x: NDArray[np.float64], d: int
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """:math:`E[(1, x)(1, x)^\\top]`: the public one, or estimated from releases."""
         if self.gram is not None:
@@ -230,7 +226,7 @@ class MomentLinearClassifier(_LinearClassifier):
             if gram.shape != (d, d):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
             return nearest_psd(gram), np.ones((d, d), dtype=bool)
-        gram, identified = moments.second_moment(x)
+        gram, identified = _moments(self.mechanism, x.shape[1]).second_moment(x)
         if self.fit_intercept and self.joint:
             gram[0, 0], identified[0, 0] = 1.0, True
         elif self.fit_intercept:
@@ -393,33 +389,6 @@ def as_weak_learner(estimator: Any) -> WeakLearner:
     def learner(
         features: NDArray[np.float64], labels: NDArray[np.int8] | None
     ) -> LinearModels:
-        model = clone(estimator)
-        if labels is None:
-            model.fit(features)
-        else:
-            model.fit(features, labels)
-        return model.to_linear_models()
+        return clone(estimator).fit(features, labels).to_linear_models()
 
     return learner
-
-
-def fit_weak_models_with(
-    features: ArrayLike,
-    labels: ArrayLike | None,
-    *,
-    learner: WeakLearner,
-    n_models: int = 50,
-    subsample_size: int = 50,
-    rng: np.random.Generator | int | None = None,
-) -> LinearModels:
-    """:func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``."""
-    if not callable(learner):
-        raise TypeError(f"learner must be callable, got {type(learner).__name__}")
-    return fit_weak_models(
-        features,
-        labels,
-        learner=learner,
-        n_models=n_models,
-        subsample_size=subsample_size,
-        rng=rng,
-    )
