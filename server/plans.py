@@ -1,15 +1,13 @@
-"""The protocols, each written once as a plan of queries over a :class:`Session`.
+"""The protocols, each written once as typed queries (:mod:`ldpfda.schema.catalog`)
+over a :class:`Session`, whose transport is in process or Flower's grid: both runs of
+the same settings and seed end with the same model by construction.
 
-A plan asks typed queries (:mod:`ldpfda.schema.catalog`) through the session's
-transport, in process or over Flower's grid, and learns from the checked replies, so
-both runs of the same settings and seed end with the same model by construction.
 ``moment``: every client releases once, the server fits the moment classifier.
 ``mrma``: training clients release, the server fits M weak models, each evaluation
-client answers one feedback bit on its subgroup's model, then model reversal,
-selection and averaging. ``label``: every client sends its public features, then a
-randomized label (or, in ``label-p2p``, a bit for the relay and then a peer's bit).
-The server's randomness is drawn from ``server_rng`` in a fixed order: subsamples and
-evaluation groups (MRMA), clusters and pilots (label-only modes).
+client answers one feedback bit on its subgroup's model, then reversal, selection and
+averaging. ``label``: every client sends its public features, then a randomized label
+(``label-p2p``: a bit for the relay, then a peer's bit). ``server_rng`` is drawn in a
+fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label).
 """
 
 from __future__ import annotations
@@ -72,12 +70,8 @@ class Plan:
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
     """Run the protocol of ``plan.settings`` through ``session``, timings included."""
-    protocol = plan.settings.protocol
-    if protocol == "moment":
-        return _moment(session, plan)
-    if protocol == "mrma":
-        return _mrma(session, plan)
-    return _label_only(session, plan)
+    run = {"moment": _moment, "mrma": _mrma}.get(plan.settings.protocol, _label_only)
+    return run(session, plan)
 
 
 def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -276,8 +270,6 @@ def _p2p_rounds(
         x, n_clusters=s.n_clusters, min_size=size, rng=plan.server_rng
     )
     sizes = np.bincount(clusters)
-    # The relay is this server, which sees every bit at eps0: each client's whole
-    # budget goes into its one randomized bit; the forwarded bits are amplified.
     eps0 = float(s.epsilon)
     event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes)
     shared = {
@@ -285,8 +277,9 @@ def _p2p_rounds(
         "cluster-sizes": sizes.astype(np.int64),
     }
     query = catalog.p2p_randomize_query()
-    request = Request(shared=shared)
-    got = session.ask(catalog.P2P_RANDOMIZE, query, ids, request, what="randomizing")
+    got = session.ask(
+        catalog.P2P_RANDOMIZE, query, ids, Request(shared=shared), what="randomizing"
+    )
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
     kept = np.bincount(clusters[has_bit], minlength=sizes.size)
