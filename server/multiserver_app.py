@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.serverapp import Grid
 
 from ldpfda import __version__
@@ -141,12 +140,7 @@ def _evaluate(
     )
     for rejected, reason in found.rejected.items():
         logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
-    if not found.models:
-        raise RuntimeError(
-            f"no usable models artifact in {options.artifact_dir} for session "
-            f"{options.session!r}; rejected: {found.rejected}"
-        )
-    owners, weak = found.stacked()
+    rows, weak = found.stacked()
     clients, session, timings = _start(grid, settings, options, status)
     ids = clients.ids()
     eval_ids = ids[ids >= settings.n_train]
@@ -155,15 +149,14 @@ def _evaluate(
         session, settings, eval_ids, weak, n_features, options.repeat
     )
     timings["clients_evaluate_s"] = time.perf_counter() - t0
-    bounds = np.cumsum([0] + [len(found.models[r].models) for r in owners])
     by_server = {
         r: ModelEstimates(
             found.models[r].digest,
-            estimates.raw[lo:hi],
-            estimates.counts[lo:hi],
+            estimates.raw[i],
+            estimates.counts[i],
             settings.epsilon,
         )
-        for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
+        for r, i in rows.items()
     }
     artifact = write_estimates(
         estimates_path(options.artifact_dir, settings.server_id),

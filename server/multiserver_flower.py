@@ -95,12 +95,12 @@ def _models_report(model: LinearModels) -> dict[str, Any]:
 def _estimate_matrix(
     found: Any,
     configs: Sequence[Settings],
-    bounds: Mapping[int, int],
+    columns: Mapping[int, slice],
     rejected: dict[str, str],
 ) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
     """Row r: server r's estimates of every model (NaN, variance inf, where none),
     their variances, and per evaluating server whose models it estimated."""
-    n_models = sum(len(a.models) for a in found.models.values())
+    n_models = max(c.stop for c in columns.values())
     estimates = np.full((len(configs), n_models), np.nan)
     variances = np.full_like(estimates, np.inf)
     used: dict[str, list[int]] = {}
@@ -129,7 +129,7 @@ def _estimate_matrix(
                     f"{owner}'s {len(mine.models)} models"
                 )
             else:
-                cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
+                cols = columns[owner]
                 estimates[row, cols] = entry.errors
                 variances[row, cols] = worst_case_variance(entry.counts, entry.epsilon)
                 used[name].append(owner)
@@ -182,15 +182,9 @@ def combine_session(
         fingerprint=session_fingerprint(base, repeat),
         session=session,
     )
+    columns, weak = found.stacked()
     rejected = dict(found.rejected)
-    if not found.models:
-        raise RuntimeError(
-            f"no usable models artifact in {artifact_dir}; rejected: {rejected}"
-        )
-    owners, weak = found.stacked()
-    sizes = [len(found.models[r].models) for r in owners]
-    bounds = dict(zip(owners, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-    estimates, variances, used = _estimate_matrix(found, configs, bounds, rejected)
+    estimates, variances, used = _estimate_matrix(found, configs, columns, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
     models = final_models(
         weak,
@@ -208,7 +202,7 @@ def combine_session(
             name: {k: cfg.to_mapping()[k] for k in _POPULATION_KEYS}
             for cfg, name in zip(configs, names, strict=True)
         },
-        "model_servers": owners,
+        "model_servers": list(columns),
         "models": {name: _models_report(m) for name, m in models.items()},
         "test_errors": _test_errors(configs, names, models, weak, repeat),
         "estimates": [
