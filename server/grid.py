@@ -216,7 +216,7 @@ class GridClients:
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
         self.nodes = wait_for_nodes(self.grid, expected, minimum, wait_timeout)
-        self.identify.ask(self.nodes)
+        self.identify.ask(np.array(self.nodes, dtype=object))
         query = catalog.identify_query()
         replies = self._send(query, {n: RecordDict() for n in self.nodes})
         got = Replies(_NONE, {})
@@ -242,7 +242,7 @@ class GridClients:
                 self.node_of[client_id] = node
                 self.reported[client_id] = figures
         self.identify.record(got)
-        self.identify.answer(list(self.node_of.values()))
+        self.identify.answer(np.array(list(self.node_of.values()), dtype=object))
 
     def describe(self) -> str:
         """Who is connected and identified, and who gave no identity reply."""

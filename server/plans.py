@@ -253,11 +253,11 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
 def _p2p_rounds(
     session: Session, plan: Plan, ids: NDArray[np.int64], x: NDArray[np.float64]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], float, dict[str, Any]]:
-    """``label-p2p``: the relay's round, then every client forwards a peer's bit.
+    r"""``label-p2p``: the relay's round, then every client forwards a peer's bit.
 
     The relay is the server: every client randomizes its bit at its whole epsilon
     (``eps0 = epsilon``) and is charged that; the forwarded bits, which the model is fit
-    on, are :math:`(\varepsilon, \\delta)`-label-DP with a smaller epsilon toward an
+    on, are :math:`(\varepsilon, \delta)`-label-DP with a smaller epsilon toward an
     analyst who sees only them (reported under ``labeldp``).
 
     Only clients whose bit arrived are forwarded, in clusters that kept at least
