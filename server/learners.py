@@ -230,12 +230,9 @@ class MomentLinearClassifier(_LinearClassifier):
         if self.fit_intercept and self.joint:
             gram[0, 0], identified[0, 0] = 1.0, True
         elif self.fit_intercept:
-            est, mask = gram, identified
-            gram = np.empty((d, d))
-            identified = np.ones((d, d), dtype=bool)
-            gram[0, 0] = 1.0
-            gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
-            gram[1:, 1:], identified[1:, 1:] = est, mask
+            m = x.mean(axis=0)
+            gram = np.block([[np.ones((1, 1)), m[None, :]], [m[:, None], gram]])
+            identified = np.pad(identified, ((1, 0), (1, 0)), constant_values=True)
         # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
         # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves them
         # towards the truth.
@@ -251,16 +248,12 @@ class MomentLinearClassifier(_LinearClassifier):
         alpha: float,
     ) -> tuple[NDArray[np.float64], float]:
         """The regularised least-squares coefficients and the shrinkage used."""
-        d = gram.shape[0]
-        p = d - int(self.fit_intercept)
-        start = int(self.fit_intercept)
+        d, start = gram.shape[0], int(self.fit_intercept)
         if self.regularization == "ridge":
-            penalty = np.ones(d)
-            penalty[:start] = 0.0
-            shrinkage = alpha * max(float(np.trace(gram[start:, start:])) / p, 1e-12)
-            theta = np.linalg.lstsq(
-                gram + shrinkage * np.diag(penalty), cross, rcond=None
-            )[0]
+            trace = float(np.trace(gram[start:, start:]))
+            shrinkage = alpha * max(trace / (d - start), 1e-12)
+            penalty = np.diag((np.arange(d) >= start).astype(float))
+            theta = np.linalg.lstsq(gram + shrinkage * penalty, cross, rcond=None)[0]
         else:
             g2 = gram @ gram
             scale = float(np.trace(g2))
