@@ -50,45 +50,6 @@ def _start(
     return connect(grid, settings, options, status, "identify_s")
 
 
-def _finish(
-    clients: GridClients,
-    session: Session,
-    settings: Settings,
-    options: FlowerOptions,
-    run_id: int,
-    status: Status,
-    extra: dict[str, Any],
-    timings: dict[str, float],
-) -> dict[str, Any]:
-    """Write the phase's ``report.json`` and mark it done."""
-    rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
-    report = {
-        "ldpfda_version": __version__,
-        "phase": options.phase,
-        "session": options.session,
-        "server": settings.server_id,
-        "run_id": int(run_id),
-        **extra,
-        "settings": settings.to_mapping(),
-        "flower": options.to_mapping(),
-        "participation": {
-            "expected_clients": settings.n_train + settings.n_eval,
-            "connected_nodes": len(clients.nodes),
-            **{name: r.summary() for name, r in rounds.items()},
-        },
-        "privacy": privacy_section(
-            settings.epsilon,
-            session.ledger,
-            session.reported,
-            sorted(clients.node_of),
-            budgets=False,
-        ),
-        "timings": timings,
-    }
-    write_report(status.directory, report, status)
-    return report
-
-
 def _train(
     grid: Grid,
     settings: Settings,
@@ -104,14 +65,12 @@ def _train(
         session, settings, train_ids, n_features, options.repeat, timings
     )
     t0 = time.perf_counter()
-    fingerprint = session_fingerprint(settings, options.repeat)
-    path = models_path(options.artifact_dir, settings.server_id)
     artifact = write_models(
-        path,
+        models_path(options.artifact_dir, settings.server_id),
         weak,
         server=settings.server_id,
         session=options.session,
-        fingerprint=fingerprint,
+        fingerprint=session_fingerprint(settings, options.repeat),
     )
     timings["server_train_s"] += time.perf_counter() - t0
     extra = {
@@ -186,7 +145,8 @@ def _evaluate(
 def run_phase(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> dict[str, Any]:
-    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``).
+    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``) and
+    write its ``report.json``.
 
     Returns the report. Raises ``RuntimeError`` when no models artifact is usable
     (``evaluate``), or too few nodes connect or give a valid reply.
@@ -202,9 +162,32 @@ def run_phase(
         clients, session, extra, timings = phases[options.phase](
             grid, settings, options, status, n_features
         )
-        return _finish(
-            clients, session, settings, options, run_id, status, extra, timings
-        )
+        rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
+        report = {
+            "ldpfda_version": __version__,
+            "phase": options.phase,
+            "session": options.session,
+            "server": settings.server_id,
+            "run_id": int(run_id),
+            **extra,
+            "settings": settings.to_mapping(),
+            "flower": options.to_mapping(),
+            "participation": {
+                "expected_clients": settings.n_train + settings.n_eval,
+                "connected_nodes": len(clients.nodes),
+                **{name: r.summary() for name, r in rounds.items()},
+            },
+            "privacy": privacy_section(
+                settings.epsilon,
+                session.ledger,
+                session.reported,
+                sorted(clients.node_of),
+                budgets=False,
+            ),
+            "timings": timings,
+        }
+        write_report(status.directory, report, status)
+        return report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
         raise
