@@ -207,18 +207,17 @@ class GridClients:
     nodes: list[int] = field(default_factory=list)
     reported: dict[int, dict[str, float]] = field(default_factory=dict)
 
-    def connect(
-        self, expected: int, minimum: int, wait_timeout: float, total: int
-    ) -> None:
-        """Wait for the nodes, then ask each who it is.
+    def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
+        """Wait for the ``total`` clients' nodes, then ask each who it is.
 
         Of two nodes claiming one client id the lower node id stands and the other is
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
-        self.nodes = wait_for_nodes(self.grid, expected, minimum, wait_timeout)
+        self.nodes = wait_for_nodes(self.grid, total, minimum, wait_timeout)
         self.identify.ask(np.array(self.nodes, dtype=object))
-        query = catalog.identify_query()
-        replies = self._send(query, {n: RecordDict() for n in self.nodes})
+        replies = self._send(
+            catalog.identify_query(), {n: RecordDict() for n in self.nodes}
+        )
         got = Replies(_NONE, {})
         for node in sorted(self.nodes):
             try:

@@ -48,7 +48,7 @@ def connect(
     clients = GridClients(grid, options.reply_timeout)
     status("waiting-for-nodes", expected=total)
     t0 = time.perf_counter()
-    clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
+    clients.connect(total, options.min_nodes or total, options.wait_timeout)
     elapsed = time.perf_counter() - t0
     status("identify", nodes=len(clients.nodes))
     absent = sorted(set(range(total)) - set(clients.node_of))
