@@ -182,13 +182,11 @@ def train_phase(
     train_ids: NDArray[np.int64],
     n_features: int,
     repeat: int,
-    timings: dict[str, float] | None = None,
 ) -> tuple[TrainingPayload, LinearModels]:
     """Phase ``train``: :func:`~ldpfda.server.plans.train_round` on the server's
     :func:`training_rng`."""
-    timings = {} if timings is None else timings
     rng = training_rng(settings, repeat)
-    payload, weak = train_round(session, settings, n_features, train_ids, rng, timings)
+    payload, weak = train_round(session, settings, n_features, train_ids, rng)
     assert isinstance(payload, TrainingPayload)
     return payload, weak
 

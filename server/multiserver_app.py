@@ -8,7 +8,6 @@ exports the error estimates, so each client releases once in the session.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ __all__ = ["run_phase"]
 
 def _start(
     grid: Grid, settings: Settings, options: FlowerOptions, status: Status
-) -> tuple[GridClients, Session, dict[str, float]]:
+) -> tuple[GridClients, Session]:
     """Check the settings, wait for the nodes and ask each who it is."""
     check_reference(settings)
     if settings.server_id < 0:
@@ -56,28 +55,27 @@ def _train(
     options: FlowerOptions,
     status: Status,
     n_features: int,
-) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+) -> tuple[GridClients, Session, dict[str, Any]]:
     """Collect the training releases, fit and export M weak models."""
-    clients, session, timings = _start(grid, settings, options, status)
+    clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     train_ids = ids[ids < settings.n_train]
     payload, weak = train_phase(
-        session, settings, train_ids, n_features, options.repeat, timings
+        session, settings, train_ids, n_features, options.repeat
     )
-    t0 = time.perf_counter()
-    artifact = write_models(
-        models_path(options.artifact_dir, settings.server_id),
-        weak,
-        server=settings.server_id,
-        session=options.session,
-        fingerprint=session_fingerprint(settings, options.repeat),
-    )
-    timings["server_train_s"] += time.perf_counter() - t0
+    with session.timed("server_train_s"):
+        artifact = write_models(
+            models_path(options.artifact_dir, settings.server_id),
+            weak,
+            server=settings.server_id,
+            session=options.session,
+            fingerprint=session_fingerprint(settings, options.repeat),
+        )
     extra = {
         "artifact": str(artifact.resolve()),
         "train_clients": [int(c) for c in payload.client_ids],
     }
-    return clients, session, extra, timings
+    return clients, session, extra
 
 
 def _evaluate(
@@ -86,7 +84,7 @@ def _evaluate(
     options: FlowerOptions,
     status: Status,
     n_features: int,
-) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+) -> tuple[GridClients, Session, dict[str, Any]]:
     """Every evaluation client answers for one model of the session's valid models
     artifacts (by server id); export the estimates."""
     fingerprint = session_fingerprint(settings, options.repeat)
@@ -100,14 +98,13 @@ def _evaluate(
     for rejected, reason in found.rejected.items():
         logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
     rows, weak = found.stacked()
-    clients, session, timings = _start(grid, settings, options, status)
+    clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     eval_ids = ids[ids >= settings.n_train]
-    t0 = time.perf_counter()
-    answered, estimates = evaluate_phase(
-        session, settings, eval_ids, weak, n_features, options.repeat
-    )
-    timings["clients_evaluate_s"] = time.perf_counter() - t0
+    with session.timed("clients_evaluate_s"):
+        answered, estimates = evaluate_phase(
+            session, settings, eval_ids, weak, n_features, options.repeat
+        )
     by_server = {
         r: ModelEstimates(
             found.models[r].digest,
@@ -139,7 +136,7 @@ def _evaluate(
         "rejected_artifacts": found.rejected,
         "eval_clients": answered.tolist(),
     }
-    return clients, session, extra, timings
+    return clients, session, extra
 
 
 def run_phase(
@@ -159,7 +156,7 @@ def run_phase(
     status = Status(Path(options.report_dir) / f"run-{run_id}")
     try:
         n_features = public_featurizer(settings, options.repeat)[0].n_features_out
-        clients, session, extra, timings = phases[options.phase](
+        clients, session, extra = phases[options.phase](
             grid, settings, options, status, n_features
         )
         rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
@@ -184,7 +181,7 @@ def run_phase(
                 sorted(clients.node_of),
                 budgets=False,
             ),
-            "timings": timings,
+            "timings": session.timings,
         }
         write_report(status.directory, report, status)
         return report

@@ -12,7 +12,6 @@ fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +68,12 @@ class Plan:
 
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
-    """Run the protocol of ``plan.settings`` through ``session``, timings included."""
+    """Run the protocol of ``plan.settings`` through ``session``; the result's
+    ``timings`` are the session's."""
     run = {"moment": _moment, "mrma": _mrma}.get(plan.settings.protocol, _label_only)
-    return run(session, plan)
+    result = run(session, plan)
+    result.timings = dict(session.timings)
+    return result
 
 
 def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -84,53 +86,45 @@ def _privatize(
     settings: Settings,
     n_features: int,
     ids: NDArray[np.int64],
-    timings: dict[str, float],
     *,
     minimum: int,
     what: str,
 ) -> JointPayload | TrainingPayload:
     """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
     ordered by client id."""
-    t0 = time.perf_counter()
     session.status("privatize", releasing_clients=int(ids.size))
     query = catalog.privatize_query(settings, n_features)
     got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
     released, order = _sorted(got)
     if settings.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
-        payload: JointPayload | TrainingPayload = JointPayload(
+        return JointPayload(
             released, releases, settings.epsilon, settings.vector_mechanism
         )
-    else:
-        split = split_budget(
-            epsilon=settings.epsilon,
-            n_coefficients=n_features,
-            label_share=settings.label_share,
-        )
-        payload = TrainingPayload(
-            released,
-            got.values["features"][order].astype(np.float64),
-            got.values["labels"][order].astype(np.int8),
-            split.coefficients,
-            split.label,
-        )
-    timings["clients_privatize_s"] = time.perf_counter() - t0
-    return payload
+    split = split_budget(
+        epsilon=settings.epsilon,
+        n_coefficients=n_features,
+        label_share=settings.label_share,
+    )
+    return TrainingPayload(
+        released,
+        got.values["features"][order].astype(np.float64),
+        got.values["labels"][order].astype(np.int8),
+        split.coefficients,
+        split.label,
+    )
 
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
-    s, p = plan.settings, plan.n_features
-    timings: dict[str, float] = {}
-    ids = plan.every_client
-    payload = _privatize(session, s, p, ids, timings, minimum=2, what="releasing")
+    s, ids = plan.settings, plan.every_client
+    with session.timed("clients_privatize_s"):
+        payload = _privatize(
+            session, s, plan.n_features, ids, minimum=2, what="releasing"
+        )
     session.status("fit", payloads=len(payload))
-    t0 = time.perf_counter()
-    result = moment_result(
-        payload, s, public=plan.public, privacy=session.ledger.summary()
-    )
-    timings["server_train_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_train_s"):
+        privacy = session.ledger.summary()
+        return moment_result(payload, s, public=plan.public, privacy=privacy)
 
 
 def train_round(
@@ -139,51 +133,42 @@ def train_round(
     n_features: int,
     train_ids: NDArray[np.int64],
     server_rng: np.random.Generator,
-    timings: dict[str, float],
     public: NDArray[np.float64] | None = None,
 ) -> tuple[JointPayload | TrainingPayload, LinearModels]:
     """MRMA's training: the training clients' releases and the server's M weak models.
 
     Stops the run when fewer than ``mrma.subsample-size`` clients give a valid release;
-    ``timings`` gets ``clients_privatize_s`` and ``server_train_s``.
+    times ``clients_privatize_s`` and ``server_train_s``.
     """
-    payload = _privatize(
-        session,
-        settings,
-        n_features,
-        train_ids,
-        timings,
-        minimum=settings.subsample_size,
-        what="training",
-    )
+    with session.timed("clients_privatize_s"):
+        payload = _privatize(
+            session,
+            settings,
+            n_features,
+            train_ids,
+            minimum=settings.subsample_size,
+            what="training",
+        )
     session.status("train", payloads=len(payload))
-    t0 = time.perf_counter()
-    weak = train_weak(payload, settings, server_rng, public=public)
-    timings["server_train_s"] = time.perf_counter() - t0
-    return payload, weak
+    with session.timed("server_train_s"):
+        return payload, train_weak(payload, settings, server_rng, public=public)
 
 
 def _mrma(session: Session, plan: Plan) -> ProtocolResult:
     s, p = plan.settings, plan.n_features
-    timings: dict[str, float] = {}
     payload, weak = train_round(
-        session, s, p, plan.train_ids, plan.server_rng, timings, plan.public
+        session, s, p, plan.train_ids, plan.server_rng, plan.public
     )
     session.status("evaluate", eval_clients=int(plan.eval_ids.size))
-    t0 = time.perf_counter()
-    groups = assign_groups(plan.eval_ids.size, s.num_weak_models, plan.server_rng)
-    _, bits, groups = ask_feedback(session, s, p, plan.eval_ids, weak, groups)
-    timings["clients_evaluate_s"] = time.perf_counter() - t0
-
+    with session.timed("clients_evaluate_s"):
+        groups = assign_groups(plan.eval_ids.size, s.num_weak_models, plan.server_rng)
+        _, bits, groups = ask_feedback(session, s, p, plan.eval_ids, weak, groups)
     session.status("aggregate", feedback_bits=int(bits.size))
-    t0 = time.perf_counter()
-    privacy = session.ledger.summary()
-    result = aggregate(
-        weak, bits, groups, payload, s, privacy=privacy, public=plan.public
-    )
-    timings["server_aggregate_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_aggregate_s"):
+        privacy = session.ledger.summary()
+        return aggregate(
+            weak, bits, groups, payload, s, privacy=privacy, public=plan.public
+        )
 
 
 def ask_feedback(
@@ -210,14 +195,12 @@ def ask_feedback(
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     s = plan.settings
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    session.status("features", clients=int(plan.every_client.size))
-    query = catalog.features_query(plan.n_features)
-    got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
-    ids, order = _sorted(got)
-    x = got.values["x"][order].astype(np.float64)
-    timings["clients_features_s"] = time.perf_counter() - t0
+    with session.timed("clients_features_s"):
+        session.status("features", clients=int(plan.every_client.size))
+        query = catalog.features_query(plan.n_features)
+        got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
+        ids, order = _sorted(got)
+        x = got.values["x"][order].astype(np.float64)
 
     def release(
         stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
@@ -229,25 +212,20 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         return answers.get("label", asked, -1).astype(np.int64)
 
     session.status("labels", clients=int(ids.size))
-    t0 = time.perf_counter()
-    if s.mechanism == "label-p2p":
-        labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
-    else:
-        labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
-        channel_epsilon = s.epsilon
-    keep = np.flatnonzero(labels >= 0)
-    payload = LabelPayload(
-        ids[keep], x[keep], labels[keep], priors[keep], channel_epsilon
-    )
-    timings["clients_label_s"] = time.perf_counter() - t0
-
+    with session.timed("clients_label_s"):
+        if s.mechanism == "label-p2p":
+            labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
+        else:
+            labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
+            channel_epsilon = s.epsilon
+        keep = np.flatnonzero(labels >= 0)
+        payload = LabelPayload(
+            ids[keep], x[keep], labels[keep], priors[keep], channel_epsilon
+        )
     session.status("fit", payloads=len(payload))
-    t0 = time.perf_counter()
-    privacy = {**session.ledger.summary(), "labeldp": info}
-    result = label_result(payload, s, plan.server_rng, privacy=privacy)
-    timings["server_train_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_train_s"):
+        privacy = {**session.ledger.summary(), "labeldp": info}
+        return label_result(payload, s, plan.server_rng, privacy=privacy)
 
 
 def _p2p_rounds(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -202,7 +204,8 @@ def _head(items: list[Any], n: int = 5) -> str:
 
 class Session:
     """One run's asks through ``clients``, charged first to the server's ``ledger``;
-    ``status(stage, **extra)`` is told each stage as it starts."""
+    ``status(stage, **extra)`` is told each stage as it starts, and ``timings`` holds
+    the wall time of every :meth:`timed` step."""
 
     def __init__(
         self,
@@ -217,6 +220,14 @@ class Session:
         self.status = status or (lambda stage, **extra: None)
         self.rounds: dict[str, Round] = {}
         self.reported: dict[int, dict[str, float]] = {}
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        """Add the wall time of the block to ``timings[key]``."""
+        t0 = time.perf_counter()
+        yield
+        self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
 
     def ask(
         self,
