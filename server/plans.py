@@ -214,13 +214,12 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     session.status("labels", clients=int(ids.size))
     with session.timed("clients_label_s"):
         if s.mechanism == "label-p2p":
-            labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
+            labels, priors, info = _p2p_rounds(session, plan, ids, x)
         else:
             labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
-            channel_epsilon = s.epsilon
         keep = np.flatnonzero(labels >= 0)
         payload = LabelPayload(
-            ids[keep], x[keep], labels[keep], priors[keep], channel_epsilon
+            ids[keep], x[keep], labels[keep], priors[keep], s.epsilon
         )
     session.status("fit", payloads=len(payload))
     with session.timed("server_train_s"):
@@ -230,7 +229,7 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
 
 def _p2p_rounds(
     session: Session, plan: Plan, ids: NDArray[np.int64], x: NDArray[np.float64]
-) -> tuple[NDArray[np.int64], NDArray[np.float64], float, dict[str, Any]]:
+) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
     r"""``label-p2p``: the relay's round, then every client forwards a peer's bit.
 
     The relay is the server: every client randomizes its bit at its whole epsilon
@@ -291,4 +290,4 @@ def _p2p_rounds(
         **p2p_summary(eps0, sizes),
         "forwarded_clients": int(index.size),
     }
-    return labels, uniform_priors(ids.size, N_CLASSES), eps0, info
+    return labels, uniform_priors(ids.size, N_CLASSES), info
