@@ -22,7 +22,6 @@ from sklearn.utils.validation import check_is_fitted
 from ldpfda._validation import (
     check_binary_labels,
     check_finite_array,
-    check_int,
     check_real,
 )
 from ldpfda.privacy.base import Mechanism
@@ -139,9 +138,9 @@ class MomentLinearClassifier(_LinearClassifier):
     ill-conditioned G automatically. ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
-    coefficients. ``random_state`` is unused (the fit is deterministic). The fit also
-    sets ``cross_moment_``, ``gram_``, ``noise_variance_``, ``shrinkage_`` (:math:`\mu`
-    or :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated).
+    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``,
+    ``shrinkage_`` (:math:`\mu` or :math:`\lambda`) and ``identified_`` (the entries
+    of :math:`\hat G` estimated).
 
     References
     ----------
@@ -161,7 +160,6 @@ class MomentLinearClassifier(_LinearClassifier):
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
         label_flip_rate: float = 0.0,
-        random_state: int | None = None,
     ) -> None:
         self.regularization = regularization
         self.alpha = alpha
@@ -170,7 +168,6 @@ class MomentLinearClassifier(_LinearClassifier):
         self.mechanism = mechanism
         self.gram = gram
         self.label_flip_rate = label_flip_rate
-        self.random_state = random_state
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
         if self.regularization not in REGULARIZATIONS:
@@ -292,7 +289,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
     penalises all parameters, which makes it strongly convex (L-BFGS). With noisy
     features the fitted direction stays consistent up to attenuation when the noise is
     independent and isotropic. ``fit(..., flip_rates=...)`` gives one :math:`\rho_i`
-    per sample; ``random_state`` is unused.
+    per sample; L-BFGS stops at 1000 iterations or tolerance :math:`10^{-8}`.
 
     References
     ----------
@@ -306,16 +303,10 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         alpha: float = 0.01,
         flip_rate: float = 0.0,
         fit_intercept: bool = True,
-        max_iter: int = 1000,
-        tol: float = 1e-8,
-        random_state: int | None = None,
     ) -> None:
         self.alpha = alpha
         self.flip_rate = flip_rate
         self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
 
     def fit(
         self,
@@ -325,8 +316,6 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         flip_rates: ArrayLike | None = None,
     ) -> FlipCorrectedLogisticRegression:
         alpha = check_real(self.alpha, "alpha", low=0.0, low_open=True)
-        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
-        tol = check_real(self.tol, "tol", low=0.0, low_open=True)
         x = check_finite_array(X, "X", ndim=2)
         labels = check_binary_labels(y, "y")
         n, p = x.shape
@@ -365,7 +354,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
             np.zeros(design.shape[1]),
             jac=True,
             method="L-BFGS-B",
-            options={"maxiter": max_iter, "gtol": tol, "ftol": tol},
+            options={"maxiter": 1000, "gtol": 1e-8, "ftol": 1e-8},
         )
         self._set_fit(result.x, p)
         self.n_iter_ = int(result.nit)
