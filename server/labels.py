@@ -37,7 +37,6 @@ from ldpfda.labeldp.mechanisms import (
     cluster_label_counts,
 )
 from ldpfda.labeldp.selection import DEFAULT_FLOORS, choose_resampling
-from ldpfda.privacy.peer_to_peer import p2p_guarantee
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.schema.payloads import LabelPayload, LinearModels
 from ldpfda.schema.releases import uniform_priors
@@ -49,7 +48,6 @@ __all__ = [
     "label_result",
     "merge_small_clusters",
     "p2p_blocks",
-    "p2p_summary",
     "pilot_histograms",
     "prior_rr_rounds",
     "select_pilots",
@@ -187,18 +185,6 @@ def label_result(
         payload=payload,
         privacy=privacy,
     )
-
-
-def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any]:
-    """What a ``label-p2p`` report says: the two guarantees and the cluster sizes."""
-    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
-    return {
-        "local_epsilon": local_epsilon,
-        "epsilon": eps,
-        "delta": delta,
-        "n_clusters": int(sizes.size),
-        "min_cluster_size": int(sizes.min()),
-    }
 
 
 def prior_rr_rounds(

@@ -36,7 +36,6 @@ from ldpfda.server.labels import (
     cluster_features,
     label_result,
     p2p_blocks,
-    p2p_summary,
     prior_rr_rounds,
 )
 from ldpfda.server.mrma import assign_groups
@@ -267,10 +266,9 @@ def _p2p_rounds(
             int((has_bit & ~forward).sum()),
             size,
         )
+    delta = event.as_dict()["delta"]
     realized, _ = p2p_guarantee(
-        local_epsilon=eps0,
-        cluster_sizes=kept[kept >= size],
-        delta=event.as_dict()["delta"],
+        local_epsilon=eps0, cluster_sizes=kept[kept >= size], delta=delta
     )
     if realized > event.epsilon * (1 + 1e-9):
         raise QuorumError(
@@ -287,7 +285,11 @@ def _p2p_rounds(
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {
         "mechanism": s.mechanism,
-        **p2p_summary(eps0, sizes),
+        "local_epsilon": eps0,
+        "epsilon": event.epsilon,
+        "delta": delta,
+        "n_clusters": int(sizes.size),
+        "min_cluster_size": int(sizes.min()),
         "forwarded_clients": int(index.size),
     }
     return labels, uniform_priors(ids.size, N_CLASSES), info
