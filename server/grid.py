@@ -1,8 +1,6 @@
-"""The Flower transport: queries as messages to SuperNodes over a ``Grid``.
-
-Every reply is checked before use, with the very value checks of the in-process
-transport; a reply that fails is rejected with the reason.
-"""
+"""The Flower transport: queries as messages to SuperNodes over a ``Grid``; every
+reply is checked with the very value checks of the in-process transport, and a reply
+that fails is rejected with the reason."""
 
 from __future__ import annotations
 
@@ -192,12 +190,9 @@ def _present(reply: Message | None, timeout: float) -> Message:
 
 @dataclass
 class GridClients:
-    """SuperNodes of a Flower ``grid`` as a transport.
-
-    :meth:`connect` fills ``nodes`` (connected when the run started), ``node_of`` (the
-    node of every identified client), ``claimed`` (the client id every answering node
-    claimed) and the ``identify`` round (keyed by node id).
-    """
+    """SuperNodes of a Flower ``grid`` as a transport. :meth:`connect` fills ``nodes``
+    (connected when the run started), ``node_of`` (each identified client's node),
+    ``claimed`` (each answering node's client id) and the ``identify`` round."""
 
     grid: Grid
     reply_timeout: float

@@ -1,15 +1,14 @@
 """Multi-server MRMA: servers with different populations evaluate each other's models.
 
-Every server s, with its own clients, size, epsilon and (shifted) distribution, trains
-M weak models; the S*M models are evaluated by subgroups of every server's evaluation
-clients, each answering one query, so server r's bits estimate every model's error on
-population r without bias. Server s combines the estimates towards its own population:
-its own with weight :math:`1/v_{s}`, another server's with :math:`1/(v_{r} + \\tau^2)`,
-where :math:`v` is the worst-case (error 1/2) variance of the debiased estimate and
-:math:`\\tau` the assumed spread of a model's error across populations; the global
-model pools all with weights :math:`1/v_r`. Reversal, selection and averaging then run
-over all S*M models. Only the reference MRMA protocol has weak models to evaluate
-(:meth:`ldpfda.config.Settings.reference`).
+Every server s (its own clients, epsilon and shifted distribution) trains M weak
+models; subgroups of every server's evaluation clients, one query each, evaluate all
+S*M models, so server r's bits estimate each model's error on population r without
+bias. Server s weighs its own estimates by :math:`1/v_s` and server r's by
+:math:`1/(v_r + \\tau^2)`, :math:`v` the worst-case (error 1/2) variance of the
+debiased estimate and :math:`\\tau` the assumed spread of a model's error across
+populations; the global model pools all by :math:`1/v_r`. Reversal, selection and
+averaging then run over all S*M models. Only the reference MRMA protocol has weak
+models to evaluate (:meth:`ldpfda.config.Settings.reference`).
 """
 
 from __future__ import annotations

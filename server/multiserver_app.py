@@ -1,9 +1,7 @@
-"""The phases of a multi-server session on Flower: ``train`` and ``evaluate``.
-
-Every server runs one Flower run per phase; models and estimates move between servers
-as artifacts in ``flower.artifact-dir``. ``train`` fits and exports M weak models,
-``evaluate`` has every evaluation client answer for one model of all servers and
-exports the error estimates, so each client releases once in the session.
+"""The phases of a multi-server session on Flower, one Flower run each: ``train`` fits
+and exports M weak models, ``evaluate`` has every evaluation client answer for one
+model of all servers and exports the error estimates (so each client releases once in
+the session). Models and estimates move as artifacts in ``flower.artifact-dir``.
 """
 
 from __future__ import annotations

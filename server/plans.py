@@ -46,13 +46,10 @@ __all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a protocol run needs besides its session.
-
-    ``train_ids`` and ``eval_ids`` take part (in a ``moment`` or ``label`` run both
-    simply release); ``n_features`` is the public featurizer's output width;
-    ``public`` holds public, unlabeled scaled features (the moment classifier's second
-    moment).
-    """
+    """What a protocol run needs besides its session: ``train_ids`` and ``eval_ids``
+    (in a ``moment`` or ``label`` run both simply release), the public featurizer's
+    output width and public, unlabeled scaled features (the moment classifier's second
+    moment)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
