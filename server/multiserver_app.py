@@ -181,7 +181,7 @@ def run_phase(
             ),
             "timings": session.timings,
         }
-        write_report(status.directory, report, status)
+        write_report(report, status)
         return report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")

@@ -120,24 +120,24 @@ def privacy_section(
 
 
 def write_run(
-    out: Path,
     report: Mapping[str, Any],
     final: Any,
     payload: Mapping[str, NDArray],
     status: Status,
 ) -> None:
     """Write ``model.npz``, ``payload.npz`` and the report (:func:`write_report`)."""
+    out = status.directory
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
     # savez would take a key "allow_pickle" as its flag; payload keys are array names.
     np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
-    write_report(out, report, status)
+    write_report(report, status)
 
 
-def write_report(out: Path, report: Mapping[str, Any], status: Status) -> None:
-    """Write ``report.json`` (strict JSON), then mark the run done."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "report.json"
+def write_report(report: Mapping[str, Any], status: Status) -> None:
+    """Write ``report.json`` (strict JSON) by the status, then mark the run done."""
+    status.directory.mkdir(parents=True, exist_ok=True)
+    path = status.directory / "report.json"
     path.write_text(
         json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )

@@ -88,8 +88,7 @@ def run_server(
 
     Raises ``RuntimeError`` when too few nodes connect or too few valid replies arrive.
     """
-    out = Path(options.report_dir) / f"run-{run_id}"
-    status = Status(out)
+    status = Status(Path(options.report_dir) / f"run-{run_id}")
     total = settings.n_train + settings.n_eval
     try:
         featurizer, _ = public_featurizer(settings, options.repeat)
@@ -132,7 +131,7 @@ def run_server(
         )
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]
-        write_run(out, report, result.final, result.payload.arrays(), status)
+        write_run(report, result.final, result.payload.arrays(), status)
         return result, report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
