@@ -172,13 +172,7 @@ def run_phase(
                 "connected_nodes": len(clients.nodes),
                 **{name: r.summary() for name, r in rounds.items()},
             },
-            "privacy": privacy_section(
-                settings.epsilon,
-                session.ledger,
-                session.reported,
-                sorted(clients.node_of),
-                budgets=False,
-            ),
+            "privacy": privacy_section(session, sorted(clients.node_of), budgets=False),
             "timings": session.timings,
         }
         write_report(report, status)

@@ -17,10 +17,9 @@ from numpy.typing import NDArray
 from ldpfda.config import Settings
 from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import design_test_set, public_featurizer
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema import catalog
 from ldpfda.server.options import FlowerOptions
-from ldpfda.server.session import Round, logger, reason_kind
+from ldpfda.server.session import Round, Session, logger, reason_kind
 
 __all__ = [
     "Status",
@@ -95,24 +94,19 @@ def test_set(
 
 
 def privacy_section(
-    budget: float,
-    ledger: PrivacyLedger,
-    reported: Mapping[int, Mapping[str, float]],
-    clients: list[int],
-    *,
-    budgets: bool = True,
+    session: Session, clients: list[int], *, budgets: bool = True
 ) -> dict[str, Any]:
     """The report's ``privacy`` block: the server's charges and each client's word
     (its spent budget, and with ``budgets`` its whole budget)."""
-    charged = ledger.spent_all()
+    charged = session.ledger.spent_all()
     keys = ("spent", "budget") if budgets else ("spent",)
     return {
-        "budget_per_client": budget,
-        "server_accounting": ledger.summary(),
+        "budget_per_client": session.ledger.budget,
+        "server_accounting": session.ledger.summary(),
         "clients": {
             str(c): {
                 "charged_by_server": float(charged[c]),
-                **{f"reported_{k}": reported.get(c, {}).get(k) for k in keys},
+                **{f"reported_{k}": session.reported.get(c, {}).get(k) for k in keys},
             }
             for c in clients
         },

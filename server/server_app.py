@@ -126,9 +126,7 @@ def run_server(
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),
         )
-        report["privacy"] = privacy_section(
-            settings.epsilon, session.ledger, session.reported, sorted(clients.node_of)
-        )
+        report["privacy"] = privacy_section(session, sorted(clients.node_of))
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]
         write_run(report, result.final, result.payload.arrays(), status)
