@@ -48,13 +48,10 @@ def _start(
 
 
 def _train(
-    grid: Grid,
-    settings: Settings,
-    options: FlowerOptions,
-    status: Status,
-    n_features: int,
+    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
 ) -> tuple[GridClients, Session, dict[str, Any]]:
     """Collect the training releases, fit and export M weak models."""
+    n_features = public_featurizer(settings, options.repeat)[0].n_features_out
     clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     train_ids = ids[ids < settings.n_train]
@@ -77,14 +74,11 @@ def _train(
 
 
 def _evaluate(
-    grid: Grid,
-    settings: Settings,
-    options: FlowerOptions,
-    status: Status,
-    n_features: int,
+    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
 ) -> tuple[GridClients, Session, dict[str, Any]]:
     """Every evaluation client answers for one model of the session's valid models
     artifacts (by server id); export the estimates."""
+    n_features = public_featurizer(settings, options.repeat)[0].n_features_out
     fingerprint = session_fingerprint(settings, options.repeat)
     found = load_directory(
         options.artifact_dir,
@@ -153,10 +147,7 @@ def run_phase(
         )
     status = Status(Path(options.report_dir) / f"run-{run_id}")
     try:
-        n_features = public_featurizer(settings, options.repeat)[0].n_features_out
-        clients, session, extra = phases[options.phase](
-            grid, settings, options, status, n_features
-        )
+        clients, session, extra = phases[options.phase](grid, settings, options, status)
         rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
         report = {
             "ldpfda_version": __version__,
