@@ -26,13 +26,12 @@ from ldpfda.privacy.randomized_response import rr_keep_probability
 from ldpfda.schema.payloads import LinearModels, TrainingPayload
 from ldpfda.server.mrma import (
     ErrorEstimates,
-    assign_groups,
     average_models,
     estimate_errors,
     mrma_weights,
     reverse_models,
 )
-from ldpfda.server.plans import ask_feedback, train_round
+from ldpfda.server.plans import Plan, ask_feedback, train_round
 from ldpfda.server.session import Session
 
 __all__ = [
@@ -45,6 +44,8 @@ __all__ = [
     "training_rng",
     "worst_case_variance",
 ]
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,9 @@ def train_phase(
     """Phase ``train``: :func:`~ldpfda.server.plans.train_round` on the server's
     :func:`training_rng`."""
     rng = training_rng(settings, repeat)
-    payload, weak = train_round(session, settings, n_features, train_ids, rng)
+    payload, weak = train_round(
+        session, Plan(settings, train_ids, _NONE, n_features, rng)
+    )
     assert isinstance(payload, TrainingPayload)
     return payload, weak
 
@@ -205,10 +208,8 @@ def evaluate_phase(
     rng = np.random.default_rng(
         derive_seed(settings.seed, "groups", repeat, settings.server_id)
     )
-    groups = assign_groups(eval_ids.size, len(weak), rng)
-    answered, bits, groups = ask_feedback(
-        session, settings, n_features, eval_ids, weak, groups
-    )
+    plan = Plan(settings, _NONE, eval_ids, n_features, rng)
+    answered, bits, groups = ask_feedback(session, plan, weak)
     estimates = estimate_errors(
         bits, groups, n_models=len(weak), epsilon=settings.epsilon
     )

@@ -78,29 +78,20 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 
 def _privatize(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    ids: NDArray[np.int64],
-    *,
-    minimum: int,
-    what: str,
+    session: Session, plan: Plan, ids: NDArray[np.int64], *, minimum: int, what: str
 ) -> JointPayload | TrainingPayload:
     """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
     ordered by client id."""
+    s = plan.settings
     session.status("privatize", releasing_clients=int(ids.size))
-    query = catalog.privatize_query(settings, n_features)
+    query = catalog.privatize_query(s, plan.n_features)
     got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
     released, order = _sorted(got)
-    if settings.joint_release:
+    if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
-        return JointPayload(
-            released, releases, settings.epsilon, settings.vector_mechanism
-        )
+        return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
     split = split_budget(
-        epsilon=settings.epsilon,
-        n_coefficients=n_features,
-        label_share=settings.label_share,
+        epsilon=s.epsilon, n_coefficients=plan.n_features, label_share=s.label_share
     )
     return TrainingPayload(
         released,
@@ -112,77 +103,70 @@ def _privatize(
 
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
-    s, ids = plan.settings, plan.every_client
     with session.timed("clients_privatize_s"):
         payload = _privatize(
-            session, s, plan.n_features, ids, minimum=2, what="releasing"
+            session, plan, plan.every_client, minimum=2, what="releasing"
         )
     session.status("fit", payloads=len(payload))
     with session.timed("server_train_s"):
         privacy = session.ledger.summary()
-        return moment_result(payload, s, public=plan.public, privacy=privacy)
+        return moment_result(
+            payload, plan.settings, public=plan.public, privacy=privacy
+        )
 
 
 def train_round(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    train_ids: NDArray[np.int64],
-    server_rng: np.random.Generator,
-    public: NDArray[np.float64] | None = None,
+    session: Session, plan: Plan
 ) -> tuple[JointPayload | TrainingPayload, LinearModels]:
-    """MRMA's training: the training clients' releases and the server's M weak models.
+    """MRMA's training: the releases of ``plan.train_ids`` and the server's M weak
+    models on subsamples drawn from ``plan.server_rng``.
 
     Stops the run when fewer than ``mrma.subsample-size`` clients give a valid release;
     times ``clients_privatize_s`` and ``server_train_s``.
     """
+    s = plan.settings
     with session.timed("clients_privatize_s"):
         payload = _privatize(
-            session,
-            settings,
-            n_features,
-            train_ids,
-            minimum=settings.subsample_size,
-            what="training",
+            session, plan, plan.train_ids, minimum=s.subsample_size, what="training"
         )
     session.status("train", payloads=len(payload))
     with session.timed("server_train_s"):
-        return payload, train_weak(payload, settings, server_rng, public=public)
+        return payload, train_weak(payload, s, plan.server_rng, public=plan.public)
 
 
 def _mrma(session: Session, plan: Plan) -> ProtocolResult:
-    s, p = plan.settings, plan.n_features
-    payload, weak = train_round(
-        session, s, p, plan.train_ids, plan.server_rng, plan.public
-    )
+    payload, weak = train_round(session, plan)
     session.status("evaluate", eval_clients=int(plan.eval_ids.size))
     with session.timed("clients_evaluate_s"):
-        groups = assign_groups(plan.eval_ids.size, s.num_weak_models, plan.server_rng)
-        _, bits, groups = ask_feedback(session, s, p, plan.eval_ids, weak, groups)
+        _, bits, groups = ask_feedback(session, plan, weak)
     session.status("aggregate", feedback_bits=int(bits.size))
     with session.timed("server_aggregate_s"):
         privacy = session.ledger.summary()
         return aggregate(
-            weak, bits, groups, payload, s, privacy=privacy, public=plan.public
+            weak,
+            bits,
+            groups,
+            payload,
+            plan.settings,
+            privacy=privacy,
+            public=plan.public,
         )
 
 
 def ask_feedback(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    eval_ids: NDArray[np.int64],
-    weak: LinearModels,
-    groups: NDArray[np.int64],
+    session: Session, plan: Plan, weak: LinearModels
 ) -> tuple[NDArray[np.int64], NDArray[np.int8], NDArray[np.int64]]:
-    """The evaluation round: evaluator ``eval_ids[i]`` is sent model ``groups[i]``.
+    """The evaluation round: ``plan.eval_ids`` in one subgroup per model of ``weak``
+    (drawn from ``plan.server_rng``), each evaluator sent its subgroup's model.
 
     Returns the clients whose bit came back (by id), their bits and their subgroups.
     """
+    eval_ids = plan.eval_ids
+    groups = assign_groups(eval_ids.size, len(weak), plan.server_rng)
     request = Request(
         rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
     )
-    query = catalog.evaluate_query(settings, n_features)
+    query = catalog.evaluate_query(plan.settings, plan.n_features)
     got = session.ask(catalog.EVALUATE, query, eval_ids, request, what="evaluation")
     answered, order = _sorted(got)
     _, where = locate(eval_ids, answered)
