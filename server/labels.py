@@ -209,12 +209,11 @@ def prior_rr_rounds(
     ``index`` for their labels (-1 if none). Returns every client's label, its prior
     and what the report says about the mode.
     """
-    labels = np.full(ids.size, -1, dtype=np.int64)
     priors = uniform_priors(ids.size, N_CLASSES)
     info: dict[str, Any] = {"mechanism": settings.mechanism}
     if settings.mechanism == "label-uniform":
-        labels[:] = release("label", np.arange(ids.size), priors)
-        return labels, priors, info
+        return release("label", np.arange(ids.size), priors), priors, info
+    labels = np.full(ids.size, -1, dtype=np.int64)
     clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
     pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
     n_clusters = int(clusters.max()) + 1

@@ -257,9 +257,8 @@ def _p2p_rounds(
             f"{realized:.6g}-DP, above the promised {event.epsilon:.6g}; not forwarding"
         )
     index = np.flatnonzero(forward)
-    peers, offsets, counts = p2p_blocks(noisy[index], clusters[index])
     query = catalog.p2p_forward_query()
-    request = Request(ragged={"labels": (peers, offsets, counts)})
+    request = Request(ragged={"labels": p2p_blocks(noisy[index], clusters[index])})
     reports = session.ask(
         catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
     )
