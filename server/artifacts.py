@@ -316,18 +316,30 @@ def estimates_path(directory: str | Path, server: int) -> Path:
 
 @dataclass
 class ArtifactSet:
-    """The usable artifacts of a directory by server; ``rejected``: path -> reason."""
+    """The usable artifacts of ``directory`` by server; ``rejected``: path -> reason."""
 
+    directory: Path
     models: dict[int, ModelsArtifact]
     estimates: dict[int, EstimatesArtifact]
     rejected: dict[str, str]
 
-    def stacked(self) -> tuple[list[int], LinearModels]:
-        """The servers with models, by id, and all their models in that order."""
-        owners = sorted(self.models)
-        return owners, LinearModels(
-            np.vstack([self.models[r].models.coef for r in owners]),
-            np.concatenate([self.models[r].models.intercept for r in owners]),
+    def stacked(self) -> tuple[dict[int, slice], LinearModels]:
+        """All models, servers by id, and the rows of each server's models
+        (``RuntimeError`` if no models artifact is usable)."""
+        if not self.models:
+            raise RuntimeError(
+                f"no usable models artifact in {self.directory}; rejected: "
+                f"{self.rejected}"
+            )
+        rows: dict[int, slice] = {}
+        stop = 0
+        for r in sorted(self.models):
+            start, stop = stop, stop + len(self.models[r].models)
+            rows[r] = slice(start, stop)
+        parts = [self.models[r].models for r in rows]
+        return rows, LinearModels(
+            np.vstack([m.coef for m in parts]),
+            np.concatenate([m.intercept for m in parts]),
         )
 
 
@@ -346,7 +358,7 @@ def load_directory(
     the reason, and the others are used.
     """
     directory = Path(directory)
-    found = ArtifactSet({}, {}, {})
+    found = ArtifactSet(directory, {}, {}, {})
     kinds: list[tuple[str, Any, dict[int, Any]]] = [
         ("models", read_models, found.models)
     ]

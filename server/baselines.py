@@ -204,19 +204,16 @@ class HistogramClassifier:
     r"""The private histogram rule: one label per cell, by the sign of its noisy sum.
 
     ``cell_sums`` is :math:`\sum_i Z_{ik}`, unbiased for
-    :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`; ``event`` what every client spent.
+    :math:`n\,E[(2Y-1) 1\{X \in B_k\}]`.
     """
 
     partition: HistogramPartition
     cell_sums: NDArray[np.float64]
-    event: ReleaseEvent
-
-    def predict(self, features: ArrayLike) -> NDArray[np.int8]:
-        return (self.cell_sums > 0).astype(np.int8)[self.partition.cells(features)]
 
     def error(self, features: ArrayLike, labels: ArrayLike) -> float:
         """Misclassification rate on clean (features, labels)."""
-        return float(np.mean(self.predict(features) != np.asarray(labels)))
+        predicted = (self.cell_sums > 0).astype(np.int8)[self.partition.cells(features)]
+        return float(np.mean(predicted != np.asarray(labels)))
 
 
 def histogram_classifier(
@@ -226,7 +223,6 @@ def histogram_classifier(
     epsilon: float,
     client_ids: ArrayLike,
     seed: int,
-    bins_per_axis: int | None = None,
     max_cells: int = 1024,
     smoothness: float = 1.0,
     chunk_size: int = 2048,
@@ -235,8 +231,8 @@ def histogram_classifier(
     r"""Fit the locally private histogram classifier of Berrett and Butucea (2019).
 
     1. The partition is fixed in advance: L bins per axis of [-1, 1]
-       (:func:`histogram_bins_per_axis` unless ``bins_per_axis`` is given), at most
-       ``max_cells`` cells (:class:`HistogramPartition`).
+       (:func:`histogram_bins_per_axis`), at most ``max_cells`` cells
+       (:class:`HistogramPartition`).
     2. Each client releases :math:`Z_i = (2y_i - 1) e_{j(x_i)} + (2/\varepsilon)\xi_i`
        (:class:`LabelledHistogramRelease`).
     3. The server labels cell k by the sign of :math:`\sum_i Z_{ik}`, the sign of the
@@ -254,16 +250,13 @@ def histogram_classifier(
     x, y, ids = _clients(features, labels, client_ids)
     epsilon = check_epsilon(epsilon)
     chunk_size = check_int(chunk_size, "chunk_size", minimum=1)
-    if bins_per_axis is None:
-        bins_per_axis = histogram_bins_per_axis(
-            n_clients=max(1, y.size),
-            epsilon=epsilon,
-            dimension=x.shape[1],
-            smoothness=smoothness,
-        )
-    partition = HistogramPartition.regular(
-        x.shape[1], bins_per_axis, max_cells=max_cells
+    bins = histogram_bins_per_axis(
+        n_clients=max(1, y.size),
+        epsilon=epsilon,
+        dimension=x.shape[1],
+        smoothness=smoothness,
     )
+    partition = HistogramPartition.regular(x.shape[1], bins, max_cells=max_cells)
     mechanism = LabelledHistogramRelease(epsilon=epsilon, n_cells=partition.n_cells)
     if ledger is not None:
         ledger.charge(mechanism.event(), ids)
@@ -273,7 +266,7 @@ def histogram_classifier(
         clean = mechanism.indicators(partition.cells(x[sl]), y[sl])
         stream = ClientStreams(seed, ids[sl]).stream(HISTOGRAM_STREAM)
         sums += mechanism.randomise(clean, stream).sum(axis=0)
-    return HistogramClassifier(partition, sums, mechanism.event())
+    return HistogramClassifier(partition, sums)
 
 
 def _clients(
@@ -322,7 +315,7 @@ class GaussianRelease(Mechanism):
               \sigma = \Delta_2 \sqrt{2\ln(1.25/\delta)}/\varepsilon,
 
     with i.i.d. standard normal :math:`\zeta`. Two clipped vectors are at L2 distance at
-    most 2C, so the default sensitivity (``None``) is :math:`\Delta_2 = 2C`.
+    most 2C: the sensitivity is :math:`\Delta_2 = 2C`.
     """
 
     name = "gaussian"
@@ -333,18 +326,13 @@ class GaussianRelease(Mechanism):
         epsilon: float,
         delta: float = 1e-5,
         clipping_norm: float,
-        sensitivity: float | None = None,
     ) -> None:
         super().__init__(epsilon=epsilon)
         self.delta = _check_delta(delta)
         self.clipping_norm = check_real(
             clipping_norm, "clipping_norm", low=0.0, low_open=True
         )
-        self.sensitivity = (
-            2.0 * self.clipping_norm
-            if sensitivity is None
-            else check_real(sensitivity, "sensitivity", low=0.0, low_open=True)
-        )
+        self.sensitivity = 2.0 * self.clipping_norm
         self.sigma = gaussian_sigma(
             epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity
         )
@@ -399,15 +387,13 @@ def gaussian_classifier(
     client_ids: ArrayLike,
     seed: int,
     delta: float = 1e-5,
-    clipping_norm: float | None = None,
-    sensitivity: float | None = None,
     label_mode: str = "threshold",
     ledger: PrivacyLedger | None = None,
 ) -> GaussianClassifier:
     r"""The "Flower user" baseline: Gaussian LDP on (features, label), then logistic.
 
     Each client releases :math:`\tilde v = v + \sigma\zeta`, :math:`v = (x, 2y - 1)`
-    clipped to L2 norm C (default :math:`\sqrt{p+1}`: no clipping),
+    clipped to L2 norm :math:`C = \sqrt{p+1}` (no clipping),
     :math:`\sigma = 2C\sqrt{2\ln(1.25/\delta)}/\varepsilon` (:class:`GaussianRelease`):
     ``LocalDpMod(clipping_norm=C, sensitivity=2C, epsilon, delta)`` on the data instead
     of a model update. The server fits logistic regression on :math:`\tilde x` of the
@@ -427,9 +413,8 @@ def gaussian_classifier(
         raise ValueError(
             f"label_mode must be 'threshold' or 'regress', got {label_mode!r}"
         )
-    c = math.sqrt(p + 1.0) if clipping_norm is None else clipping_norm
     mechanism = GaussianRelease(
-        epsilon=epsilon, delta=delta, clipping_norm=c, sensitivity=sensitivity
+        epsilon=epsilon, delta=delta, clipping_norm=math.sqrt(p + 1.0)
     )
     if ledger is not None:
         ledger.charge(mechanism.event(), ids)

@@ -37,6 +37,7 @@ __all__ = [
     "ProtocolResult",
     "aggregate",
     "make_learner",
+    "model_report",
     "moment_result",
     "public_gram",
     "score",
@@ -100,10 +101,7 @@ class ProtocolResult:
                 item["test_error"] = float(self.weak_test_errors[j])
             models.append(item)
         return {
-            "final_model": {
-                "coef": self.final.coef[0].tolist(),
-                "intercept": float(self.final.intercept[0]),
-            },
+            "final_model": model_report(self.final),
             "method": self.method,
             "selection_rule": self.selection_rule,
             "models": models,
@@ -111,6 +109,11 @@ class ProtocolResult:
             "privacy": self.privacy,
             "timings": dict(self.timings),
         }
+
+
+def model_report(model: LinearModels) -> dict[str, Any]:
+    """The first model of ``model`` as a report's ``coef`` and ``intercept``."""
+    return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
 
 
 def public_gram(public: ArrayLike) -> NDArray[np.float64]:

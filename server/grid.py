@@ -1,8 +1,6 @@
-"""The Flower transport: queries as messages to SuperNodes over a ``Grid``.
-
-Every reply is checked before use, with the very value checks of the in-process
-transport; a reply that fails is rejected with the reason.
-"""
+"""The Flower transport: queries as messages to SuperNodes over a ``Grid``; every
+reply is checked with the very value checks of the in-process transport, and a reply
+that fails is rejected with the reason."""
 
 from __future__ import annotations
 
@@ -96,15 +94,12 @@ def _ledger_info(content: RecordDict, key: str, client_id: int) -> dict[str, flo
 
 def _array(content: RecordDict, spec: ArraySpec) -> NDArray:
     try:
-        value = content.array_records[spec.record][spec.key].numpy()
+        return content.array_records[spec.record][spec.key].numpy()
     except Exception as exc:  # a corrupt Array may fail in many ways inside numpy
         raise ReplyError(
             "content",
             f"reply lacks a readable '{spec.record}.{spec.key}' array: {exc!r}",
         ) from exc
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-        raise ReplyError("content", f"'{spec.record}.{spec.key}' must be numeric")
-    return value
 
 
 def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
@@ -181,23 +176,23 @@ def wait_for_nodes(
         time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
 
 
-def _absence(reply: Message | None, timeout: float) -> str | None:
-    """Why a node gave no reply to use (``timeout`` or ``unavailable``), else None."""
+class _Absent(Exception):
+    """No reply to use; the message says why (``timeout`` or ``unavailable``)."""
+
+
+def _present(reply: Message | None, timeout: float) -> Message:
     if reply is None:
-        return f"timeout: no reply within flower.reply-timeout = {timeout:g} s"
+        raise _Absent(f"timeout: no reply within flower.reply-timeout = {timeout:g} s")
     if reply.has_error() and reply.error.code in _UNAVAILABLE:
-        return f"unavailable: {reply.error.reason} (code {reply.error.code})"
-    return None
+        raise _Absent(f"unavailable: {reply.error.reason} (code {reply.error.code})")
+    return reply
 
 
 @dataclass
 class GridClients:
-    """SuperNodes of a Flower ``grid`` as a transport.
-
-    :meth:`connect` fills ``nodes`` (connected when the run started), ``node_of`` (the
-    node of every identified client), ``claimed`` (the client id every answering node
-    claimed) and the ``identify`` round (keyed by node id).
-    """
+    """SuperNodes of a Flower ``grid`` as a transport. :meth:`connect` fills ``nodes``
+    (connected when the run started), ``node_of`` (each identified client's node),
+    ``claimed`` (each answering node's client id) and the ``identify`` round."""
 
     grid: Grid
     reply_timeout: float
@@ -207,42 +202,41 @@ class GridClients:
     nodes: list[int] = field(default_factory=list)
     reported: dict[int, dict[str, float]] = field(default_factory=dict)
 
-    def connect(
-        self, expected: int, minimum: int, wait_timeout: float, total: int
-    ) -> None:
-        """Wait for the nodes, then ask each who it is.
+    def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
+        """Wait for the ``total`` clients' nodes, then ask each who it is.
 
         Of two nodes claiming one client id the lower node id stands and the other is
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
-        self.nodes = wait_for_nodes(self.grid, expected, minimum, wait_timeout)
-        self.identify.ask(self.nodes)
-        query = catalog.identify_query()
-        replies = self._send(query, {n: RecordDict() for n in self.nodes})
+        self.nodes = wait_for_nodes(self.grid, total, minimum, wait_timeout)
+        self.identify.ask(np.array(self.nodes, dtype=object))
+        replies = self._send(
+            catalog.identify_query(), {n: RecordDict() for n in self.nodes}
+        )
+        got = Replies(_NONE, {})
         for node in sorted(self.nodes):
-            reply = replies.get(node)
-            absence = _absence(reply, self.reply_timeout)
-            if absence is not None:
-                self.identify.record(Replies(_NONE, {}, missing={node: absence}))
-                continue
-            assert reply is not None
             try:
+                reply = _present(replies.get(node), self.reply_timeout)
                 client_id, figures = parse_identity(reply)
+            except _Absent as exc:
+                got.missing[node] = str(exc)
+                continue
             except ReplyError as exc:
-                self.identify.record(Replies(_NONE, {}, rejected={node: str(exc)}))
+                got.rejected[node] = str(exc)
                 continue
             self.claimed[node] = client_id
             if client_id >= total:
-                reason = f"unknown: client {client_id} is not in this run"
+                got.rejected[node] = f"unknown: client {client_id} is not in this run"
             elif client_id in self.node_of:
                 other = self.node_of[client_id]
-                reason = f"duplicate: client {client_id} is already node {other}"
+                got.rejected[node] = (
+                    f"duplicate: client {client_id} is already node {other}"
+                )
             else:
                 self.node_of[client_id] = node
                 self.reported[client_id] = figures
-                self.identify.answer([node])
-                continue
-            self.identify.record(Replies(_NONE, {}, rejected={node: reason}))
+        self.identify.record(got)
+        self.identify.answer(np.array(list(self.node_of.values()), dtype=object))
 
     def describe(self) -> str:
         """Who is connected and identified, and who gave no identity reply."""
@@ -315,14 +309,11 @@ class GridClients:
         out = Replies(_NONE, {})
         rows: dict[int, dict[str, NDArray]] = {}
         for c in (int(c) for c in ids):
-            reply = replies.get(self.node_of[c])
-            absence = _absence(reply, self.reply_timeout)
-            if absence is not None:
-                out.missing[c] = absence
-                continue
-            assert reply is not None
             try:
+                reply = _present(replies.get(self.node_of[c]), self.reply_timeout)
                 rows[c], out.reported[c] = parse_checked(query, reply, c)
+            except _Absent as exc:
+                out.missing[c] = str(exc)
             except ReplyError as exc:
                 out.rejected[c] = str(exc)
         out.ids = np.array(list(rows), dtype=np.int64)

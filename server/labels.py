@@ -36,8 +36,7 @@ from ldpfda.labeldp.mechanisms import (
     cluster_distributions,
     cluster_label_counts,
 )
-from ldpfda.labeldp.selection import DEFAULT_FLOORS, Choice, choose_resampling
-from ldpfda.privacy.peer_to_peer import p2p_guarantee
+from ldpfda.labeldp.selection import DEFAULT_FLOORS, choose_resampling
 from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.schema.payloads import LabelPayload, LinearModels
 from ldpfda.schema.releases import uniform_priors
@@ -49,17 +48,15 @@ __all__ = [
     "label_result",
     "merge_small_clusters",
     "p2p_blocks",
-    "p2p_summary",
     "pilot_histograms",
     "prior_rr_rounds",
     "select_pilots",
-    "server_priors",
 ]
 
 #: The platform's labels are binary.
 N_CLASSES = 2
-#: Floors of :func:`server_priors`: positive, so that every prior is > 0 and every
-#: client spends exactly epsilon (a zero entry would force lambda = 1).
+#: Floors of the ``label-cluster`` priors: positive, so that every prior is > 0 and
+#: every client spends exactly epsilon (a zero entry would force lambda = 1).
 PRIOR_FLOORS = tuple(f for f in DEFAULT_FLOORS if f > 0)
 
 
@@ -190,18 +187,6 @@ def label_result(
     )
 
 
-def p2p_summary(local_epsilon: float, sizes: NDArray[np.int64]) -> dict[str, Any]:
-    """What a ``label-p2p`` report says: the two guarantees and the cluster sizes."""
-    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
-    return {
-        "local_epsilon": local_epsilon,
-        "epsilon": eps,
-        "delta": delta,
-        "n_clusters": int(sizes.size),
-        "min_cluster_size": int(sizes.min()),
-    }
-
-
 def prior_rr_rounds(
     settings: Settings,
     ids: NDArray[np.int64],
@@ -209,82 +194,54 @@ def prior_rr_rounds(
     server_rng: np.random.Generator,
     release: Callable[..., NDArray[np.int64]],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
-    """``label-uniform`` and ``label-cluster``: who releases with which prior, when.
+    r"""``label-uniform`` and ``label-cluster``: who releases with which prior, when.
 
     ``label-uniform``: every client, uniform prior (stage ``"label"``).
     ``label-cluster``: k-means clusters and pilots from ``server_rng`` (in that order),
-    the pilots with the uniform prior (``"label-pilots"``), priors from the pilots that
-    answered (:func:`server_priors`), then the others with their cluster's prior
-    (``"label-others"``). ``release(stage, index, priors)`` asks clients ``index`` for
-    their labels (-1 if none). Returns every client's label, its prior and what the
-    report says about the mode.
+    the pilots with the uniform prior (``"label-pilots"``), then the others
+    (``"label-others"``) with their cluster's prior from the pilots that answered:
+    :func:`pilot_histograms`, then :func:`~ldpfda.labeldp.selection.choose_resampling`
+    picks the truncation and a positive floor (floor 1 is the uniform prior) for the
+    others, with :math:`(p + 1) K` learner parameters. Its criterion scores one
+    :math:`\lambda` from the smallest prior overall, never below a client's own
+    :math:`\lambda_i` (conservative); its ``beta`` is not used, as the learners fit
+    through the exact channel. ``release(stage, index, priors)`` asks clients
+    ``index`` for their labels (-1 if none). Returns every client's label, its prior
+    and what the report says about the mode.
     """
-    labels = np.full(ids.size, -1, dtype=np.int64)
     priors = uniform_priors(ids.size, N_CLASSES)
     info: dict[str, Any] = {"mechanism": settings.mechanism}
     if settings.mechanism == "label-uniform":
-        everyone = np.arange(ids.size)
-        labels[everyone] = release("label", everyone, priors)
-        return labels, priors, info
-    if settings.mechanism != "label-cluster":
-        raise ValueError(f"not a prior-RR mechanism: {settings.mechanism!r}")
+        return release("label", np.arange(ids.size), priors), priors, info
+    labels = np.full(ids.size, -1, dtype=np.int64)
     clusters = cluster_features(x, n_clusters=settings.n_clusters, rng=server_rng)
     pilots = select_pilots(clusters, share=settings.pilot_share, rng=server_rng)
     n_clusters = int(clusters.max()) + 1
     index = np.flatnonzero(pilots)
     labels[index] = release("label-pilots", index, priors[index])
     answered = pilots & (labels >= 0)
-    q, choice = server_priors(
+    hist = pilot_histograms(
         labels[answered],
         clusters[answered],
-        clusters[~pilots],
-        settings,
         n_clusters=n_clusters,
-        n_features=x.shape[1],
+        n_classes=N_CLASSES,
+        epsilon=settings.epsilon,
     )
     rest = np.flatnonzero(~pilots)
+    sizes = np.bincount(clusters[rest], minlength=n_clusters)
+    choice = choose_resampling(
+        hist,
+        sizes,
+        epsilon_resample=settings.epsilon,
+        n_effective=max(int(sizes.sum()), 1) / ((x.shape[1] + 1) * N_CLASSES),
+        floors=PRIOR_FLOORS,
+    )
+    q = cluster_distributions(
+        hist, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
+    )
     priors[rest] = q[clusters[rest]]
     labels[rest] = release("label-others", rest, priors[rest])
     info.update(
         n_clusters=n_clusters, pilots=int(pilots.sum()), choice=choice.as_dict()
     )
     return labels, priors, info
-
-
-def server_priors(
-    pilot_labels: ArrayLike,
-    pilot_clusters: NDArray[np.int64],
-    other_clusters: NDArray[np.int64],
-    settings: Settings,
-    *,
-    n_clusters: int,
-    n_features: int,
-) -> tuple[NDArray[np.float64], Choice]:
-    r"""``label-cluster`` step 3: priors of every cluster from the pilots' labels.
-
-    :func:`pilot_histograms`, then :func:`~ldpfda.labeldp.selection.choose_resampling`
-    picks the truncation and a positive floor (floor 1 is the uniform prior) for the
-    clients who will use the priors (``other_clusters``), with :math:`(p + 1) K` learner
-    parameters. Its criterion scores one :math:`\lambda` from the smallest prior
-    overall, never below a client's own :math:`\lambda_i`: it is conservative. Its
-    ``beta`` is not used: the learners fit through the exact channel.
-    """
-    hist = pilot_histograms(
-        pilot_labels,
-        pilot_clusters,
-        n_clusters=n_clusters,
-        n_classes=N_CLASSES,
-        epsilon=settings.epsilon,
-    )
-    sizes = np.bincount(other_clusters, minlength=n_clusters)
-    choice = choose_resampling(
-        hist,
-        sizes,
-        epsilon_resample=settings.epsilon,
-        n_effective=max(int(sizes.sum()), 1) / ((n_features + 1) * N_CLASSES),
-        floors=PRIOR_FLOORS,
-    )
-    q = cluster_distributions(
-        hist, tau=choice.tau, truncation=choice.truncation, floor=choice.floor
-    )
-    return q, choice

@@ -22,12 +22,11 @@ from sklearn.utils.validation import check_is_fitted
 from ldpfda._validation import (
     check_binary_labels,
     check_finite_array,
-    check_int,
     check_real,
 )
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
-from ldpfda.server.mrma import LinearModels, fit_weak_models
+from ldpfda.server.mrma import LinearModels
 
 __all__ = [
     "MomentLinearClassifier",
@@ -35,7 +34,6 @@ __all__ = [
     "REGULARIZATIONS",
     "WeakLearner",
     "as_weak_learner",
-    "fit_weak_models_with",
     "nearest_psd",
 ]
 
@@ -140,9 +138,9 @@ class MomentLinearClassifier(_LinearClassifier):
     ill-conditioned G automatically. ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
-    coefficients. ``random_state`` is unused (the fit is deterministic). The fit also
-    sets ``cross_moment_``, ``gram_``, ``noise_variance_``, ``shrinkage_`` (:math:`\mu`
-    or :math:`\lambda`) and ``identified_`` (the entries of :math:`\hat G` estimated).
+    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``,
+    ``shrinkage_`` (:math:`\mu` or :math:`\lambda`) and ``identified_`` (the entries
+    of :math:`\hat G` estimated).
 
     References
     ----------
@@ -162,7 +160,6 @@ class MomentLinearClassifier(_LinearClassifier):
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
         label_flip_rate: float = 0.0,
-        random_state: int | None = None,
     ) -> None:
         self.regularization = regularization
         self.alpha = alpha
@@ -171,7 +168,6 @@ class MomentLinearClassifier(_LinearClassifier):
         self.mechanism = mechanism
         self.gram = gram
         self.label_flip_rate = label_flip_rate
-        self.random_state = random_state
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
         if self.regularization not in REGULARIZATIONS:
@@ -205,13 +201,10 @@ class MomentLinearClassifier(_LinearClassifier):
             signs = 2.0 * labels - 1.0
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
             p = x.shape[1]
-        moments = (
-            None if self.gram is not None else _moments(self.mechanism, x.shape[1])
-        )
         n = rows.shape[0]
         cross = rows.mean(axis=0)
         noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
-        gram, identified = self._estimate_gram(x, moments, p + start)
+        gram, identified = self._estimate_gram(x, p + start)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
         self._set_fit(theta, p)
         self.cross_moment_ = cross
@@ -222,7 +215,7 @@ class MomentLinearClassifier(_LinearClassifier):
         return self
 
     def _estimate_gram(
-        self, x: NDArray[np.float64], moments: Any, d: int
+        self, x: NDArray[np.float64], d: int
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """:math:`E[(1, x)(1, x)^\\top]`: the public one, or estimated from releases."""
         if self.gram is not None:
@@ -230,16 +223,13 @@ class MomentLinearClassifier(_LinearClassifier):
             if gram.shape != (d, d):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
             return nearest_psd(gram), np.ones((d, d), dtype=bool)
-        gram, identified = moments.second_moment(x)
+        gram, identified = _moments(self.mechanism, x.shape[1]).second_moment(x)
         if self.fit_intercept and self.joint:
             gram[0, 0], identified[0, 0] = 1.0, True
         elif self.fit_intercept:
-            est, mask = gram, identified
-            gram = np.empty((d, d))
-            identified = np.ones((d, d), dtype=bool)
-            gram[0, 0] = 1.0
-            gram[0, 1:] = gram[1:, 0] = x.mean(axis=0)
-            gram[1:, 1:], identified[1:, 1:] = est, mask
+            m = x.mean(axis=0)
+            gram = np.block([[np.ones((1, 1)), m[None, :]], [m[:, None], gram]])
+            identified = np.pad(identified, ((1, 0), (1, 0)), constant_values=True)
         # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
         # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves them
         # towards the truth.
@@ -255,16 +245,12 @@ class MomentLinearClassifier(_LinearClassifier):
         alpha: float,
     ) -> tuple[NDArray[np.float64], float]:
         """The regularised least-squares coefficients and the shrinkage used."""
-        d = gram.shape[0]
-        p = d - int(self.fit_intercept)
-        start = int(self.fit_intercept)
+        d, start = gram.shape[0], int(self.fit_intercept)
         if self.regularization == "ridge":
-            penalty = np.ones(d)
-            penalty[:start] = 0.0
-            shrinkage = alpha * max(float(np.trace(gram[start:, start:])) / p, 1e-12)
-            theta = np.linalg.lstsq(
-                gram + shrinkage * np.diag(penalty), cross, rcond=None
-            )[0]
+            trace = float(np.trace(gram[start:, start:]))
+            shrinkage = alpha * max(trace / (d - start), 1e-12)
+            penalty = np.diag((np.arange(d) >= start).astype(float))
+            theta = np.linalg.lstsq(gram + shrinkage * penalty, cross, rcond=None)[0]
         else:
             g2 = gram @ gram
             scale = float(np.trace(g2))
@@ -303,7 +289,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
     penalises all parameters, which makes it strongly convex (L-BFGS). With noisy
     features the fitted direction stays consistent up to attenuation when the noise is
     independent and isotropic. ``fit(..., flip_rates=...)`` gives one :math:`\rho_i`
-    per sample; ``random_state`` is unused.
+    per sample; L-BFGS stops at 1000 iterations or tolerance :math:`10^{-8}`.
 
     References
     ----------
@@ -317,16 +303,10 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         alpha: float = 0.01,
         flip_rate: float = 0.0,
         fit_intercept: bool = True,
-        max_iter: int = 1000,
-        tol: float = 1e-8,
-        random_state: int | None = None,
     ) -> None:
         self.alpha = alpha
         self.flip_rate = flip_rate
         self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
 
     def fit(
         self,
@@ -336,8 +316,6 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
         flip_rates: ArrayLike | None = None,
     ) -> FlipCorrectedLogisticRegression:
         alpha = check_real(self.alpha, "alpha", low=0.0, low_open=True)
-        max_iter = check_int(self.max_iter, "max_iter", minimum=1)
-        tol = check_real(self.tol, "tol", low=0.0, low_open=True)
         x = check_finite_array(X, "X", ndim=2)
         labels = check_binary_labels(y, "y")
         n, p = x.shape
@@ -376,7 +354,7 @@ class FlipCorrectedLogisticRegression(_LinearClassifier):
             np.zeros(design.shape[1]),
             jac=True,
             method="L-BFGS-B",
-            options={"maxiter": max_iter, "gtol": tol, "ftol": tol},
+            options={"maxiter": 1000, "gtol": 1e-8, "ftol": 1e-8},
         )
         self._set_fit(result.x, p)
         self.n_iter_ = int(result.nit)
@@ -393,33 +371,6 @@ def as_weak_learner(estimator: Any) -> WeakLearner:
     def learner(
         features: NDArray[np.float64], labels: NDArray[np.int8] | None
     ) -> LinearModels:
-        model = clone(estimator)
-        if labels is None:
-            model.fit(features)
-        else:
-            model.fit(features, labels)
-        return model.to_linear_models()
+        return clone(estimator).fit(features, labels).to_linear_models()
 
     return learner
-
-
-def fit_weak_models_with(
-    features: ArrayLike,
-    labels: ArrayLike | None,
-    *,
-    learner: WeakLearner,
-    n_models: int = 50,
-    subsample_size: int = 50,
-    rng: np.random.Generator | int | None = None,
-) -> LinearModels:
-    """:func:`ldpfda.server.mrma.fit_weak_models` with a callable ``learner``."""
-    if not callable(learner):
-        raise TypeError(f"learner must be callable, got {type(learner).__name__}")
-    return fit_weak_models(
-        features,
-        labels,
-        learner=learner,
-        n_models=n_models,
-        subsample_size=subsample_size,
-        rng=rng,
-    )

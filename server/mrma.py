@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -51,19 +50,18 @@ def fit_linear(
     from sklearn.linear_model import LogisticRegression
     from sklearn.svm import LinearSVC
 
+    if learner not in LEARNERS:
+        raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
     x = np.asarray(X, dtype=float)
     y = np.asarray(y)
     if np.unique(y).size < 2:
         sign = 1.0 if (y.size and y[0] == 1) else -1.0
         return LinearModels(np.zeros((1, x.shape[1])), np.array([sign]))
-    if learner == "logistic":
-        model = LogisticRegression(C=np.inf, max_iter=1000)
-    elif learner == "svm":
-        model = LinearSVC(
-            C=1.0, loss="hinge", max_iter=20000, random_state=random_state
-        )
-    else:
-        raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
+    model = (
+        LogisticRegression(C=np.inf, max_iter=1000)
+        if learner == "logistic"
+        else LinearSVC(C=1.0, loss="hinge", max_iter=20000, random_state=random_state)
+    )
     with warnings.catch_warnings():
         # Unregularized fits on small, noisy samples may stop at max_iter; the direction
         # is what the protocol uses, so a non-converged fit is still a valid weak model.
@@ -85,8 +83,13 @@ def fit_weak_models(
 
     ``learner`` is a name of :data:`LEARNERS` (:func:`fit_linear`, with a random state
     drawn after each subsample) or any ``(features, labels) -> LinearModels`` (labels
-    None for label-free releases).
+    None for label-free releases). BLAS is limited to one thread meanwhile: fifty tiny
+    fits spend most of their time waking BLAS threads (5.4 s of a 9.3 s million-client
+    run with two threads, 0.3 s with one).
     """
+    import scipy.optimize  # noqa: F401  (load its BLAS so the limit reaches it)
+    from threadpoolctl import threadpool_limits
+
     x = check_finite_array(features, "features", ndim=2)
     y = None if labels is None else np.asarray(labels)
     n = x.shape[0]
@@ -114,25 +117,13 @@ def fit_weak_models(
 
     fit = named if isinstance(learner, str) else learner
     coefs, intercepts = [], []
-    with single_threaded_blas():
+    with threadpool_limits(limits=1, user_api="blas"):
         for _ in range(n_models):
             idx = gen.choice(n, size=subsample_size, replace=False)
             model = fit(x[idx], None if y is None else y[idx])
             coefs.append(model.coef[0])
             intercepts.append(model.intercept[0])
     return LinearModels(np.array(coefs), np.array(intercepts))
-
-
-def single_threaded_blas() -> Any:
-    """A context that limits BLAS to one thread around many tiny fits.
-
-    Fifty tiny L-BFGS fits spend most of their time waking BLAS threads (5.4 s of a
-    9.3 s million-client run with two threads, 0.3 s with one).
-    """
-    import scipy.optimize  # noqa: F401  (load its BLAS so the limit reaches it)
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def assign_groups(
@@ -160,7 +151,7 @@ class ErrorEstimates:
     counts: NDArray[np.int64]
     mean_bits: NDArray[np.float64]
     epsilon: float
-    standard_error: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    standard_error: NDArray[np.float64]
 
 
 def estimate_errors(
@@ -189,8 +180,7 @@ def estimate_errors(
     mechanism = FeedbackBit(epsilon=check_epsilon(epsilon))
     counts = np.bincount(g, minlength=n_models)
     sums = np.bincount(g, weights=o.astype(float), minlength=n_models)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_bits = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    mean_bits = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
     raw = np.where(counts > 0, mechanism.debias_mean(np.nan_to_num(mean_bits)), 0.5)
     q = mechanism.keep_probability
     p1 = np.clip(np.nan_to_num(mean_bits, nan=0.5), 0, 1)

@@ -1,15 +1,14 @@
 """Multi-server MRMA: servers with different populations evaluate each other's models.
 
-Every server s, with its own clients, size, epsilon and (shifted) distribution, trains
-M weak models; the S*M models are evaluated by subgroups of every server's evaluation
-clients, each answering one query, so server r's bits estimate every model's error on
-population r without bias. Server s combines the estimates towards its own population:
-its own with weight :math:`1/v_{s}`, another server's with :math:`1/(v_{r} + \\tau^2)`,
-where :math:`v` is the worst-case (error 1/2) variance of the debiased estimate and
-:math:`\\tau` the assumed spread of a model's error across populations; the global
-model pools all with weights :math:`1/v_r`. Reversal, selection and averaging then run
-over all S*M models. Only the reference MRMA protocol has weak models to evaluate
-(:meth:`ldpfda.config.Settings.reference`).
+Every server s (its own clients, epsilon and shifted distribution) trains M weak
+models; subgroups of every server's evaluation clients, one query each, evaluate all
+S*M models, so server r's bits estimate each model's error on population r without
+bias. Server s weighs its own estimates by :math:`1/v_s` and server r's by
+:math:`1/(v_r + \\tau^2)`, :math:`v` the worst-case (error 1/2) variance of the
+debiased estimate and :math:`\\tau` the assumed spread of a model's error across
+populations; the global model pools all by :math:`1/v_r`. Reversal, selection and
+averaging then run over all S*M models. Only the reference MRMA protocol has weak
+models to evaluate (:meth:`ldpfda.config.Settings.reference`).
 """
 
 from __future__ import annotations
@@ -27,13 +26,12 @@ from ldpfda.privacy.randomized_response import rr_keep_probability
 from ldpfda.schema.payloads import LinearModels, TrainingPayload
 from ldpfda.server.mrma import (
     ErrorEstimates,
-    assign_groups,
     average_models,
     estimate_errors,
     mrma_weights,
     reverse_models,
 )
-from ldpfda.server.plans import ask_feedback, train_round
+from ldpfda.server.plans import Plan, ask_feedback, train_round
 from ldpfda.server.session import Session
 
 __all__ = [
@@ -46,6 +44,8 @@ __all__ = [
     "training_rng",
     "worst_case_variance",
 ]
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -182,13 +182,13 @@ def train_phase(
     train_ids: NDArray[np.int64],
     n_features: int,
     repeat: int,
-    timings: dict[str, float] | None = None,
 ) -> tuple[TrainingPayload, LinearModels]:
     """Phase ``train``: :func:`~ldpfda.server.plans.train_round` on the server's
     :func:`training_rng`."""
-    timings = {} if timings is None else timings
     rng = training_rng(settings, repeat)
-    payload, weak = train_round(session, settings, n_features, train_ids, rng, timings)
+    payload, weak = train_round(
+        session, Plan(settings, train_ids, _NONE, n_features, rng)
+    )
     assert isinstance(payload, TrainingPayload)
     return payload, weak
 
@@ -208,10 +208,8 @@ def evaluate_phase(
     rng = np.random.default_rng(
         derive_seed(settings.seed, "groups", repeat, settings.server_id)
     )
-    groups = assign_groups(eval_ids.size, len(weak), rng)
-    answered, bits, groups = ask_feedback(
-        session, settings, n_features, eval_ids, weak, groups
-    )
+    plan = Plan(settings, _NONE, eval_ids, n_features, rng)
+    answered, bits, groups = ask_feedback(session, plan, weak)
     estimates = estimate_errors(
         bits, groups, n_models=len(weak), epsilon=settings.epsilon
     )

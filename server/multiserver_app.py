@@ -1,18 +1,14 @@
-"""The phases of a multi-server session on Flower: ``train`` and ``evaluate``.
-
-Every server runs one Flower run per phase; models and estimates move between servers
-as artifacts in ``flower.artifact-dir``. ``train`` fits and exports M weak models,
-``evaluate`` has every evaluation client answer for one model of all servers and
-exports the error estimates, so each client releases once in the session.
+"""The phases of a multi-server session on Flower, one Flower run each: ``train`` fits
+and exports M weak models, ``evaluate`` has every evaluation client answer for one
+model of all servers and exports the error estimates (so each client releases once in
+the session). Models and estimates move as artifacts in ``flower.artifact-dir``.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.serverapp import Grid
 
 from ldpfda import __version__
@@ -40,7 +36,7 @@ __all__ = ["run_phase"]
 
 def _start(
     grid: Grid, settings: Settings, options: FlowerOptions, status: Status
-) -> tuple[GridClients, Session, dict[str, float]]:
+) -> tuple[GridClients, Session]:
     """Check the settings, wait for the nodes and ask each who it is."""
     check_reference(settings)
     if settings.server_id < 0:
@@ -51,86 +47,38 @@ def _start(
     return connect(grid, settings, options, status, "identify_s")
 
 
-def _finish(
-    clients: GridClients,
-    session: Session,
-    settings: Settings,
-    options: FlowerOptions,
-    run_id: int,
-    status: Status,
-    extra: dict[str, Any],
-    timings: dict[str, float],
-) -> dict[str, Any]:
-    """Write the phase's ``report.json`` and mark it done."""
-    rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
-    report = {
-        "ldpfda_version": __version__,
-        "phase": options.phase,
-        "session": options.session,
-        "server": settings.server_id,
-        "run_id": int(run_id),
-        **extra,
-        "settings": settings.to_mapping(),
-        "flower": options.to_mapping(),
-        "participation": {
-            "expected_clients": settings.n_train + settings.n_eval,
-            "connected_nodes": len(clients.nodes),
-            **{name: r.summary() for name, r in rounds.items()},
-        },
-        "privacy": privacy_section(
-            settings.epsilon,
-            session.ledger,
-            session.reported,
-            sorted(clients.node_of),
-            budgets=False,
-        ),
-        "timings": timings,
-    }
-    write_report(status.directory, report, status)
-    return report
-
-
 def _train(
-    grid: Grid,
-    settings: Settings,
-    options: FlowerOptions,
-    status: Status,
-    n_features: int,
-) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
+) -> tuple[GridClients, Session, dict[str, Any]]:
     """Collect the training releases, fit and export M weak models."""
-    clients, session, timings = _start(grid, settings, options, status)
+    n_features = public_featurizer(settings, options.repeat)[0].n_features_out
+    clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     train_ids = ids[ids < settings.n_train]
     payload, weak = train_phase(
-        session, settings, train_ids, n_features, options.repeat, timings
+        session, settings, train_ids, n_features, options.repeat
     )
-    t0 = time.perf_counter()
-    fingerprint = session_fingerprint(settings, options.repeat)
-    path = models_path(options.artifact_dir, settings.server_id)
-    artifact = write_models(
-        path,
-        weak,
-        server=settings.server_id,
-        session=options.session,
-        fingerprint=fingerprint,
-    )
-    timings["server_train_s"] += time.perf_counter() - t0
+    with session.timed("server_train_s"):
+        artifact = write_models(
+            models_path(options.artifact_dir, settings.server_id),
+            weak,
+            server=settings.server_id,
+            session=options.session,
+            fingerprint=session_fingerprint(settings, options.repeat),
+        )
     extra = {
         "artifact": str(artifact.resolve()),
         "train_clients": [int(c) for c in payload.client_ids],
     }
-    return clients, session, extra, timings
+    return clients, session, extra
 
 
 def _evaluate(
-    grid: Grid,
-    settings: Settings,
-    options: FlowerOptions,
-    status: Status,
-    n_features: int,
-) -> tuple[GridClients, Session, dict[str, Any], dict[str, float]]:
+    grid: Grid, settings: Settings, options: FlowerOptions, status: Status
+) -> tuple[GridClients, Session, dict[str, Any]]:
     """Every evaluation client answers for one model of the session's valid models
     artifacts (by server id); export the estimates."""
+    n_features = public_featurizer(settings, options.repeat)[0].n_features_out
     fingerprint = session_fingerprint(settings, options.repeat)
     found = load_directory(
         options.artifact_dir,
@@ -141,29 +89,22 @@ def _evaluate(
     )
     for rejected, reason in found.rejected.items():
         logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
-    if not found.models:
-        raise RuntimeError(
-            f"no usable models artifact in {options.artifact_dir} for session "
-            f"{options.session!r}; rejected: {found.rejected}"
-        )
-    owners, weak = found.stacked()
-    clients, session, timings = _start(grid, settings, options, status)
+    rows, weak = found.stacked()
+    clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     eval_ids = ids[ids >= settings.n_train]
-    t0 = time.perf_counter()
-    answered, estimates = evaluate_phase(
-        session, settings, eval_ids, weak, n_features, options.repeat
-    )
-    timings["clients_evaluate_s"] = time.perf_counter() - t0
-    bounds = np.cumsum([0] + [len(found.models[r].models) for r in owners])
+    with session.timed("clients_evaluate_s"):
+        answered, estimates = evaluate_phase(
+            session, settings, eval_ids, weak, n_features, options.repeat
+        )
     by_server = {
         r: ModelEstimates(
             found.models[r].digest,
-            estimates.raw[lo:hi],
-            estimates.counts[lo:hi],
+            estimates.raw[i],
+            estimates.counts[i],
             settings.epsilon,
         )
-        for r, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True)
+        for r, i in rows.items()
     }
     artifact = write_estimates(
         estimates_path(options.artifact_dir, settings.server_id),
@@ -187,13 +128,14 @@ def _evaluate(
         "rejected_artifacts": found.rejected,
         "eval_clients": answered.tolist(),
     }
-    return clients, session, extra, timings
+    return clients, session, extra
 
 
 def run_phase(
     grid: Grid, settings: Settings, options: FlowerOptions, *, run_id: int = 0
 ) -> dict[str, Any]:
-    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``).
+    """Run the phase ``options.phase`` names (``"train"`` or ``"evaluate"``) and
+    write its ``report.json``.
 
     Returns the report. Raises ``RuntimeError`` when no models artifact is usable
     (``evaluate``), or too few nodes connect or give a valid reply.
@@ -205,13 +147,27 @@ def run_phase(
         )
     status = Status(Path(options.report_dir) / f"run-{run_id}")
     try:
-        n_features = public_featurizer(settings, options.repeat)[0].n_features_out
-        clients, session, extra, timings = phases[options.phase](
-            grid, settings, options, status, n_features
-        )
-        return _finish(
-            clients, session, settings, options, run_id, status, extra, timings
-        )
+        clients, session, extra = phases[options.phase](grid, settings, options, status)
+        rounds = {catalog.IDENTIFY: clients.identify, **session.rounds}
+        report = {
+            "ldpfda_version": __version__,
+            "phase": options.phase,
+            "session": options.session,
+            "server": settings.server_id,
+            "run_id": int(run_id),
+            **extra,
+            "settings": settings.to_mapping(),
+            "flower": options.to_mapping(),
+            "participation": {
+                "expected_clients": settings.n_train + settings.n_eval,
+                "connected_nodes": len(clients.nodes),
+                **{name: r.summary() for name, r in rounds.items()},
+            },
+            "privacy": privacy_section(session, sorted(clients.node_of), budgets=False),
+            "timings": session.timings,
+        }
+        write_report(report, status)
+        return report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")
         raise

@@ -14,6 +14,7 @@ import numpy as np
 from ldpfda.config import Settings
 from ldpfda.datasets.population import design_test_set, public_featurizer
 from ldpfda.server.artifacts import load_directory, session_fingerprint
+from ldpfda.server.fitting import model_report
 from ldpfda.server.mrma import LinearModels, majority_vote
 from ldpfda.server.multiserver import (
     ServerSpec,
@@ -88,22 +89,19 @@ def phase_run_config(
     }
 
 
-def _models_report(model: LinearModels) -> dict[str, Any]:
-    return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
-
-
 def _estimate_matrix(
     found: Any,
     configs: Sequence[Settings],
-    bounds: Mapping[int, int],
+    columns: Mapping[int, slice],
     rejected: dict[str, str],
-) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, list[str]]]:
     """Row r: server r's estimates of every model (NaN, variance inf, where none),
-    their variances, and per evaluating server whose models it estimated."""
-    n_models = sum(len(a.models) for a in found.models.values())
+    their variances, and per evaluating server the servers whose models it
+    estimated."""
+    n_models = max(c.stop for c in columns.values())
     estimates = np.full((len(configs), n_models), np.nan)
     variances = np.full_like(estimates, np.inf)
-    used: dict[str, list[int]] = {}
+    used: dict[str, list[str]] = {}
     for row, cfg in enumerate(configs):
         name = f"server{cfg.server_id}"
         used[name] = []
@@ -129,10 +127,10 @@ def _estimate_matrix(
                     f"{owner}'s {len(mine.models)} models"
                 )
             else:
-                cols = slice(bounds[owner], bounds[owner] + entry.errors.size)
+                cols = columns[owner]
                 estimates[row, cols] = entry.errors
                 variances[row, cols] = worst_case_variance(entry.counts, entry.epsilon)
-                used[name].append(owner)
+                used[name].append(f"server{owner}")
     return estimates, variances, used
 
 
@@ -182,15 +180,9 @@ def combine_session(
         fingerprint=session_fingerprint(base, repeat),
         session=session,
     )
+    columns, weak = found.stacked()
     rejected = dict(found.rejected)
-    if not found.models:
-        raise RuntimeError(
-            f"no usable models artifact in {artifact_dir}; rejected: {rejected}"
-        )
-    owners, weak = found.stacked()
-    sizes = [len(found.models[r].models) for r in owners]
-    bounds = dict(zip(owners, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
-    estimates, variances, used = _estimate_matrix(found, configs, bounds, rejected)
+    estimates, variances, used = _estimate_matrix(found, configs, columns, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
     models = final_models(
         weak,
@@ -208,16 +200,13 @@ def combine_session(
             name: {k: cfg.to_mapping()[k] for k in _POPULATION_KEYS}
             for cfg, name in zip(configs, names, strict=True)
         },
-        "model_servers": owners,
-        "models": {name: _models_report(m) for name, m in models.items()},
+        "model_servers": list(columns),
+        "models": {name: model_report(m) for name, m in models.items()},
         "test_errors": _test_errors(configs, names, models, weak, repeat),
         "estimates": [
             [None if np.isnan(v) else float(v) for v in row] for row in estimates
         ],
-        "estimates_used": {
-            name: [f"server{owner}" for owner in owners_used]
-            for name, owners_used in used.items()
-        },
+        "estimates_used": used,
         "rejected_artifacts": rejected,
     }
 

@@ -1,20 +1,17 @@
-"""The protocols, each written once as a plan of queries over a :class:`Session`.
+"""The protocols, each written once as typed queries (:mod:`ldpfda.schema.catalog`)
+over a :class:`Session`, whose transport is in process or Flower's grid: both runs of
+the same settings and seed end with the same model by construction.
 
-A plan asks typed queries (:mod:`ldpfda.schema.catalog`) through the session's
-transport, in process or over Flower's grid, and learns from the checked replies, so
-both runs of the same settings and seed end with the same model by construction.
 ``moment``: every client releases once, the server fits the moment classifier.
 ``mrma``: training clients release, the server fits M weak models, each evaluation
-client answers one feedback bit on its subgroup's model, then model reversal,
-selection and averaging. ``label``: every client sends its public features, then a
-randomized label (or, in ``label-p2p``, a bit for the relay and then a peer's bit).
-The server's randomness is drawn from ``server_rng`` in a fixed order: subsamples and
-evaluation groups (MRMA), clusters and pilots (label-only modes).
+client answers one feedback bit on its subgroup's model, then reversal, selection and
+averaging. ``label``: every client sends its public features, then a randomized label
+(``label-p2p``: a bit for the relay, then a peer's bit). ``server_rng`` is drawn in a
+fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +36,6 @@ from ldpfda.server.labels import (
     cluster_features,
     label_result,
     p2p_blocks,
-    p2p_summary,
     prior_rr_rounds,
 )
 from ldpfda.server.mrma import assign_groups
@@ -50,13 +46,10 @@ __all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a protocol run needs besides its session.
-
-    ``train_ids`` and ``eval_ids`` take part (in a ``moment`` or ``label`` run both
-    simply release); ``n_features`` is the public featurizer's output width;
-    ``public`` holds public, unlabeled scaled features (the moment classifier's second
-    moment).
-    """
+    """What a protocol run needs besides its session: ``train_ids`` and ``eval_ids``
+    (in a ``moment`` or ``label`` run both simply release), the public featurizer's
+    output width and public, unlabeled scaled features (the moment classifier's second
+    moment)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -71,13 +64,12 @@ class Plan:
 
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
-    """Run the protocol of ``plan.settings`` through ``session``, timings included."""
-    protocol = plan.settings.protocol
-    if protocol == "moment":
-        return _moment(session, plan)
-    if protocol == "mrma":
-        return _mrma(session, plan)
-    return _label_only(session, plan)
+    """Run the protocol of ``plan.settings`` through ``session``; the result's
+    ``timings`` are the session's."""
+    run = {"moment": _moment, "mrma": _mrma}.get(plan.settings.protocol, _label_only)
+    result = run(session, plan)
+    result.timings = dict(session.timings)
+    return result
 
 
 def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -86,128 +78,95 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 
 def _privatize(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    ids: NDArray[np.int64],
-    timings: dict[str, float],
-    *,
-    minimum: int,
-    what: str,
+    session: Session, plan: Plan, ids: NDArray[np.int64], *, minimum: int, what: str
 ) -> JointPayload | TrainingPayload:
     """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
     ordered by client id."""
-    t0 = time.perf_counter()
+    s = plan.settings
     session.status("privatize", releasing_clients=int(ids.size))
-    query = catalog.privatize_query(settings, n_features)
+    query = catalog.privatize_query(s, plan.n_features)
     got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
     released, order = _sorted(got)
-    if settings.joint_release:
+    if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
-        payload: JointPayload | TrainingPayload = JointPayload(
-            released, releases, settings.epsilon, settings.vector_mechanism
-        )
-    else:
-        split = split_budget(
-            epsilon=settings.epsilon,
-            n_coefficients=n_features,
-            label_share=settings.label_share,
-        )
-        payload = TrainingPayload(
-            released,
-            got.values["features"][order].astype(np.float64),
-            got.values["labels"][order].astype(np.int8),
-            split.coefficients,
-            split.label,
-        )
-    timings["clients_privatize_s"] = time.perf_counter() - t0
-    return payload
+        return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
+    split = split_budget(
+        epsilon=s.epsilon, n_coefficients=plan.n_features, label_share=s.label_share
+    )
+    return TrainingPayload(
+        released,
+        got.values["features"][order].astype(np.float64),
+        got.values["labels"][order].astype(np.int8),
+        split.coefficients,
+        split.label,
+    )
 
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
-    s, p = plan.settings, plan.n_features
-    timings: dict[str, float] = {}
-    ids = plan.every_client
-    payload = _privatize(session, s, p, ids, timings, minimum=2, what="releasing")
+    with session.timed("clients_privatize_s"):
+        payload = _privatize(
+            session, plan, plan.every_client, minimum=2, what="releasing"
+        )
     session.status("fit", payloads=len(payload))
-    t0 = time.perf_counter()
-    result = moment_result(
-        payload, s, public=plan.public, privacy=session.ledger.summary()
-    )
-    timings["server_train_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_train_s"):
+        privacy = session.ledger.summary()
+        return moment_result(
+            payload, plan.settings, public=plan.public, privacy=privacy
+        )
 
 
 def train_round(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    train_ids: NDArray[np.int64],
-    server_rng: np.random.Generator,
-    timings: dict[str, float],
-    public: NDArray[np.float64] | None = None,
+    session: Session, plan: Plan
 ) -> tuple[JointPayload | TrainingPayload, LinearModels]:
-    """MRMA's training: the training clients' releases and the server's M weak models.
+    """MRMA's training: the releases of ``plan.train_ids`` and the server's M weak
+    models on subsamples drawn from ``plan.server_rng``.
 
     Stops the run when fewer than ``mrma.subsample-size`` clients give a valid release;
-    ``timings`` gets ``clients_privatize_s`` and ``server_train_s``.
+    times ``clients_privatize_s`` and ``server_train_s``.
     """
-    payload = _privatize(
-        session,
-        settings,
-        n_features,
-        train_ids,
-        timings,
-        minimum=settings.subsample_size,
-        what="training",
-    )
+    s = plan.settings
+    with session.timed("clients_privatize_s"):
+        payload = _privatize(
+            session, plan, plan.train_ids, minimum=s.subsample_size, what="training"
+        )
     session.status("train", payloads=len(payload))
-    t0 = time.perf_counter()
-    weak = train_weak(payload, settings, server_rng, public=public)
-    timings["server_train_s"] = time.perf_counter() - t0
-    return payload, weak
+    with session.timed("server_train_s"):
+        return payload, train_weak(payload, s, plan.server_rng, public=plan.public)
 
 
 def _mrma(session: Session, plan: Plan) -> ProtocolResult:
-    s, p = plan.settings, plan.n_features
-    timings: dict[str, float] = {}
-    payload, weak = train_round(
-        session, s, p, plan.train_ids, plan.server_rng, timings, plan.public
-    )
+    payload, weak = train_round(session, plan)
     session.status("evaluate", eval_clients=int(plan.eval_ids.size))
-    t0 = time.perf_counter()
-    groups = assign_groups(plan.eval_ids.size, s.num_weak_models, plan.server_rng)
-    _, bits, groups = ask_feedback(session, s, p, plan.eval_ids, weak, groups)
-    timings["clients_evaluate_s"] = time.perf_counter() - t0
-
+    with session.timed("clients_evaluate_s"):
+        _, bits, groups = ask_feedback(session, plan, weak)
     session.status("aggregate", feedback_bits=int(bits.size))
-    t0 = time.perf_counter()
-    privacy = session.ledger.summary()
-    result = aggregate(
-        weak, bits, groups, payload, s, privacy=privacy, public=plan.public
-    )
-    timings["server_aggregate_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_aggregate_s"):
+        privacy = session.ledger.summary()
+        return aggregate(
+            weak,
+            bits,
+            groups,
+            payload,
+            plan.settings,
+            privacy=privacy,
+            public=plan.public,
+        )
 
 
 def ask_feedback(
-    session: Session,
-    settings: Settings,
-    n_features: int,
-    eval_ids: NDArray[np.int64],
-    weak: LinearModels,
-    groups: NDArray[np.int64],
+    session: Session, plan: Plan, weak: LinearModels
 ) -> tuple[NDArray[np.int64], NDArray[np.int8], NDArray[np.int64]]:
-    """The evaluation round: evaluator ``eval_ids[i]`` is sent model ``groups[i]``.
+    """The evaluation round: ``plan.eval_ids`` in one subgroup per model of ``weak``
+    (drawn from ``plan.server_rng``), each evaluator sent its subgroup's model.
 
     Returns the clients whose bit came back (by id), their bits and their subgroups.
     """
+    eval_ids = plan.eval_ids
+    groups = assign_groups(eval_ids.size, len(weak), plan.server_rng)
     request = Request(
         rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
     )
-    query = catalog.evaluate_query(settings, n_features)
+    query = catalog.evaluate_query(plan.settings, plan.n_features)
     got = session.ask(catalog.EVALUATE, query, eval_ids, request, what="evaluation")
     answered, order = _sorted(got)
     _, where = locate(eval_ids, answered)
@@ -216,14 +175,12 @@ def ask_feedback(
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     s = plan.settings
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    session.status("features", clients=int(plan.every_client.size))
-    query = catalog.features_query(plan.n_features)
-    got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
-    ids, order = _sorted(got)
-    x = got.values["x"][order].astype(np.float64)
-    timings["clients_features_s"] = time.perf_counter() - t0
+    with session.timed("clients_features_s"):
+        session.status("features", clients=int(plan.every_client.size))
+        query = catalog.features_query(plan.n_features)
+        got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
+        ids, order = _sorted(got)
+        x = got.values["x"][order].astype(np.float64)
 
     def release(
         stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
@@ -235,35 +192,29 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         return answers.get("label", asked, -1).astype(np.int64)
 
     session.status("labels", clients=int(ids.size))
-    t0 = time.perf_counter()
-    if s.mechanism == "label-p2p":
-        labels, priors, channel_epsilon, info = _p2p_rounds(session, plan, ids, x)
-    else:
-        labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
-        channel_epsilon = s.epsilon
-    keep = np.flatnonzero(labels >= 0)
-    payload = LabelPayload(
-        ids[keep], x[keep], labels[keep], priors[keep], channel_epsilon
-    )
-    timings["clients_label_s"] = time.perf_counter() - t0
-
+    with session.timed("clients_label_s"):
+        if s.mechanism == "label-p2p":
+            labels, priors, info = _p2p_rounds(session, plan, ids, x)
+        else:
+            labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
+        keep = np.flatnonzero(labels >= 0)
+        payload = LabelPayload(
+            ids[keep], x[keep], labels[keep], priors[keep], s.epsilon
+        )
     session.status("fit", payloads=len(payload))
-    t0 = time.perf_counter()
-    privacy = {**session.ledger.summary(), "labeldp": info}
-    result = label_result(payload, s, plan.server_rng, privacy=privacy)
-    timings["server_train_s"] = time.perf_counter() - t0
-    result.timings = timings
-    return result
+    with session.timed("server_train_s"):
+        privacy = {**session.ledger.summary(), "labeldp": info}
+        return label_result(payload, s, plan.server_rng, privacy=privacy)
 
 
 def _p2p_rounds(
     session: Session, plan: Plan, ids: NDArray[np.int64], x: NDArray[np.float64]
-) -> tuple[NDArray[np.int64], NDArray[np.float64], float, dict[str, Any]]:
-    """``label-p2p``: the relay's round, then every client forwards a peer's bit.
+) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
+    r"""``label-p2p``: the relay's round, then every client forwards a peer's bit.
 
     The relay is the server: every client randomizes its bit at its whole epsilon
     (``eps0 = epsilon``) and is charged that; the forwarded bits, which the model is fit
-    on, are :math:`(\varepsilon, \\delta)`-label-DP with a smaller epsilon toward an
+    on, are :math:`(\varepsilon, \delta)`-label-DP with a smaller epsilon toward an
     analyst who sees only them (reported under ``labeldp``).
 
     Only clients whose bit arrived are forwarded, in clusters that kept at least
@@ -276,8 +227,6 @@ def _p2p_rounds(
         x, n_clusters=s.n_clusters, min_size=size, rng=plan.server_rng
     )
     sizes = np.bincount(clusters)
-    # The relay is this server, which sees every bit at eps0: each client's whole
-    # budget goes into its one randomized bit; the forwarded bits are amplified.
     eps0 = float(s.epsilon)
     event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes)
     shared = {
@@ -285,8 +234,9 @@ def _p2p_rounds(
         "cluster-sizes": sizes.astype(np.int64),
     }
     query = catalog.p2p_randomize_query()
-    request = Request(shared=shared)
-    got = session.ask(catalog.P2P_RANDOMIZE, query, ids, request, what="randomizing")
+    got = session.ask(
+        catalog.P2P_RANDOMIZE, query, ids, Request(shared=shared), what="randomizing"
+    )
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
     kept = np.bincount(clusters[has_bit], minlength=sizes.size)
@@ -297,10 +247,9 @@ def _p2p_rounds(
             int((has_bit & ~forward).sum()),
             size,
         )
+    delta = event.as_dict()["delta"]
     realized, _ = p2p_guarantee(
-        local_epsilon=eps0,
-        cluster_sizes=kept[kept >= size],
-        delta=event.as_dict()["delta"],
+        local_epsilon=eps0, cluster_sizes=kept[kept >= size], delta=delta
     )
     if realized > event.epsilon * (1 + 1e-9):
         raise QuorumError(
@@ -308,16 +257,19 @@ def _p2p_rounds(
             f"{realized:.6g}-DP, above the promised {event.epsilon:.6g}; not forwarding"
         )
     index = np.flatnonzero(forward)
-    peers, offsets, counts = p2p_blocks(noisy[index], clusters[index])
     query = catalog.p2p_forward_query()
-    request = Request(ragged={"labels": (peers, offsets, counts)})
+    request = Request(ragged={"labels": p2p_blocks(noisy[index], clusters[index])})
     reports = session.ask(
         catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
     )
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {
         "mechanism": s.mechanism,
-        **p2p_summary(eps0, sizes),
+        "local_epsilon": eps0,
+        "epsilon": event.epsilon,
+        "delta": delta,
+        "n_clusters": int(sizes.size),
+        "min_cluster_size": int(sizes.min()),
         "forwarded_clients": int(index.size),
     }
-    return labels, uniform_priors(ids.size, N_CLASSES), eps0, info
+    return labels, uniform_priors(ids.size, N_CLASSES), info

@@ -17,10 +17,9 @@ from numpy.typing import NDArray
 from ldpfda.config import Settings
 from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import design_test_set, public_featurizer
-from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema import catalog
 from ldpfda.server.options import FlowerOptions
-from ldpfda.server.session import Round, logger, reason_kind
+from ldpfda.server.session import Round, Session, logger, reason_kind
 
 __all__ = [
     "Status",
@@ -95,24 +94,19 @@ def test_set(
 
 
 def privacy_section(
-    budget: float,
-    ledger: PrivacyLedger,
-    reported: Mapping[int, Mapping[str, float]],
-    clients: list[int],
-    *,
-    budgets: bool = True,
+    session: Session, clients: list[int], *, budgets: bool = True
 ) -> dict[str, Any]:
     """The report's ``privacy`` block: the server's charges and each client's word
     (its spent budget, and with ``budgets`` its whole budget)."""
-    charged = ledger.spent_all()
+    charged = session.ledger.spent_all()
     keys = ("spent", "budget") if budgets else ("spent",)
     return {
-        "budget_per_client": budget,
-        "server_accounting": ledger.summary(),
+        "budget_per_client": session.ledger.budget,
+        "server_accounting": session.ledger.summary(),
         "clients": {
             str(c): {
                 "charged_by_server": float(charged[c]),
-                **{f"reported_{k}": reported.get(c, {}).get(k) for k in keys},
+                **{f"reported_{k}": session.reported.get(c, {}).get(k) for k in keys},
             }
             for c in clients
         },
@@ -120,24 +114,24 @@ def privacy_section(
 
 
 def write_run(
-    out: Path,
     report: Mapping[str, Any],
     final: Any,
     payload: Mapping[str, NDArray],
     status: Status,
 ) -> None:
     """Write ``model.npz``, ``payload.npz`` and the report (:func:`write_report`)."""
+    out = status.directory
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
     # savez would take a key "allow_pickle" as its flag; payload keys are array names.
     np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
-    write_report(out, report, status)
+    write_report(report, status)
 
 
-def write_report(out: Path, report: Mapping[str, Any], status: Status) -> None:
-    """Write ``report.json`` (strict JSON), then mark the run done."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "report.json"
+def write_report(report: Mapping[str, Any], status: Status) -> None:
+    """Write ``report.json`` (strict JSON) by the status, then mark the run done."""
+    status.directory.mkdir(parents=True, exist_ok=True)
+    path = status.directory / "report.json"
     path.write_text(
         json.dumps(jsonable(report), indent=2, allow_nan=False), encoding="utf-8"
     )

@@ -5,7 +5,6 @@ session) over the grid, running the very plan the in-process engine runs: client
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +40,24 @@ def connect(
     options: FlowerOptions,
     status: Status,
     timing: str = "wait_for_nodes_s",
-) -> tuple[GridClients, Session, dict[str, float]]:
-    """Wait for the run's nodes and identify them; the transport, a session over it
-    (with the server's ledger) and the time it took, as ``timing``."""
+) -> tuple[GridClients, Session]:
+    """Wait for the run's nodes and identify them (timed as ``timing``); the transport
+    and a session over it, with the server's ledger."""
     total = settings.n_train + settings.n_eval
     clients = GridClients(grid, options.reply_timeout)
+    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
+    session = Session(clients, ledger, options.min_reply_fraction, status)
     status("waiting-for-nodes", expected=total)
-    t0 = time.perf_counter()
-    clients.connect(total, options.min_nodes or total, options.wait_timeout, total)
-    elapsed = time.perf_counter() - t0
+    with session.timed(timing):
+        clients.connect(total, options.min_nodes or total, options.wait_timeout)
     status("identify", nodes=len(clients.nodes))
     absent = sorted(set(range(total)) - set(clients.node_of))
     if absent:
         logger.warning(
             "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
         )
-    ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
-    session = Session(clients, ledger, options.min_reply_fraction, status)
     session.reported.update(clients.reported)
-    return clients, session, {timing: elapsed}
+    return clients, session
 
 
 def participation(
@@ -90,15 +88,14 @@ def run_server(
 
     Raises ``RuntimeError`` when too few nodes connect or too few valid replies arrive.
     """
-    out = Path(options.report_dir) / f"run-{run_id}"
-    status = Status(out)
+    status = Status(Path(options.report_dir) / f"run-{run_id}")
     total = settings.n_train + settings.n_eval
     try:
         featurizer, _ = public_featurizer(settings, options.repeat)
         public = None
         if settings.public_features and not settings.label_release:
             public = public_features(settings, options.repeat, featurizer=featurizer)
-        clients, session, timings = connect(grid, settings, options, status)
+        clients, session = connect(grid, settings, options, status)
         ids = clients.ids()
         train_ids, eval_ids = ids[ids < settings.n_train], ids[ids >= settings.n_train]
         server_rng = np.random.default_rng(
@@ -108,12 +105,11 @@ def run_server(
             settings, train_ids, eval_ids, featurizer.n_features_out, server_rng, public
         )
         result = run_plan(session, plan)
-        t0 = time.perf_counter()
-        test = test_set(settings, options)
-        if test is not None:
-            score(result, *test)
-        scored = time.perf_counter() - t0
-        result.timings = {**timings, **result.timings, "server_score_s": scored}
+        with session.timed("server_score_s"):
+            test = test_set(settings, options)
+            if test is not None:
+                score(result, *test)
+        result.timings = dict(session.timings)
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
             "eval_clients": eval_ids.tolist(),
@@ -130,12 +126,10 @@ def run_server(
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),
         )
-        report["privacy"] = privacy_section(
-            settings.epsilon, session.ledger, session.reported, sorted(clients.node_of)
-        )
+        report["privacy"] = privacy_section(session, sorted(clients.node_of))
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]
-        write_run(out, report, result.final, result.payload.arrays(), status)
+        write_run(report, result.final, result.payload.arrays(), status)
         return result, report
     except Exception as exc:
         status("failed", error=f"{type(exc).__name__}: {exc}")

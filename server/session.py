@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +30,7 @@ __all__ = [
 
 # A child of Flower's logger, so these lines reach `flwr run --stream` and `flwr log`.
 logger = logging.getLogger("flwr.ldpfda")
+_NO_KEYS = np.zeros(0, dtype=np.int64)
 
 
 def reason_kind(reason: str) -> str:
@@ -131,41 +134,35 @@ class Round:
     rejected: dict[int, str] = field(default_factory=dict)
     refused_by_server: list[int] = field(default_factory=list)
     who: str = "client"
-    _asked: list[Any] = field(default_factory=list, repr=False)
-    _answered: list[Any] = field(default_factory=list, repr=False)
+    _asked: list[NDArray[Any]] = field(default_factory=list, repr=False)
+    _answered: list[NDArray[Any]] = field(default_factory=list, repr=False)
 
     @property
     def asked(self) -> NDArray[Any]:
-        return _joined(self._asked)
+        return np.concatenate([_NO_KEYS, *self._asked])
 
     @property
     def answered(self) -> NDArray[Any]:
-        return _joined(self._answered)
+        return np.concatenate([_NO_KEYS, *self._answered])
 
-    def ask(self, keys: NDArray[np.int64] | list[int]) -> None:
-        """Record that ``keys`` were asked (node ids may not fit in int64)."""
+    def ask(self, keys: NDArray[Any]) -> None:
+        """Record that ``keys`` were asked (node ids, which may not fit in int64, as
+        an object array)."""
         self._asked.append(keys)
 
-    def answer(self, keys: NDArray[np.int64] | list[int]) -> None:
-        """Record that ``keys`` gave a valid reply."""
+    def answer(self, keys: NDArray[Any]) -> None:
         self._answered.append(keys)
 
     def record(self, replies: Replies) -> None:
         """Add what one ask brought back, logging every missing and rejected reply."""
         self.missing.update(replies.missing)
         self.rejected.update(replies.rejected)
-        for key, reason in replies.missing.items():
-            logger.warning(
-                "ldpfda: %s: no reply from %s %d (%s)", self.name, self.who, key, reason
-            )
-        for key, reason in replies.rejected.items():
-            logger.warning(
-                "ldpfda: %s reply of %s %d rejected: %s",
-                self.name,
-                self.who,
-                key,
-                reason,
-            )
+        for reasons, line in (
+            (replies.missing, "ldpfda: %s: no reply from %s %d (%s)"),
+            (replies.rejected, "ldpfda: %s reply of %s %d rejected: %s"),
+        ):
+            for key, reason in reasons.items():
+                logger.warning(line, self.name, self.who, key, reason)
         self.answer(replies.ids)
 
     def summary(self) -> dict[str, Any]:
@@ -195,13 +192,6 @@ def _merged(first: Replies, retry: Replies) -> Replies:
     )
 
 
-def _joined(parts: list[Any]) -> NDArray[Any]:
-    """Client ids (int64 arrays) or node ids (Python ints, up to 2**64) as one array."""
-    if all(isinstance(p, np.ndarray) for p in parts):
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return np.array([int(k) for p in parts for k in p], dtype=object)
-
-
 class QuorumError(RuntimeError):
     """Too few clients of a round gave a valid reply for the run to go on."""
 
@@ -214,7 +204,8 @@ def _head(items: list[Any], n: int = 5) -> str:
 
 class Session:
     """One run's asks through ``clients``, charged first to the server's ``ledger``;
-    ``status(stage, **extra)`` is told each stage as it starts."""
+    ``status(stage, **extra)`` is told each stage as it starts, and ``timings`` holds
+    the wall time of every :meth:`timed` step."""
 
     def __init__(
         self,
@@ -229,6 +220,14 @@ class Session:
         self.status = status or (lambda stage, **extra: None)
         self.rounds: dict[str, Round] = {}
         self.reported: dict[int, dict[str, float]] = {}
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        """Add the wall time of the block to ``timings[key]``."""
+        t0 = time.perf_counter()
+        yield
+        self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
 
     def ask(
         self,
@@ -244,8 +243,9 @@ class Session:
 
         A client that cannot afford the query is not asked (``not_asked_budget``), one
         that was unavailable is asked once more once it is back (a restarted node
-        answers from its own ledger); :class:`QuorumError` when fewer than
-        ``max(minimum, ceil(fraction * asked))`` valid replies come back.
+        answers from its own ledger, with the very release it made if it made one);
+        :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
+        valid replies come back.
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
@@ -257,15 +257,10 @@ class Session:
         if not affordable.all():
             request = request.take(np.flatnonzero(affordable))
         replies = self.clients.ask(query, asked, request)
-        # A node that was unavailable (it crashed, or restarted) is asked once more: it
-        # answers from its own ledger, with the very release it made if it made one.
-        again = [
-            i
-            for i, c in enumerate(asked)
-            if replies.missing.get(int(c), "").startswith("unavailable")
-        ]
-        if again:
-            index = np.array(again, dtype=np.int64)
+        index = np.flatnonzero(
+            [replies.missing.get(int(c), "").startswith("unavailable") for c in asked]
+        )
+        if index.size:
             self.status(f"{stage} rejoin", clients=asked[index].tolist())
             self.clients.rejoin(asked[index])
             retry = self.clients.ask(query, asked[index], request.take(index))
@@ -301,6 +296,9 @@ class Session:
         asked, answered = round_.asked.size, round_.answered.size
         needed = max(minimum, math.ceil(fraction * asked))
         if answered < needed:
+            # What the transport knows of who took part (connected, identified nodes).
+            describe = getattr(self.clients, "describe", None)
+            who = f"; {describe()}" if describe is not None else ""
             raise QuorumError(
                 f"only {answered} of {asked} {what} clients "
                 f"gave a valid reply in round {round_.name!r}; the run needs {needed} "
@@ -308,11 +306,6 @@ class Session:
                 f"Missing ({len(round_.missing)}): {_head(sorted(round_.missing))}; "
                 f"rejected ({len(round_.rejected)}): "
                 f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
-                f"budget: {len(round_.refused_by_server)}{self._who()} (the log has "
+                f"budget: {len(round_.refused_by_server)}{who} (the log has "
                 "every reason)"
             )
-
-    def _who(self) -> str:
-        """What the transport knows of who took part (connected, identified nodes)."""
-        describe = getattr(self.clients, "describe", None)
-        return f"; {describe()}" if describe is not None else ""

@@ -20,10 +20,10 @@ from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     as_weak_learner,
-    fit_weak_models_with,
     nearest_psd,
 )
 from ldpfda.server.mrma import LinearModels
+from ldpfda.server.mrma import fit_weak_models as fit_weak_models_with
 
 
 @pytest.fixture(scope="module")
@@ -286,22 +286,6 @@ def test_fit_weak_models_with_estimators(vector_data):
         rng=0,
     )
     assert joint.coef.shape == (5, 4)
-
-
-def test_fit_weak_models_with_a_callable_and_validation(vector_data):
-    x, y = vector_data
-
-    def constant(features, labels):
-        return LinearModels(np.zeros((1, features.shape[1])), np.array([1.0]))
-
-    models = fit_weak_models_with(
-        x, y, learner=constant, n_models=3, subsample_size=10, rng=0
-    )
-    np.testing.assert_array_equal(models.intercept, np.ones(3))
-    with pytest.raises(ValueError, match="subsample_size must be <="):
-        fit_weak_models_with(x[:5], y[:5], learner=constant, subsample_size=10)
-    with pytest.raises(TypeError, match="learner must be callable"):
-        fit_weak_models_with(x, y, learner="logistic")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------
