@@ -429,7 +429,7 @@ class LoopbackFederation:
             process = self._spawn(f"supernode-{i}-{n}", command)
             self.supernodes[i] = process
             while process.popen.poll() is None:
-                log = process.output()
+                log = process.log.read_text(errors="replace")
                 if _NODE_ID.search(log) and _SUPEREXEC_UP in log:
                     return
                 if time.monotonic() >= deadline:

@@ -148,7 +148,7 @@ def run_node_deployment(workdir: Path) -> NodeRun:
         final_stage = run_stage(reports)
         pids.append(federation.supernodes[RESTARTED].pid)
         children |= descendants(pids)
-        logs = [p.output() for p in federation.supernodes]
+        logs = [p.log.read_text(errors="replace") for p in federation.supernodes]
     left_running = still_running(set(pids) | children)
     ledger_after = _ledger(state)
     assert ledger_after is not None
