@@ -94,7 +94,11 @@ def _kind(X: Any) -> str:
 def describe(X: Any) -> str:
     """The form of ``X`` in words, for error messages."""
     kind = _kind(X)
-    return "an array" if kind == "array" else f"a {kind}"
+    return (
+        f"an {kind}"
+        if kind in ("array", "FDataGrid", "FDataIrregular", "FDataBasis")
+        else f"a {kind}"
+    )
 
 
 def is_curves(X: Any) -> bool:
