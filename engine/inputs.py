@@ -58,7 +58,9 @@ __all__ = [
     "check_spec",
     "curve_inputs",
     "describe",
+    "grid_channels",
     "is_curves",
+    "to_long_curves",
     "warn_if_private",
 ]
 

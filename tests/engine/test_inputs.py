@@ -256,6 +256,24 @@ def test_a_spec_fixes_the_basis_the_bounds_the_labels_and_epsilon(cls, data, tmp
         np.testing.assert_array_equal(again.coef_, model.coef_)
 
 
+def test_with_a_one_channel_spec_an_fdatabasis_in_its_basis_is_its_coefficients(data):
+    curves, labels, _ = data
+    spec = _spec()
+    own = skfda.FDataGrid(curves, GRID).to_basis(
+        BSplineBasis(domain_range=(0.0, 1.0), n_basis=10, order=4)
+    )
+    model = LDPClassifier(spec=spec, random_state=0).fit(own, labels)
+    np.testing.assert_array_equal(
+        model.featurizer_.transform(own),
+        spec.featurizer().scaler.transform(own.coefficients),
+    )
+    other = skfda.FDataGrid(curves, GRID).to_basis(
+        BSplineBasis(domain_range=(0.0, 1.0), n_basis=12, order=4)
+    )
+    with pytest.raises(ValueError, match="the model's basis has order 4"):
+        model.predict(other)
+
+
 def test_with_a_spec_missing_values_are_missing_observations(data):
     curves, labels, _ = data
     gappy = curves.copy()
