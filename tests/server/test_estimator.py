@@ -11,6 +11,9 @@ from sklearn.exceptions import NotFittedError
 from ldpfda.datasets import FunctionalDesign, VectorDesign
 from ldpfda.engine.estimator import MRMAClassifier
 
+#: Rows of a plain array are feature vectors in [-1, 1] only when the estimator is told.
+VECTORS = {"input_type": "vectors"}
+
 
 def test_unfitted_model_refuses_to_predict():
     with pytest.raises(NotFittedError):
@@ -25,7 +28,9 @@ def test_params_round_trip_and_clone():
 def test_vector_fit_predict_with_string_classes():
     x, y = VectorDesign().sample(1200, 0)
     labels = np.where(y == 1, "sick", "healthy")
-    model = MRMAClassifier(epsilon=float("inf"), n_estimators=10, random_state=0)
+    model = MRMAClassifier(
+        epsilon=float("inf"), n_estimators=10, random_state=0, input_type="vectors"
+    )
     model.fit(x, labels)
     assert list(model.classes_) == ["healthy", "sick"]
     xt, yt = VectorDesign().sample(5000, 1)
@@ -40,8 +45,12 @@ def test_vector_fit_predict_with_string_classes():
 
 def test_fit_is_reproducible_for_a_random_state():
     x, y = VectorDesign().sample(900, 0)
-    a = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=5).fit(x, y)
-    b = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=5).fit(x, y)
+    a = MRMAClassifier(**VECTORS, epsilon=3.0, n_estimators=10, random_state=5).fit(
+        x, y
+    )
+    b = MRMAClassifier(**VECTORS, epsilon=3.0, n_estimators=10, random_state=5).fit(
+        x, y
+    )
     np.testing.assert_array_equal(a.coef_, b.coef_)
 
 
@@ -50,9 +59,13 @@ def test_without_a_random_state_the_noise_is_fresh_and_cannot_be_replayed():
     # to replay the clients' noise. With random_state=None every fit draws fresh OS
     # entropy: the replay and a second fit both end elsewhere.
     x, y = VectorDesign().sample(900, 0)
-    replay = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=0).fit(x, y)
+    replay = MRMAClassifier(
+        **VECTORS, epsilon=3.0, n_estimators=10, random_state=0
+    ).fit(x, y)
     fits = [
-        MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=None).fit(x, y)
+        MRMAClassifier(**VECTORS, epsilon=3.0, n_estimators=10, random_state=None).fit(
+            x, y
+        )
         for _ in range(2)
     ]
     for fit in fits:
@@ -60,19 +73,21 @@ def test_without_a_random_state_the_noise_is_fresh_and_cannot_be_replayed():
     assert not np.array_equal(fits[0].coef_, fits[1].coef_)
     # A Generator is a random_state too: the same Generator state, the same noise.
     a = MRMAClassifier(
-        epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
+        **VECTORS, epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
     )
     b = MRMAClassifier(
-        epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
+        **VECTORS, epsilon=3.0, n_estimators=10, random_state=np.random.default_rng(7)
     )
     np.testing.assert_array_equal(a.fit(x, y).coef_, b.fit(x, y).coef_)
     with pytest.raises(ValueError, match="random_state"):
-        MRMAClassifier(random_state=-1).fit(x, y)
+        MRMAClassifier(**VECTORS, random_state=-1).fit(x, y)
 
 
 def test_the_estimator_runs_the_reference_mrma():
     x, y = VectorDesign().sample(900, 0)
-    model = MRMAClassifier(epsilon=3.0, n_estimators=10, random_state=5).fit(x, y)
+    model = MRMAClassifier(**VECTORS, epsilon=3.0, n_estimators=10, random_state=5).fit(
+        x, y
+    )
     assert model.result_.method == "mrma"
     releases = model.result_.privacy["releases"]
     assert set(releases) == {"laplace", "binary_randomized_response", "feedback_bit"}
@@ -99,11 +114,13 @@ def test_curves_as_fdatagrid_and_as_array_give_the_same_model():
 def test_bad_inputs_name_the_problem():
     x, y = VectorDesign().sample(300, 0)
     with pytest.raises(ValueError, match="2 classes"):
-        MRMAClassifier().fit(x, np.arange(300) % 3)
+        MRMAClassifier(**VECTORS).fit(x, np.arange(300) % 3)
     with pytest.raises(ValueError, match="epsilon"):
-        MRMAClassifier(epsilon=0.0, n_estimators=5).fit(x, y)
+        MRMAClassifier(**VECTORS, epsilon=0.0, n_estimators=5).fit(x, y)
     with pytest.raises(ValueError, match="subsample_size"):
-        MRMAClassifier(n_estimators=5, subsample_size=100, eval_fraction=0.9).fit(x, y)
+        MRMAClassifier(
+            **VECTORS, n_estimators=5, subsample_size=100, eval_fraction=0.9
+        ).fit(x, y)
     design = FunctionalDesign()
     curves, labels = design.sample(100, 0)
     curves[3, 7] = np.nan

@@ -1,0 +1,203 @@
+"""LDPClassifier: the platform's default protocol as a scikit-learn classifier."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from ldpfda.config import Settings
+from ldpfda.datasets import FunctionalDesign, VectorDesign
+from ldpfda.datasets.population import public_features, repeat_data
+from ldpfda.engine.classifier import LDPClassifier
+from ldpfda.engine.inprocess import split_clients
+from ldpfda.engine.runner import run_protocol
+from ldpfda.privacy.random import derive_seed
+
+VECTORS = {"input_type": "vectors"}
+
+#: `ldpfda simulate --epsilon 5` on the vector design (README): the default
+#: protocol's test error over 20 repeats, mean and standard deviation.
+SIMULATE_ERROR, SIMULATE_SD, REPEATS = 0.141, 0.006, 20
+
+
+def _repeat(settings: Settings, repeat: int):
+    """The clients of a simulated repeat as one array, and its public vectors."""
+    data = repeat_data(settings, repeat)
+    x = np.vstack([data.train[0], data.evaluation[0]])
+    y = np.concatenate([data.train[1], data.evaluation[1]])
+    return data, x, y, public_features(settings, repeat, featurizer=data.featurizer)
+
+
+def test_it_is_the_in_process_run_of_the_same_clients_and_seed_bit_for_bit():
+    settings = Settings(epsilon=5.0, n_test=20_000)
+    data, x, y, public = _repeat(settings, 0)
+    model = LDPClassifier(epsilon=5.0, random_state=7, **VECTORS).fit(
+        x, y, public_curves=public
+    )
+    # The engine's own populations of the repeat (training ids, then evaluation ids),
+    # with the run seed and server stream the estimator derives from random_state=7.
+    train, evaluation, test = split_clients(settings, data)
+    result = run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=derive_seed(7, "clients"),
+        server_rng=np.random.default_rng(derive_seed(7, "server")),
+        test=test,
+        public=public,
+    )
+    np.testing.assert_array_equal(model.coef_, result.final.coef)
+    np.testing.assert_array_equal(model.intercept_, result.final.intercept)
+    x_test, y_test = data.test
+    assert np.mean(model.predict(x_test) != y_test) == result.test_errors["moment"]
+    assert model.result_.method == "moment"
+    assert model.result_.privacy["releases"] == {
+        "signed_features": {"epsilon": 5.0, "clients": 3000, "epsilon_total": 15000.0}
+    }
+    assert model.result_.privacy["max_spent"] == model.epsilon_ == 5.0
+
+
+def test_it_reaches_the_engines_test_error_on_the_vector_design():
+    settings = Settings(epsilon=5.0)
+    errors = []
+    for repeat in range(REPEATS):
+        data, x, y, public = _repeat(settings, repeat)
+        model = LDPClassifier(epsilon=5.0, random_state=1000 + repeat, **VECTORS)
+        model.fit(x, y, public_curves=public)
+        errors.append(1.0 - model.score(*data.test))
+    # Two means of 20 repeats with independent noise: their difference has standard
+    # error sqrt(sd1^2 + sd2^2) / sqrt(20); three of them is the tolerance.
+    sd = float(np.std(errors, ddof=1))
+    tolerance = 3.0 * math.sqrt(sd**2 + SIMULATE_SD**2) / math.sqrt(REPEATS)
+    assert abs(float(np.mean(errors)) - SIMULATE_ERROR) < tolerance
+
+
+def test_without_public_vectors_the_moment_comes_from_the_releases():
+    x, y = VectorDesign().sample(3000, 0)
+    xt, yt = VectorDesign().sample(20_000, 1)
+    model = LDPClassifier(epsilon=5.0, random_state=0, **VECTORS).fit(x, y)
+    assert model.result_.privacy["max_spent"] == 5.0
+    # Still near the Bayes error 0.132 (sd of one repeat at 3000 clients ~ 0.01).
+    assert 1.0 - model.score(xt, yt) < 0.132 + 0.05
+
+
+def test_curves_on_a_grid_with_public_calibration_curves():
+    design = FunctionalDesign()
+    curves, labels = design.sample(3000, 0)
+    public, _ = design.sample(1000, 1)
+    test, test_labels = design.sample(20_000, 2)
+    model = LDPClassifier(epsilon=5.0, random_state=0).fit(
+        curves, labels, grid_points=design.grid_points, public_curves=public
+    )
+    assert model.coef_.shape == (1, 10) and model.n_features_in_ == 100
+    # README: 0.118 +- 0.008 at eps 5; one repeat within four sd.
+    assert 1.0 - model.score(test, test_labels) < 0.118 + 4 * 0.008
+
+
+def test_classes_probabilities_scores_and_predictions_agree():
+    x, y = VectorDesign().sample(1500, 0)
+    names = np.where(y == 1, "sick", "healthy")
+    model = LDPClassifier(epsilon=4.0, random_state=3, **VECTORS).fit(x, names)
+    assert list(model.classes_) == ["healthy", "sick"]
+    xt, _ = VectorDesign().sample(500, 1)
+    proba = model.predict_proba(xt)
+    scores = model.decision_function(xt)
+    assert proba.shape == (500, 2) and scores.shape == (500,)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(proba[:, 1] > 0.5, scores > 0)
+    np.testing.assert_array_equal(
+        model.predict(xt), np.where(scores > 0, "sick", "healthy")
+    )
+    assert 0.0 <= model.score(xt, model.predict(xt)) == 1.0
+
+
+def test_random_state_int_generator_and_fresh_entropy():
+    x, y = VectorDesign().sample(800, 0)
+
+    def coef(random_state):
+        model = LDPClassifier(epsilon=3.0, random_state=random_state, **VECTORS)
+        return model.fit(x, y).coef_
+
+    np.testing.assert_array_equal(coef(5), coef(5))
+    assert not np.array_equal(coef(5), coef(6))
+    np.testing.assert_array_equal(
+        coef(np.random.default_rng(9)), coef(np.random.default_rng(9))
+    )
+    # None: fresh OS entropy at every fit, never a fixed seed anyone could replay.
+    assert not np.array_equal(coef(None), coef(None))
+    assert not np.array_equal(coef(None), coef(0))
+    with pytest.raises(ValueError, match="random_state"):
+        coef(-1)
+    with pytest.raises(TypeError, match="random_state"):
+        coef(1.5)
+
+
+def test_init_only_stores_and_clone_keeps_the_parameters():
+    model = LDPClassifier(epsilon=-3.0, mechanism="nonsense", random_state=2)
+    assert model.get_params()["epsilon"] == -3.0
+    assert clone(model).get_params() == model.get_params()
+    with pytest.raises(NotFittedError):
+        LDPClassifier(**VECTORS).predict(np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("mechanism", ["piecewise", "duchi", "laplace"])
+def test_every_joint_mechanism_can_be_chosen(mechanism):
+    x, y = VectorDesign().sample(2000, 0)
+    model = LDPClassifier(mechanism=mechanism, random_state=0, **VECTORS).fit(x, y)
+    assert model.result_.privacy["max_spent"] == 5.0  # the default epsilon
+
+
+def test_bad_parameters_and_data_are_refused_by_name():
+    x, y = VectorDesign().sample(300, 0)
+    for epsilon in (0.0, -1.0):
+        with pytest.raises(ValueError, match=r"epsilon must be in \(0, inf\]"):
+            LDPClassifier(epsilon=epsilon, **VECTORS).fit(x, y)
+    with pytest.raises(TypeError, match="epsilon"):
+        LDPClassifier(epsilon="5", **VECTORS).fit(x, y)
+    with pytest.raises(ValueError, match="mechanism must be one of"):
+        LDPClassifier(mechanism="gauss", **VECTORS).fit(x, y)
+    with pytest.raises(ValueError, match="input_type must be one of"):
+        LDPClassifier(input_type="matrix").fit(x, y)
+    with pytest.raises(
+        ValueError, match=r"Only binary classification.*got 3: \[0, 1, 2\]"
+    ):
+        LDPClassifier(**VECTORS).fit(x, np.arange(300) % 3)
+    with pytest.raises(ValueError, match=r"exactly 2 classes, got 1: \['a'\]"):
+        LDPClassifier(**VECTORS).fit(x, np.full(300, "a"))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        LDPClassifier(**VECTORS).fit(x, np.linspace(0, 1, 300))
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        LDPClassifier(**VECTORS).fit(x, y[:-1])
+    nan = x.copy()
+    nan[4, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        LDPClassifier(**VECTORS).fit(nan, y)
+    with pytest.raises(ValueError, match="requires y"):
+        LDPClassifier(**VECTORS).fit(x, None)
+    with pytest.raises(ValueError, match="client_ids must be unique"):
+        LDPClassifier(**VECTORS).fit(x, y, client_ids=np.zeros(300, dtype=int))
+    with pytest.raises(ValueError, match=r"client_ids must have shape \(300,\)"):
+        LDPClassifier(**VECTORS).fit(x, y, client_ids=np.arange(10))
+    model = LDPClassifier(**VECTORS, random_state=0).fit(x, y)
+    with pytest.raises(ValueError, match="X has 3 features"):
+        model.predict(x[:, :3])
+
+
+def test_client_ids_key_the_noise_of_each_client():
+    x, y = VectorDesign().sample(400, 0)
+    ids = np.arange(400) * 7 + 3
+    a = LDPClassifier(random_state=1, **VECTORS).fit(x, y, client_ids=ids)
+    b = LDPClassifier(random_state=1, **VECTORS).fit(x, y, client_ids=ids)
+    c = LDPClassifier(random_state=1, **VECTORS).fit(x, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert not np.array_equal(a.coef_, c.coef_)
+    # The order of the rows does not matter, only who the clients are.
+    order = np.random.default_rng(0).permutation(400)
+    d = LDPClassifier(random_state=1, **VECTORS).fit(
+        x[order], y[order], client_ids=ids[order]
+    )
+    np.testing.assert_allclose(a.coef_, d.coef_, rtol=1e-12)
