@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from numpy.typing import NDArray
@@ -21,6 +21,8 @@ from ldpfda.schema.queries import (
     ERROR_LEDGER,
     ERROR_POLICY,
     ERROR_REQUEST,
+    ERROR_SPEC,
+    SPEC_RECORD,
     ArraySpec,
     Query,
     ReplyError,
@@ -55,6 +57,7 @@ REFUSALS = {
     ERROR_POLICY: "policy",
     ERROR_LEDGER: "ledger",
     ERROR_DATA: "data",
+    ERROR_SPEC: "spec",
 }
 
 
@@ -201,6 +204,8 @@ class GridClients:
     identify: Round = field(default_factory=lambda: Round(catalog.IDENTIFY, who="node"))
     nodes: list[int] = field(default_factory=list)
     reported: dict[int, dict[str, float]] = field(default_factory=dict)
+    #: The run's federation spec hash, sent with every request (None: the run has none).
+    spec_hash: str | None = None
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
         """Wait for the ``total`` clients' nodes, then ask each who it is.
@@ -258,6 +263,9 @@ class GridClients:
         """Send ``query`` to each node of ``contents``; replies by node id (a stray
         reply is logged and dropped, a node-unavailable error kept under its node)."""
         kind = query.message_type
+        if self.spec_hash is not None:
+            for content in contents.values():
+                content[SPEC_RECORD] = ConfigRecord({"hash": self.spec_hash})
         messages = [
             Message(content, node, kind, group_id=query.name)
             for node, content in contents.items()

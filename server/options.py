@@ -33,6 +33,8 @@ class FlowerOptions:
     phase: str = "single"
     session: str = ""
     artifact_dir: str = "results/flower/artifacts"
+    spec: str = ""
+    public_data: str = ""
 
     def __post_init__(self) -> None:
         def checked(name: str, check: Any, **bounds: Any) -> None:
@@ -47,6 +49,11 @@ class FlowerOptions:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+        for name in ("spec", "public_data"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a path (str)")
+        if self.spec and self.test_data == "design":
+            object.__setattr__(self, "test_data", "")
         if not isinstance(self.test_data, str):
             raise TypeError(
                 f"test_data must be a str, got {type(self.test_data).__name__}"

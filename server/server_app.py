@@ -14,19 +14,18 @@ from flwr.serverapp import Grid, ServerApp
 
 from ldpfda import __version__
 from ldpfda.config import Settings
-from ldpfda.datasets.population import public_features, public_featurizer
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema import catalog
 from ldpfda.server.fitting import ProtocolResult, score
 from ldpfda.server.grid import GridClients
 from ldpfda.server.options import FlowerOptions, parse_run_config
+from ldpfda.server.own_data import run_data
 from ldpfda.server.plans import Plan, run_plan
 from ldpfda.server.report import (
     Status,
     privacy_section,
     rejections,
-    test_set,
     write_run,
 )
 from ldpfda.server.session import Session, logger, reason_kind
@@ -40,11 +39,12 @@ def connect(
     options: FlowerOptions,
     status: Status,
     timing: str = "wait_for_nodes_s",
+    spec_hash: str | None = None,
 ) -> tuple[GridClients, Session]:
     """Wait for the run's nodes and identify them (timed as ``timing``); the transport
     and a session over it, with the server's ledger."""
     total = settings.n_train + settings.n_eval
-    clients = GridClients(grid, options.reply_timeout)
+    clients = GridClients(grid, options.reply_timeout, spec_hash=spec_hash)
     ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
     session = Session(clients, ledger, options.min_reply_fraction, status)
     status("waiting-for-nodes", expected=total)
@@ -91,11 +91,11 @@ def run_server(
     status = Status(Path(options.report_dir) / f"run-{run_id}")
     total = settings.n_train + settings.n_eval
     try:
-        featurizer, _ = public_featurizer(settings, options.repeat)
-        public = None
-        if settings.public_features and not settings.label_release:
-            public = public_features(settings, options.repeat, featurizer=featurizer)
-        clients, session = connect(grid, settings, options, status)
+        data = run_data(settings, options)
+        featurizer, public = data.featurizer, data.public
+        clients, session = connect(
+            grid, settings, options, status, spec_hash=data.spec_hash
+        )
         ids = clients.ids()
         train_ids, eval_ids = ids[ids < settings.n_train], ids[ids >= settings.n_train]
         server_rng = np.random.default_rng(
@@ -106,9 +106,8 @@ def run_server(
         )
         result = run_plan(session, plan)
         with session.timed("server_score_s"):
-            test = test_set(settings, options)
-            if test is not None:
-                score(result, *test)
+            if data.test is not None:
+                score(result, *data.test)
         result.timings = dict(session.timings)
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
