@@ -162,3 +162,72 @@ def test_a_spec_the_node_cannot_read_is_refused_with_the_spec_code(
     assert reply.has_error() and reply.error.code == ERROR_SPEC
     # The reply says only that the spec cannot be read; the node's log says why.
     assert "order" not in reply.error.reason
+
+
+# -- a whole run under the spec --------------------------------------------------------
+
+
+def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True):
+    from ldpfda.server.server_app import parse_run_config, run_server
+
+    from .support import FakeGrid
+
+    spec_path = tmp_path / "federation.toml"
+    spec_path.write_text(SPEC, encoding="utf-8")
+    other = tmp_path / "other.toml"
+    other.write_text(SPEC.replace("n-basis = 8", "n-basis = 9"), encoding="utf-8")
+    # Every host's own subject on its own device clock; public and test curves are
+    # other subjects of the same kind, on the server.
+    subjects = make_wearable(60, seed=11)
+    nodes = []
+    for i in range(60):
+        path = write_long_csv(tmp_path / f"host-{i}.csv", subjects.subject(i))
+        nodes.append(
+            {
+                "client-id": i,
+                "data-path": str(path),
+                "spec-path": str(other if i in other_spec_for else spec_path),
+                "privacy-budget": 5.0,
+                "state-dir": str(tmp_path / f"state-{i}"),
+            }
+        )
+    server = {"flower.spec": str(spec_path)}
+    if public:
+        server["flower.public-data"] = str(
+            write_long_csv(
+                tmp_path / "public.csv", make_wearable(300, first_subject=10**5, seed=5)
+            )
+        )
+    server["flower.test-data"] = str(
+        write_long_csv(
+            tmp_path / "test.csv", make_wearable(500, first_subject=10**6, seed=5)
+        )
+    )
+    config = run_config(
+        SMALL,
+        {"data.n-train": 40, "data.n-eval": 20, "privacy.epsilon": 5.0},
+        server,
+    )
+    settings, options = parse_run_config(config)
+    grid = FakeGrid(app, config, nodes)
+    return run_server(grid, settings, options, run_id=7)
+
+
+def test_a_run_under_the_spec_uses_every_hosts_own_curves(tmp_path, run_config):
+    result, report = _spec_run(tmp_path, run_config, other_spec_for={5})
+    part = report["participation"]
+    # Every host but the one under another spec released, on its own timestamps; that
+    # one refused at once, before it said who it is.
+    assert [(r["stage"], r["client_id"], r["kind"]) for r in part["rejections"]] == [
+        ("identify", None, "spec")
+    ]
+    assert "(code 4005)" in part["rejections"][0]["reason"]
+    assert len(result.payload) == 59
+    assert report["flower"]["flower.spec"].endswith("federation.toml")
+    errors = report["test_errors"]
+    assert errors and all(0.0 <= v <= 1.0 for v in errors.values())
+
+
+def test_a_spec_run_without_public_curves_says_what_it_needs(tmp_path, run_config):
+    with pytest.raises(ValueError, match="flower.public-data"):
+        _spec_run(tmp_path, run_config, public=False)
