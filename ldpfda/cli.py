@@ -655,11 +655,8 @@ def _layout(path: Path, layout: str | None) -> str:
     return f"{layout} CSV"
 
 
-def _fit_spec(args: argparse.Namespace, channels: Any = None) -> tuple[Any, str, str]:
-    """The run's spec, its text and where it came from."""
-    from ldpfda.engine.own_data import options_spec
-    from ldpfda.schema.spec import FederationSpec
-
+def _spec_labels(args: argparse.Namespace) -> list[str]:
+    """The spec-less options checked: the two labels they declare."""
     given = [k for k in _SPEC_OPTIONS if getattr(args, k) is not None]
     if args.spec is not None:
         if given:
@@ -667,8 +664,7 @@ def _fit_spec(args: argparse.Namespace, channels: Any = None) -> tuple[Any, str,
                 f"{', '.join(_SPEC_OPTIONS[k].split()[0] for k in given)} describe a "
                 f"spec; with --spec the spec file {args.spec} fixes them"
             )
-        spec = FederationSpec.load(args.spec)
-        return spec, args.spec.read_text(encoding="utf-8"), str(args.spec)
+        return []
     missing = [_SPEC_OPTIONS[k] for k in _REQUIRED_SPEC_OPTIONS if k not in given]
     if args.epsilon is None:
         missing.append("--epsilon E")
@@ -679,30 +675,33 @@ def _fit_spec(args: argparse.Namespace, channels: Any = None) -> tuple[Any, str,
             "public calibration curves: ldpfda spec init --calibration PUBLIC ..."
         )
     labels = [s.strip() for s in args.labels.split(",")]
-    if len(labels) != 2:
+    if len(labels) != 2 or len(set(labels)) != 2:
         raise _UsageError(f"--labels must name two labels, got {args.labels!r}")
-    n_basis = 10 if args.n_basis is None else args.n_basis
-    spec = options_spec(
-        channels,
+    return labels
+
+
+def _options_spec(args: argparse.Namespace, curves: Any, labels: list[str]) -> Any:
+    """The spec of the spec-less options, one channel per channel of the file."""
+    from ldpfda.engine.own_data import options_spec
+
+    if curves.n_channels > 1:
+        raise _UsageError(
+            f"{args.data.name} holds {curves.n_channels} channels {curves.channels}; "
+            "a spec for several channels needs a --spec file"
+        )
+    return options_spec(
+        curves.channels,
         domain=tuple(args.domain),
         value_range=tuple(args.value_range),
         labels=labels,
         epsilon=args.epsilon,
         protocol=args.protocol or "default",
-        n_basis=n_basis,
+        n_basis=10 if args.n_basis is None else args.n_basis,
         order=4 if args.order is None else args.order,
         penalty=0.0 if args.penalty is None else args.penalty,
         min_points=args.min_points,
         unit=args.unit or "unit",
     )
-    return spec, spec.dumps(), "built from the options"
-
-
-def _file_channels(path: Path, layout: str | None) -> tuple[str, ...]:
-    """The channels a file names (``value`` for one it does not name)."""
-    from ldpfda.datasets.readers import read_curves
-
-    return read_curves(path, layout=layout).channels
 
 
 def _run_fit(args: argparse.Namespace) -> int:
@@ -712,7 +711,14 @@ def _run_fit(args: argparse.Namespace) -> int:
         print(f"ldpfda fit: error: {exc}", file=sys.stderr)
         return 2
     except SettingError as exc:
-        print(_setting_error("fit", exc, _FIT_FLAGS), file=sys.stderr)
+        if exc.name in ("n_train", "n_eval"):
+            print(
+                f"ldpfda fit: error: --data has too few training subjects after the "
+                f"test split: {exc}",
+                file=sys.stderr,
+            )
+        else:
+            print(_setting_error("fit", exc, _FIT_FLAGS), file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         print(f"ldpfda fit: error: {exc}", file=sys.stderr)
@@ -729,22 +735,24 @@ def _fit(args: argparse.Namespace) -> int:
         raise _UsageError(f"{model_path} exists; pass --force to overwrite it")
     if not args.data.is_file():
         raise FileNotFoundError(f"--data {args.data}: no such file")
-    if args.spec is None and args.labels is not None:
-        channels = _file_channels(args.data, args.layout)
-        if len(channels) > 1:
-            raise _UsageError(
-                f"{args.data.name} holds {len(channels)} channels {channels}; a spec "
-                "for several channels needs a --spec file"
-            )
-    else:
-        channels = None
-    spec, spec_text, spec_source = _fit_spec(args, channels)
-    protocol = args.protocol or spec.release.protocol
-    epsilon = spec.release.epsilon if args.epsilon is None else args.epsilon
+    labels = _spec_labels(args)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    curves, _ = read_own_curves(args.data, spec, layout=args.layout)
+    if args.spec is not None:
+        from ldpfda.schema.spec import FederationSpec
+
+        spec = FederationSpec.load(args.spec)
+        spec_text, spec_source = args.spec.read_text(encoding="utf-8"), str(args.spec)
+        curves, _ = read_own_curves(args.data, spec, layout=args.layout)
+    else:
+        from ldpfda.datasets.readers import read_curves
+
+        curves = read_curves(args.data, layout=args.layout, spec_labels=labels)
+        spec = _options_spec(args, curves, labels)
+        spec_text, spec_source = spec.dumps(), "built from the options"
     timings["read_s"] = time.perf_counter() - t0
+    protocol = args.protocol or spec.release.protocol
+    epsilon = spec.release.epsilon if args.epsilon is None else args.epsilon
     t0 = time.perf_counter()
     features, dropped = featurize_own(
         spec, curves, source=args.data.name, drop_unusable=args.drop_unusable
@@ -769,9 +777,7 @@ def _fit(args: argparse.Namespace) -> int:
     public = None
     public_note = ""
     if args.public is not None:
-        pub_curves, _ = read_own_curves(
-            args.public, spec, layout=args.layout, labelled=False
-        )
+        pub_curves, _ = read_own_curves(args.public, spec, labelled=False)
         pub, _ = featurize_own(spec, pub_curves, source=args.public.name)
         if protocol == "default":
             public = pub.features
@@ -812,9 +818,9 @@ def _fit(args: argparse.Namespace) -> int:
     )
     n = features.features.shape[0]
     print(
-        f"held-out test set: {fit.n_test} of {n} subjects ({args.test_fraction:g} of "
-        f"every label, stratified, {seed_text}); the protocol runs on the other "
-        f"{fit.train_idx.size}"
+        f"held-out test set: {fit.n_test} of {n} subjects "
+        f"({100 * args.test_fraction:g} % of every label, stratified, {seed_text}); "
+        f"the protocol runs on the other {fit.train_idx.size}"
     )
     _print_release(fit, spec, protocol, epsilon)
     if public_note:

@@ -315,3 +315,24 @@ def test_predict_refuses_curves_the_model_was_not_made_for(files, tmp_path, caps
 def test_bad_usage_exits_2(argv, capsys):
     assert _code(argv) == 2
     assert "ldpfda" in capsys.readouterr().err
+
+
+def test_spec_less_labels_are_checked_against_the_file(files, tmp_path, capsys):
+    args = ["fit", "--data", str(files["wide"]), "--out", str(tmp_path / "run")]
+    options = ["--domain", "0", "1440", "--value-range", "40", "200"]
+    assert _code([*args, *options, "--labels", "a,b", "--epsilon", "5"]) == 1
+    err = capsys.readouterr().err
+    assert "wide.csv row 2: label" in err and "('a', 'b')" in err
+    assert _code([*args, *options, "--labels", "a", "--epsilon", "5"]) == 2
+    assert "--labels must name two labels" in capsys.readouterr().err
+
+
+def test_a_tiny_file_says_it_has_too_few_training_subjects(files, tmp_path, capsys):
+    rows = ["subject,curve,time,label,heart_rate"]
+    for s in range(6):
+        label = "healthy" if s % 2 else "blunted"
+        rows += [f"s{s},0,{t * 40.0},{label},{70 + s}" for t in range(30)]
+    data = tmp_path / "tiny.csv"
+    data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert _fit(files, tmp_path / "run", "--data", str(data)) == 2
+    assert "--data has too few training subjects" in capsys.readouterr().err
