@@ -1,12 +1,28 @@
-"""The simulated populations of the embedded designs, drawn the same on every side.
+"""The simulated populations of the embedded datasets, drawn the same on every side.
 
 The in-process engine, a simulated SuperNode and the ServerApp all draw a repeat's data
 here, from ``(settings.seed, repeat)`` in a fixed order, so they see the same rows bit
 for bit. A deployed node reads its own data file instead.
+
+The ``wearable`` dataset is a day of heart rate per subject from
+:func:`~ldpfda.datasets.wearable.make_wearable`, featurized by the spec the package
+ships (:func:`~ldpfda.datasets.wearable_spec.wearable_spec` with ``fda.n-basis`` and
+``fda.order``). A subject's features depend only on its own curve, so each simulated
+client's features are computed once, as its host would, and the engine's clients
+hold them (the run's featurizer is then the identity on [-1, 1]^p). Repeat ``r``'s
+training and evaluation subjects are subjects ``0 .. n_train + n_eval - 1`` of the
+``make_wearable`` seed ``derive_seed(seed, "data", r)``; its public calibration
+subjects come from the disjoint public seed range
+(:data:`~ldpfda.datasets.wearable_spec.PUBLIC_SEED_BASE` plus
+``derive_seed(seed, "public", r)``). The ``n_test`` test subjects (seed
+``derive_seed(seed, "test")``) are drawn once and shared by the repeats: drawing and
+projecting 10^5 subjects takes about 20 s, too long to repeat per run, and with that
+many test subjects a shared test set changes the spread over repeats by about 0.001.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +38,7 @@ from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
 
 __all__ = [
+    "WEARABLE_BLOCK",
     "RepeatData",
     "design_test_set",
     "make_featurizer",
@@ -31,7 +48,11 @@ __all__ = [
     "repeat_data",
     "simulated_noise_seed",
     "simulated_partition",
+    "wearable_features",
 ]
+
+#: Subjects drawn and featurized at once for the wearable dataset (about 30 MB).
+WEARABLE_BLOCK = 10_000
 
 
 def make_featurizer(
@@ -58,8 +79,15 @@ def public_features(
 
     The functional design's calibration curves (:func:`make_featurizer`); for the
     vector design, ``calibration_size`` vectors from the stream
-    ``(seed, "public", repeat)``. ``featurizer`` defaults to the repeat's own.
+    ``(seed, "public", repeat)``; for the wearable dataset, ``calibration_size``
+    subjects of the public seed range. ``featurizer`` defaults to the repeat's own.
     """
+    if settings.dataset == "wearable":
+        seed = _wearable_public_seed(settings, repeat)
+        features, _ = wearable_features(
+            settings.n_basis, settings.order, seed, 0, settings.calibration_size
+        )
+        return features
     design = make_design(settings.dataset)
     if featurizer is None:
         rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
@@ -87,8 +115,11 @@ def repeat_data(
     """Featurizer and raw samples of one repeat, from ``(settings.seed, repeat)``.
 
     Draw order on the repeat's data stream: calibration curves (functional design
-    only), training, evaluation, test sample.
+    only), training, evaluation, test sample. The wearable dataset's samples are the
+    features of its subjects (see the module docstring).
     """
+    if settings.dataset == "wearable":
+        return _wearable_repeat(settings, repeat, with_test=with_test)
     design = make_design(settings.dataset)
     data_rng = np.random.default_rng(derive_seed(settings.seed, "data", repeat))
     featurizer = make_featurizer(design, settings, data_rng)
@@ -103,6 +134,8 @@ def public_featurizer(settings: Settings, repeat: int = 0) -> tuple[Featurizer, 
     """The run's public featurizer and the grid it expects (None for vector data),
     from the settings and the run seed only: the engine's calibration curves, or in a
     multi-server session those of the public stream every server shares."""
+    if settings.dataset == "wearable":
+        return _wearable_featurizer(settings), None
     design = make_design(settings.dataset)
     stream = ("data",) if settings.server_id < 0 else ("public",)
     rng = np.random.default_rng(derive_seed(settings.seed, *stream, repeat))
@@ -189,3 +222,80 @@ def design_test_set(
     assert data.test is not None
     x_test, y_test = data.test
     return data.featurizer.transform(x_test), y_test
+
+
+# -- the wearable dataset --------------------------------------------------------------
+
+
+def _wearable_featurizer(settings: Settings) -> VectorFeaturizer:
+    """The identity on the wearable spec's [-1, 1]^p: the clients hold features."""
+    from ldpfda.datasets.wearable_spec import wearable_spec
+
+    p = wearable_spec(settings.n_basis, settings.order).n_features
+    return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), p)
+
+
+def _wearable_public_seed(settings: Settings, repeat: int) -> int:
+    from ldpfda.datasets.wearable_spec import PUBLIC_SEED_BASE
+
+    return PUBLIC_SEED_BASE + derive_seed(settings.seed, "public", repeat)
+
+
+#: Bytes of wearable features kept between runs: a simulation runs every repeat for
+#: one epsilon, then again for the next, and a repeat's data do not depend on it.
+_CACHE_BYTES = 512 * 2**20
+_cache: collections.OrderedDict[tuple[int, ...], Any] = collections.OrderedDict()
+
+
+def wearable_features(
+    n_basis: int, order: int, seed: int, first: int, n: int
+) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    """Features and labels of ``make_wearable`` subjects ``first .. first + n - 1`` of
+    ``seed``, under the wearable spec with ``n_basis`` B-splines of ``order``.
+
+    Drawn and featurized :data:`WEARABLE_BLOCK` subjects at a time. The arrays are
+    read-only and kept for the next call (up to 512 MB, least recently used first
+    out).
+    """
+    key = (n_basis, order, seed, first, n)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    result = _draw_wearable(n_basis, order, seed, first, n)
+    _cache[key] = result
+    while len(_cache) > 1 and sum(f.nbytes for f, _ in _cache.values()) > _CACHE_BYTES:
+        _cache.popitem(last=False)
+    return result
+
+
+def _draw_wearable(
+    n_basis: int, order: int, seed: int, first: int, n: int
+) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+    from ldpfda.datasets.wearable import make_wearable
+    from ldpfda.datasets.wearable_spec import wearable_spec
+
+    featurizer = wearable_spec(n_basis, order).featurizer()
+    features = np.empty((n, featurizer.n_features_out))
+    labels = np.empty(n, dtype=np.int8)
+    for start in range(0, n, WEARABLE_BLOCK):
+        size = min(WEARABLE_BLOCK, n - start)
+        block = featurizer.featurize(
+            make_wearable(size, seed=seed, first_subject=first + start)
+        )
+        features[start : start + size] = block.features
+        labels[start : start + size] = block.labels
+    features.setflags(write=False)
+    labels.setflags(write=False)
+    return features, labels
+
+
+def _wearable_repeat(settings: Settings, repeat: int, *, with_test: bool) -> RepeatData:
+    seed = derive_seed(settings.seed, "data", repeat)
+    basis = (settings.n_basis, settings.order)
+    train = wearable_features(*basis, seed, 0, settings.n_train)
+    evaluation = wearable_features(*basis, seed, settings.n_train, settings.n_eval)
+    test = None
+    if with_test:
+        test_seed = derive_seed(settings.seed, "test")
+        test = wearable_features(*basis, test_seed, 0, settings.n_test)
+    return RepeatData(_wearable_featurizer(settings), train, evaluation, test)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,11 +22,18 @@ from ldpfda._validation import check_epsilon, check_int, check_real
 
 __all__ = [
     "DATASETS",
+    "DESIGNS",
     "FLOWER_PREFIX",
     "LABEL_CORRECTIONS",
     "LABEL_MECHANISMS",
+    "MAX_CALIBRATION",
+    "MAX_CLIENTS",
+    "MAX_SEED",
+    "MAX_TEST",
     "MECHANISMS",
     "SERVER_METHODS",
+    "SettingError",
+    "SettingTypeError",
     "Settings",
     "WEAK_LEARNERS",
     "run_settings",
@@ -34,7 +42,38 @@ __all__ = [
     "settings_table",
 ]
 
-DATASETS = ("vector", "functional")
+#: The embedded simulation designs (:mod:`ldpfda.datasets.synthetic`); a multi-server
+#: session shifts them per server.
+DESIGNS = ("vector", "functional")
+#: Every dataset of the in-process engine: the designs and ``wearable``, daily heart
+#: rate of :func:`~ldpfda.datasets.wearable.make_wearable` featurized by the spec the
+#: package ships (:mod:`ldpfda.datasets.wearable_spec`).
+DATASETS = (*DESIGNS, "wearable")
+
+#: The most clients of one group (``n_train``, ``n_eval``) the in-process engine
+#: simulates: it keeps a ledger row and a release of every client in memory, about
+#: 400 MB per 10^6 clients (``ldpfda benchmark``), so 10^7 is about 4 GB.
+MAX_CLIENTS = 10_000_000
+#: The most clean test points: the scaled test set is held in memory at once.
+MAX_TEST = 10_000_000
+#: The most public calibration curves (drawn and projected at once).
+MAX_CALIBRATION = 1_000_000
+#: Run seeds are 64-bit: :func:`~ldpfda.privacy.random.derive_seed` keys every stream
+#: with the seed's low 64 bits, so a larger seed would alias a smaller one.
+MAX_SEED = 2**64 - 1
+#: Grid points of the functional design (``FunctionalDesign().n_points``; tested).
+FUNCTIONAL_GRID_POINTS = 100
+#: Samples in a day of the sparsest device of the wearable generator (one every 10
+#: minutes): more basis functions than that would be fit from the penalty alone.
+WEARABLE_MAX_BASIS = 144
+_LIMITS = {
+    "n_train": "the most clients of a group the in-process engine simulates, "
+    "about 4 GB",
+    "n_eval": "the most clients of a group the in-process engine simulates, about 4 GB",
+    "n_test": "the most clean test points held in memory",
+    "calibration_size": "the most public calibration curves drawn at once",
+    "seed": "run seeds are 64-bit",
+}
 #: Label-only modes (features public, the server fits one corrected logistic
 #: regression, :mod:`ldpfda.server.labels`): ``label-uniform``, K-ary randomized
 #: response; ``label-cluster``, pilots' K-RR labels give every cluster a prior that the
@@ -53,6 +92,32 @@ MECHANISMS = (
 LABEL_CORRECTIONS = ("forward", "backward")
 SERVER_METHODS = ("auto", "moment", "mrma")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
+
+
+class SettingError(ValueError):
+    """A setting is invalid; ``name`` is the field at fault (its CLI flag is
+    ``--`` + ``name`` in kebab case, its key :meth:`Settings.key`)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class SettingTypeError(SettingError, TypeError):
+    """A setting holds a value of the wrong type."""
+
+
+@contextmanager
+def _about(name: str) -> Iterator[None]:
+    """Turn a validator's ``ValueError``/``TypeError`` into one naming ``name``."""
+    try:
+        yield
+    except SettingError:
+        raise
+    except TypeError as exc:
+        raise SettingTypeError(name, str(exc)) from None
+    except ValueError as exc:
+        raise SettingError(name, str(exc)) from None
 
 
 def setting(
@@ -105,10 +170,15 @@ class Settings:
         "share of a training client's epsilon on its label, reference release only "
         "('reference': 1/(p+1))",
     )
-    n_basis: int = setting(10, "fda", "B-spline basis size p (functional data)")
+    n_basis: int = setting(
+        10, "fda", "B-spline basis size p (functional and wearable data)"
+    )
     order: int = setting(4, "fda", "B-spline order (4 = cubic)")
     calibration_size: int = setting(
-        1000, "fda", "public calibration curves that fix the rescaling bounds"
+        1000,
+        "fda",
+        "public calibration curves (vectors): the moment classifier's public features, "
+        "and the functional design's rescaling bounds",
     )
     num_weak_models: int = setting(50, "mrma", "M, MRMA's weak classifiers")
     subsample_size: int = setting(
@@ -144,7 +214,13 @@ class Settings:
         "label-only modes: the corrected loss",
         choices=LABEL_CORRECTIONS,
     )
-    dataset: str = setting("vector", "data", "embedded design", choices=DATASETS)
+    dataset: str = setting(
+        "vector",
+        "data",
+        "embedded dataset: a simulation design, or 'wearable' (daily heart rate "
+        "featurized by the shipped wearable spec, fda.n-basis and fda.order its basis)",
+        choices=DATASETS,
+    )
     public_features: bool = setting(
         True,
         "data",
@@ -171,54 +247,67 @@ class Settings:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
 
-        def integer(name: str, minimum: int) -> int:
-            set_(self, name, check_int(getattr(self, name), name, minimum=minimum))
+        def integer(name: str, minimum: int, maximum: int | None = None) -> int:
+            with _about(name):
+                value = check_int(getattr(self, name), name, minimum=minimum)
+                if maximum is not None and value > maximum:
+                    raise ValueError(
+                        f"{name} must be <= {maximum} ({_LIMITS[name]}), got {value}"
+                    )
+                set_(self, name, value)
             return int(getattr(self, name))
 
         def real(name: str, **bounds: Any) -> None:
-            set_(self, name, check_real(getattr(self, name), name, **bounds))
+            with _about(name):
+                set_(self, name, check_real(getattr(self, name), name, **bounds))
 
         def choice(name: str) -> None:
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"{name} must be one of {choices}, got {getattr(self, name)!r}"
+                raise SettingError(
+                    name,
+                    f"{name} must be one of {choices}, got {getattr(self, name)!r}",
                 )
 
-        set_(self, "epsilon", check_epsilon(self.epsilon))
+        with _about("epsilon"):
+            set_(self, "epsilon", check_epsilon(self.epsilon))
         if self.label_share is not None:
             real("label_share", low=0.0, high=1.0, low_open=True, high_open=True)
         order = integer("order", 1)
         if integer("n_basis", 1) < order:
-            raise ValueError(f"n_basis must be >= order ({order}), got {self.n_basis}")
-        integer("calibration_size", 2)
-        m = integer("num_weak_models", 1)
+            raise SettingError(
+                "n_basis", f"n_basis must be >= order ({order}), got {self.n_basis}"
+            )
+        integer("calibration_size", 2, MAX_CALIBRATION)
+        integer("num_weak_models", 1)
         integer("subsample_size", 2)
         real("cutoff", low=0.0, high=0.5)
         for name in ("mechanism", "method", "weak_learner"):
             choice(name)
         if self.joint_release and self.protocol == "mrma" and self.learner != "moment":
-            raise ValueError(
+            raise SettingError(
+                "weak_learner",
                 f"weak_learner {self.weak_learner!r} needs released labels; with "
-                f"mechanism {self.mechanism!r} use weak_learner 'moment' (or 'auto')"
+                f"mechanism {self.mechanism!r} use weak_learner 'moment' (or 'auto')",
             )
         if self.mechanism != "reference" and self.label_share is not None:
-            raise ValueError(
+            raise SettingError(
+                "label_share",
                 f"label_share applies to the reference release only, got "
-                f"label_share={self.label_share!r} with mechanism {self.mechanism!r}"
+                f"label_share={self.label_share!r} with mechanism {self.mechanism!r}",
             )
         for name in ("normalize_models", "public_features"):
             value = getattr(self, name)
             if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+                raise SettingTypeError(
+                    name, f"{name} must be a bool, got {type(value).__name__}"
+                )
         choice("dataset")
-        n_train = integer("n_train", 2)
-        if self.subsample_size > n_train:
-            raise ValueError(
-                f"subsample_size must be <= n_train ({n_train}), "
-                f"got {self.subsample_size}"
-            )
-        integer("n_eval", m)
+        self._check_dataset()
+        integer("n_train", 2, MAX_CLIENTS)
+        integer("n_eval", 1, MAX_CLIENTS)
+        if self.protocol == "mrma":
+            self._check_mrma()
         # The labeldp.* keys; population bounds only for a label-only mode.
         integer("n_clusters", 1)
         real("pilot_share", low=0.0, high=1.0, low_open=True, high_open=True)
@@ -226,35 +315,86 @@ class Settings:
         choice("correction")
         if self.label_release:
             self._check_label_only()
-        integer("n_test", 1)
+        integer("n_test", 1, MAX_TEST)
         integer("repeats", 1)
         integer("server_id", -1)
         for name in ("feature_shift", "label_shift"):
             real(name)
             if getattr(self, name) != 0.0 and self.server_id < 0:
-                raise ValueError(
+                raise SettingError(
+                    name,
                     f"{name} describes a server's population in a multi-server "
                     f"session and needs server_id >= 0, got {name}="
-                    f"{getattr(self, name)!r} with server_id={self.server_id}"
+                    f"{getattr(self, name)!r} with server_id={self.server_id}",
                 )
-        integer("seed", 0)
+        if self.dataset == "wearable" and self.server_id >= 0:
+            raise SettingError(
+                "server_id",
+                "dataset 'wearable' has no shifted populations for the servers of a "
+                f"multi-server session; use one of {DESIGNS}, got server_id="
+                f"{self.server_id}",
+            )
+        integer("seed", 0, MAX_SEED)
+
+    def _check_dataset(self) -> None:
+        """The basis a curve dataset can carry (the vector design has none)."""
+        if self.dataset == "functional" and self.n_basis > FUNCTIONAL_GRID_POINTS:
+            raise SettingError(
+                "n_basis",
+                f"n_basis must be <= {FUNCTIONAL_GRID_POINTS} (the functional "
+                f"design's grid points) with dataset 'functional', got {self.n_basis}",
+            )
+        if self.dataset == "wearable":
+            if self.n_basis > WEARABLE_MAX_BASIS:
+                raise SettingError(
+                    "n_basis",
+                    f"n_basis must be <= {WEARABLE_MAX_BASIS} (a day's samples of "
+                    f"the sparsest wearable device, one every 10 minutes) with "
+                    f"dataset 'wearable', got {self.n_basis}",
+                )
+            if self.order < 3:
+                raise SettingError(
+                    "order",
+                    "order must be >= 3 with dataset 'wearable': its spec bridges "
+                    "device-off gaps with a roughness penalty, which needs a "
+                    f"second derivative; got {self.order}",
+                )
+
+    def _check_mrma(self) -> None:
+        """Sizes only MRMA uses: its subsamples and its evaluation subgroups."""
+        if self.subsample_size > self.n_train:
+            raise SettingError(
+                "subsample_size",
+                f"subsample_size must be <= n_train ({self.n_train}), "
+                f"got {self.subsample_size}",
+            )
+        if self.num_weak_models > self.n_eval:
+            raise SettingError(
+                "num_weak_models",
+                f"num_weak_models must be <= n_eval ({self.n_eval}): MRMA evaluates "
+                "each weak model on its own subgroup of evaluation clients, got "
+                f"{self.num_weak_models}",
+            )
 
     def _check_label_only(self) -> None:
         if self.method != "auto":
-            raise ValueError(
+            raise SettingError(
+                "method",
                 f"mechanism {self.mechanism!r} trains one corrected model; method must "
-                f"be 'auto', got {self.method!r}"
+                f"be 'auto', got {self.method!r}",
             )
         if math.isinf(self.epsilon):
-            raise ValueError(
-                f"mechanism {self.mechanism!r} needs a finite epsilon, got inf"
+            raise SettingError(
+                "epsilon",
+                f"mechanism {self.mechanism!r} needs a finite epsilon, got inf",
             )
         total = self.n_train + self.n_eval
         for name in ("n_clusters", "min_cluster_size"):
             if getattr(self, name) > total:
-                raise ValueError(
+                raise SettingError(
+                    name,
                     f"{name} must be <= the number of clients n_train + n_eval "
-                    f"({total}), got {getattr(self, name)}"
+                    f"({total}), got {getattr(self, name)}",
                 )
 
     @property

@@ -109,7 +109,7 @@ def test_simulate_functional_dataset(tmp_path):
     [
         (["--epsilon", "0"], "epsilon"),
         (["--epsilon", "nan"], "epsilon"),
-        (["--subsample-size", "500"], "subsample_size"),
+        (["--reference", "--subsample-size", "500"], "subsample-size"),
         (["--n-basis", "3", "--dataset", "functional"], "n_basis"),
         (["--cutoff", "0.7"], "cutoff"),
         (["--label-share", "0.5"], "label_share"),
@@ -134,3 +134,111 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out == f"ldpfda {ldpfda.__version__}\n"
+
+
+# -- a new user's errors: the flag and the limit, never an internal name -------------
+
+
+def _exit_code(argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse refuses the value itself
+        return exc.code
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--epsilon", "abc"], ["argument --epsilon: epsilon must be a number"]),
+        (["--n-train", "2.5"], ["argument --n-train: must be an integer, got '2.5'"]),
+        (
+            ["--n-train", "1e8"],
+            ["argument --n-train: n_train must be <= 10000000", "got 100000000"],
+        ),
+        (
+            ["--n-basis", "200", "--dataset", "functional"],
+            ["argument --n-basis: n_basis must be <= 100", "grid points", "got 200"],
+        ),
+        (
+            ["--n-basis", "200", "--dataset", "wearable"],
+            ["argument --n-basis: n_basis must be <= 144", "got 200"],
+        ),
+        (
+            ["--reference", "--n-train", "20"],
+            ["argument --subsample-size: subsample_size must be <= n_train (20)"],
+        ),
+        (
+            ["--reference", "--num-weak-models", "1000"],
+            ["argument --num-weak-models: num_weak_models must be <= n_eval (400)"],
+        ),
+        (["--seed", "-1"], ["argument --seed: seed must be >= 0, got -1"]),
+    ],
+    ids=[
+        "epsilon",
+        "fractional-int",
+        "n-train-limit",
+        "n-basis-functional",
+        "n-basis-wearable",
+        "subsample",
+        "weak-models",
+        "seed",
+    ],
+)
+def test_errors_name_the_flag_and_the_limit(args, needles, tmp_path, capsys):
+    argv = ["simulate", *FAST, *args, "--out", str(tmp_path / "x.json")]
+    assert _exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "_epsilon" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_the_default_protocol_takes_a_small_n_train(tmp_path):
+    # subsample_size is MRMA's; the default protocol does not check it.
+    out = tmp_path / "small.json"
+    argv = ["simulate", *FAST, "--n-train", "20", "--epsilon", "5", "--out", str(out)]
+    assert main(argv) == 0
+    assert json.loads(out.read_text())["summaries"][0]["settings"]["data.n-train"] == 20
+
+
+def test_an_integer_flag_takes_an_exponent_spelling(tmp_path):
+    out = tmp_path / "e.json"
+    argv = ["simulate", *FAST, "--n-test", "1e3", "--epsilon", "5", "--out", str(out)]
+    assert main(argv) == 0
+    assert (
+        json.loads(out.read_text())["summaries"][0]["settings"]["data.n-test"] == 1000
+    )
+
+
+def test_simulate_wearable_dataset(tmp_path, capsys):
+    out = tmp_path / "w.json"
+    argv = ["simulate", "--dataset", "wearable", "--epsilon", "5", *FAST]
+    assert main([*argv, "--calibration-size", "100", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Moment classifier on the wearable design: 600 clients")
+    assert "wearable: a day of heart rate per subject" in printed
+    summary = json.loads(out.read_text())["summaries"][0]
+    assert summary["settings"]["data.dataset"] == "wearable"
+    assert set(summary["test_error"]) == {"moment", "non_private"}
+
+
+def test_spec_delegates_to_the_spec_command(tmp_path, capsys):
+    from ldpfda.datasets.wearable_spec import WEARABLE_SPEC, wearable_spec
+
+    path = tmp_path / "w.toml"
+    path.write_text(WEARABLE_SPEC, encoding="utf-8")
+    assert main(["spec", "check", str(path)]) == 0
+    assert wearable_spec().hash in capsys.readouterr().out
+    assert _exit_code(["spec", "chec", str(path)]) == 2
+
+
+def test_every_parser_refuses_abbreviations(capsys):
+    for argv in (
+        ["simulate", "--epsil", "5"],
+        ["multiserver", "--serv", "1,2,3,4,5"],
+        ["fit", "--dat", "x.csv", "--out", "o"],
+        ["predict", "--mode", "m.json", "--data", "x.csv"],
+        ["spec", "check", "--hel"],
+    ):
+        assert _exit_code(argv) == 2, argv
+    capsys.readouterr()

@@ -55,7 +55,7 @@ def test_the_reference_is_one_option_away():
         ({"n_basis": 3, "order": 4}, "n_basis"),
         ({"calibration_size": 1}, "calibration_size"),
         ({"num_weak_models": 0}, "num_weak_models"),
-        ({"subsample_size": 501, "n_train": 500}, "subsample_size"),
+        ({"subsample_size": 501, "n_train": 500, "method": "mrma"}, "subsample_size"),
         ({"subsample_size": 1}, "subsample_size"),
         ({"cutoff": 0.6}, "cutoff"),
         ({"cutoff": -0.1}, "cutoff"),
@@ -68,7 +68,7 @@ def test_the_reference_is_one_option_away():
         ({"label_share": 0.5}, "label_share"),
         ({"dataset": "images"}, "dataset"),
         ({"n_train": 1}, "n_train"),
-        ({"n_eval": 49, "num_weak_models": 50}, "n_eval"),
+        ({"n_eval": 49, "num_weak_models": 50, "mechanism": "reference"}, "n_eval"),
         ({"n_test": 0}, "n_test"),
         ({"repeats": 0}, "repeats"),
         ({"seed": -1}, "seed"),
@@ -85,7 +85,7 @@ def test_error_messages_repeat_the_value():
     with pytest.raises(
         ValueError, match=r"subsample_size must be <= n_train \(500\), got 501"
     ):
-        Settings(subsample_size=501, n_train=500)
+        Settings.reference(subsample_size=501, n_train=500)
     with pytest.raises(ValueError, match=r"n_basis must be >= order \(4\), got 3"):
         Settings(n_basis=3)
     with pytest.raises(ValueError, match=r"mechanism must be one of .*, got 'gauss'"):
@@ -218,7 +218,13 @@ def test_from_mapping_validates_values():
     with pytest.raises(ValueError, match="epsilon"):
         Settings.from_mapping({"privacy.epsilon": 0.0})
     with pytest.raises(ValueError, match="subsample_size"):
-        Settings.from_mapping({"mrma.subsample-size": 600, "data.n-train": 500})
+        Settings.from_mapping(
+            {
+                "privacy.mechanism": "reference",
+                "mrma.subsample-size": 600,
+                "data.n-train": 500,
+            }
+        )
 
 
 @pytest.mark.parametrize(
@@ -307,3 +313,82 @@ def test_cli_flags_come_from_the_settings_table():
         assert getattr(args, name) == getattr(Settings(), name), name
     with pytest.raises(SystemExit):
         parser.parse_args(["--n-trai", "5"])  # no prefix matching
+
+
+# -- checks only where a setting is used, limits named -------------------------------
+
+
+def test_mrma_sizes_are_not_checked_for_the_default_protocol():
+    # The default protocol neither subsamples nor evaluates weak models.
+    settings = Settings(n_train=20, n_eval=10)
+    assert settings.protocol == "moment" and settings.subsample_size > 20
+    assert Settings(n_eval=1).num_weak_models > 1
+
+
+def test_too_many_weak_models_name_the_weak_models_and_the_limit():
+    with pytest.raises(
+        ValueError,
+        match=r"num_weak_models must be <= n_eval \(833\): MRMA evaluates each weak "
+        r"model on its own subgroup of evaluation clients, got 1000",
+    ) as info:
+        Settings.reference(num_weak_models=1000, n_eval=833)
+    assert info.value.name == "num_weak_models"
+
+
+@pytest.mark.parametrize(
+    ("changes", "name", "limit"),
+    [
+        ({"n_train": 10**12}, "n_train", "10000000"),
+        ({"n_eval": 10**8}, "n_eval", "10000000"),
+        ({"n_test": 10**8}, "n_test", "10000000"),
+        ({"calibration_size": 10**7}, "calibration_size", "1000000"),
+        ({"seed": 2**64}, "seed", str(2**64 - 1)),
+        ({"n_basis": 200, "dataset": "functional"}, "n_basis", "100"),
+        ({"n_basis": 200, "dataset": "wearable"}, "n_basis", "144"),
+        ({"order": 2, "n_basis": 10, "dataset": "wearable"}, "order", ">= 3"),
+    ],
+)
+def test_sizes_beyond_their_limit_name_the_setting_and_the_limit(changes, name, limit):
+    from ldpfda.config import SettingError
+
+    with pytest.raises(SettingError, match=rf"^{name} must be .*{limit}") as info:
+        Settings(**changes)
+    assert info.value.name == name
+
+
+def test_the_vector_design_does_not_check_a_basis_it_does_not_use():
+    assert Settings(n_basis=200).n_basis == 200
+
+
+def test_the_grid_limits_match_the_designs():
+    from ldpfda.config import FUNCTIONAL_GRID_POINTS, WEARABLE_MAX_BASIS
+    from ldpfda.datasets.synthetic import FunctionalDesign
+    from ldpfda.datasets.wearable import DAY_MINUTES
+
+    assert FUNCTIONAL_GRID_POINTS == FunctionalDesign().n_points
+    assert WEARABLE_MAX_BASIS == DAY_MINUTES / 10.0
+
+
+def test_wearable_has_no_multi_server_populations():
+    with pytest.raises(ValueError, match="server_id"):
+        Settings(dataset="wearable", server_id=0)
+
+
+def test_every_validation_error_names_its_setting():
+    from ldpfda.config import SettingError, SettingTypeError
+
+    for changes, name in [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"cutoff": 0.7}, "cutoff"),
+        ({"mechanism": "gauss"}, "mechanism"),
+        ({"label_share": 0.5}, "label_share"),
+        ({"mechanism": "label-uniform", "method": "mrma"}, "method"),
+        ({"mechanism": "label-cluster", "n_clusters": 10**6}, "n_clusters"),
+    ]:
+        with pytest.raises(SettingError) as info:
+            Settings(**changes)
+        assert info.value.name == name, changes
+    with pytest.raises(SettingTypeError) as type_info:
+        Settings(n_train=2.5)
+    assert type_info.value.name == "n_train"
+    assert isinstance(type_info.value, TypeError)
