@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfda.config import DATASETS, Settings
+from ldpfda.config import DATASETS, DESIGNS, Settings
 from ldpfda.engine import run_protocol
 from ldpfda.experiments.common import mean_se
 from ldpfda.experiments.synthetic import Repeat, draw_repeat
@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="ldpfda.experiments.beyond",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--datasets", nargs="+", default=[*DATASETS], choices=DATASETS)
+    parser.add_argument("--datasets", nargs="+", default=[*DESIGNS], choices=DATASETS)
     parser.add_argument(
         "--epsilons", nargs="+", type=float, default=[1.0, 2.0, 5.0, 10.0]
     )
