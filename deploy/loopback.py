@@ -149,10 +149,17 @@ def make_node_files(settings: Any, outdir: Path, *, suffix: str = ".npz") -> lis
     row ``run_repeat`` gives it, for server ``s`` of a session the row
     ``run_multiserver_repeat`` gives it.
     """
+    from ldpfda.config import DESIGNS
     from ldpfda.datasets.files import save_node_data
     from ldpfda.datasets.population import population_data
     from ldpfda.datasets.synthetic import make_design
 
+    if settings.dataset not in DESIGNS:
+        raise ValueError(
+            f"make_node_files writes the embedded designs {DESIGNS}; for "
+            f"{settings.dataset!r} write each host's own file under a federation spec "
+            "(ldpfda.datasets.readers, docs/spec.md)"
+        )
     data = population_data(settings, 0, with_test=False)
     raw = np.vstack([data.train[0], data.evaluation[0]])
     labels = np.concatenate([data.train[1], data.evaluation[1]])
