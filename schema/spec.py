@@ -197,37 +197,31 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
-def _is_integer(value: Any) -> bool:
-    return _is_real(value) and isinstance(value, numbers.Integral)
-
-
-def _is_array(value: Any) -> bool:
-    return isinstance(value, list | tuple)
-
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str)
+def _bad(key: str, allowed: str, got: str) -> SpecError:
+    return SpecError(key, f"{key} must be {allowed}, got {got}")
 
 
 def _check(
     value: Any,
     key: str,
     allowed: str,
-    is_type: Callable[[Any], bool],
+    kind: Any,
     ok: Callable[[Any], bool] = lambda _: True,
     shown: Callable[[Any], str] = repr,
 ) -> Any:
-    """``value``, if it has the type (``is_type``) and passes ``ok``."""
-    if not is_type(value):
+    """``value``, if it is a ``kind`` (never a boolean) and passes ``ok``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, kind):
         raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
     if not ok(value):
-        raise SpecError(key, f"{key} must be {allowed}, got {shown(value)}")
+        raise _bad(key, allowed, shown(value))
     return value
 
 
 def _integer(value: Any, key: str, minimum: int) -> int:
     allowed = f"an integer >= {minimum}"
-    return int(_check(value, key, allowed, _is_integer, lambda v: v >= minimum, str))
+    return int(
+        _check(value, key, allowed, numbers.Integral, lambda v: v >= minimum, str)
+    )
 
 
 def _real(
@@ -241,7 +235,7 @@ def _real(
         value,
         key,
         allowed,
-        _is_real,
+        numbers.Real,
         lambda v: math.isfinite(float(v)) and ok(float(v)),
         lambda v: _show(float(v)),
     )
@@ -249,29 +243,30 @@ def _real(
 
 
 def _reals(value: Any, key: str, allowed: str) -> tuple[float, ...]:
-    _check(value, key, allowed, _is_array)
+    _check(value, key, allowed, list | tuple)
     return tuple(_real(v, f"{key}[{i}]") for i, v in enumerate(value))
 
 
 def _increasing(
-    value: Any, key: str, allowed: str, inside: Callable[[float], bool], minimum: int
+    value: Any,
+    key: str,
+    allowed: str,
+    inside: Callable[[float], bool],
+    minimum: int = 0,
+    ends: bool = False,
 ) -> tuple[float, ...]:
-    """At least ``minimum`` strictly increasing finite numbers, all ``inside``."""
+    """At least ``minimum`` strictly increasing finite numbers, all ``inside``
+    (checked at the two ``ends`` only, if asked, which names the last one)."""
     points = _reals(value, key, allowed)
     if len(points) < minimum:
-        raise SpecError(key, f"{key} must be {allowed}, got {len(points)} value(s)")
+        raise _bad(key, allowed, f"{len(points)} value(s)")
     for i in range(1, len(points)):
         if not points[i] > points[i - 1]:
-            raise SpecError(
-                key,
-                f"{key} must be {allowed}, got {_show(points[i])} at {key}[{i}] after "
-                f"{_show(points[i - 1])}",
-            )
-    for i, point in enumerate(points):
-        if not inside(point):
-            raise SpecError(
-                key, f"{key} must be {allowed}, got {_show(point)} at {key}[{i}]"
-            )
+            got = f"{_show(points[i])} at {key}[{i}] after {_show(points[i - 1])}"
+            raise _bad(key, allowed, got)
+    for i in (0, len(points) - 1) if ends else range(len(points)):
+        if not inside(points[i]):
+            raise _bad(key, allowed, f"{_show(points[i])} at {key}[{i}]")
     return points
 
 
@@ -280,7 +275,7 @@ def _text(value: Any, key: str) -> str:
         value,
         key,
         "a non-empty string without leading or trailing spaces",
-        _is_text,
+        str,
         lambda v: bool(v) and v == v.strip() and v.isprintable(),
     )
 
@@ -308,6 +303,10 @@ class _Table:
 
     def has(self, name: str) -> bool:
         return name in self.data
+
+    def get(self, name: str, check: Callable[..., Any], *args: Any) -> Any:
+        """The value of key ``name``, checked by ``check(value, dotted key, *args)``."""
+        return check(self[name], self.path(name), *args)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.data:
@@ -361,11 +360,8 @@ _BOUNDS_KEYS = {
 def _parse(data: Any) -> dict[str, Any]:
     """Validate a spec's content (parsed TOML) into :class:`FederationSpec` fields."""
     root = _Table(data, "", _ROOT_KEYS)
-    version = _check(
-        root["format-version"],
-        "format-version",
-        _ROOT_KEYS["format-version"],
-        _is_integer,
+    version = root.get(
+        "format-version", _check, root.keys["format-version"], numbers.Integral
     )
     if version != FORMAT_VERSION:
         raise SpecError(
@@ -376,9 +372,7 @@ def _parse(data: Any) -> dict[str, Any]:
     labels = _parse_labels(root["labels"])
     domain = _parse_domain(root["domain"])
     release = _parse_release(root["release"])
-    raw = _check(
-        root["channels"], "channels", _ROOT_KEYS["channels"], _is_array, bool, _show
-    )
+    raw = root.get("channels", _check, root.keys["channels"], list | tuple, bool, _show)
     channels = tuple(
         _parse_channel(c, f"channels[{i}]", domain) for i, c in enumerate(raw)
     )
@@ -391,7 +385,7 @@ def _parse(data: Any) -> dict[str, Any]:
                 f"channels[{i}].name must differ from every other channel's, got "
                 f"{channel.name!r}, the name of channels[{j}]",
             )
-    min_points = _integer(root["min-points"], "min-points", 1)
+    min_points = root.get("min-points", _integer, 1)
     for i, channel in enumerate(channels):
         need = channel.basis.size if channel.basis.penalty == 0 else 2
         if min_points < need:
@@ -419,9 +413,9 @@ def _parse(data: Any) -> dict[str, Any]:
 
 
 def _parse_labels(value: Any) -> tuple[str, ...]:
-    _check(value, "labels", _ROOT_KEYS["labels"], _is_array)
+    allowed = _ROOT_KEYS["labels"]
     labels: list[str] = []
-    for i, item in enumerate(value):
+    for i, item in enumerate(_check(value, "labels", allowed, list | tuple)):
         key = f"labels[{i}]"
         if not isinstance(item, str):
             hint = f' (quote it: "{item}")' if _is_real(item) else ""
@@ -434,60 +428,46 @@ def _parse_labels(value: Any) -> tuple[str, ...]:
             )
         labels.append(item)
     if len(labels) < 2:
-        raise SpecError(
-            "labels", f"labels must be {_ROOT_KEYS['labels']}, got {_show(value)}"
-        )
+        raise _bad("labels", allowed, _show(value))
     return tuple(labels)
 
 
 def _parse_domain(value: Any) -> Domain:
     table = _Table(value, "domain", _DOMAIN_KEYS)
-    start = _real(table["start"], "domain.start")
+    start = table.get("start", _real)
     start_ok = f"a finite real number > domain.start ({_show(start)})"
-    end = _real(table["end"], "domain.end", start_ok, lambda v: v > start)
-    unit = _text(table["unit"], "domain.unit")
+    end = table.get("end", _real, start_ok, lambda v: v > start)
+    unit = table.get("unit", _text)
     grid = None
     if table.has("grid"):
         allowed = (
             f"an array of >= 2 strictly increasing times in [{_show(start)}, "
             f"{_show(end)}]"
         )
-        grid = _increasing(
-            table["grid"], "domain.grid", allowed, lambda t: start <= t <= end, 2
+        grid = table.get(
+            "grid", _increasing, allowed, lambda t: start <= t <= end, 2, True
         )
     return Domain(start, end, unit, grid)
 
 
 def _parse_release(value: Any) -> Release:
     table = _Table(value, "release", _RELEASE_KEYS)
-    protocol = _check(
-        table["protocol"],
-        "release.protocol",
-        _RELEASE_KEYS["protocol"],
-        _is_text,
-        lambda v: v in PROTOCOLS,
-    )
-    epsilon = _real(
-        table["epsilon"],
-        "release.epsilon",
-        "a finite real number > 0 (inf, no noise, is for simulations only)",
-        lambda v: v > 0,
-    )
-    return Release(protocol, epsilon)
+    allowed = _RELEASE_KEYS["protocol"]
+    protocol = table.get("protocol", _check, allowed, str, lambda v: v in PROTOCOLS)
+    allowed = "a finite real number > 0 (inf, no noise, is for simulations only)"
+    return Release(protocol, table.get("epsilon", _real, allowed, lambda v: v > 0))
 
 
 def _parse_channel(value: Any, key: str, domain: Domain) -> Channel:
     table = _Table(value, key, _CHANNEL_KEYS)
-    name = _text(table["name"], f"{key}.name")
-    unit = _text(table["unit"], f"{key}.unit")
-    basis = _parse_basis(table["basis"], f"{key}.basis", domain)
-    bounds = _parse_bounds(table["bounds"], f"{key}.bounds", basis.size)
-    return Channel(name, unit, basis, bounds)
+    name, unit = table.get("name", _text), table.get("unit", _text)
+    basis = table.get("basis", _parse_basis, domain)
+    return Channel(name, unit, basis, table.get("bounds", _parse_bounds, basis.size))
 
 
 def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
     table = _Table(value, key, _BASIS_KEYS)
-    order = _integer(table["order"], f"{key}.order", 1)
+    order = table.get("order", _integer, 1)
     if table.has("n-basis") == table.has("interior-knots"):
         raise SpecError(
             f"{key}.n-basis",
@@ -496,24 +476,16 @@ def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
         )
     n_basis = knots = None
     if table.has("n-basis"):
-        n_basis = _integer(table["n-basis"], f"{key}.n-basis", order)
+        n_basis = table.get("n-basis", _integer, order)
     else:
         a, b = domain.start, domain.end
         allowed = (
             f"an array of strictly increasing knots inside ({_show(a)}, {_show(b)})"
         )
-        knots = _increasing(
-            table["interior-knots"],
-            f"{key}.interior-knots",
-            allowed,
-            lambda t: a < t < b,
-            0,
-        )
+        knots = table.get("interior-knots", _increasing, allowed, lambda t: a < t < b)
     penalty = 0.0
     if table.has("penalty"):
-        penalty = _real(
-            table["penalty"], f"{key}.penalty", _BASIS_KEYS["penalty"], lambda v: v >= 0
-        )
+        penalty = table.get("penalty", _real, table.keys["penalty"], lambda v: v >= 0)
     if penalty > 0 and order < 3:
         raise SpecError(
             f"{key}.penalty",
@@ -534,23 +506,17 @@ def _parse_bounds(value: Any, key: str, size: int) -> Bounds:
             f"coefficient-high, got {'both' if values else 'neither'}",
         )
     if values:
-        low = _real(table["value-low"], f"{key}.value-low")
-        high = _real(
-            table["value-high"],
-            f"{key}.value-high",
-            f"a finite real number > value-low ({_show(low)})",
-            lambda v: v > low,
+        low = table.get("value-low", _real)
+        allowed = f"a finite real number > value-low ({_show(low)})"
+        return Bounds.values(
+            low, table.get("value-high", _real, allowed, lambda v: v > low)
         )
-        return Bounds.values(low, high)
     allowed = f"an array of {size} finite real numbers (one per basis function)"
     names = ("coefficient-low", "coefficient-high")
-    lows, highs = (_reals(table[name], f"{key}.{name}", allowed) for name in names)
+    lows, highs = (table.get(name, _reals, allowed) for name in names)
     for name, array in zip(names, (lows, highs), strict=True):
         if len(array) != size:
-            raise SpecError(
-                f"{key}.{name}",
-                f"{key}.{name} must be {allowed}, got {len(array)} value(s)",
-            )
+            raise _bad(f"{key}.{name}", allowed, f"{len(array)} value(s)")
     for k, (lo, hi) in enumerate(zip(lows, highs, strict=True)):
         if not hi > lo:
             raise SpecError(
