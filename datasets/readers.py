@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +153,7 @@ class _Builder:
 # -- CSV -------------------------------------------------------------------------------
 
 
-def _rows(path: Path, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def _rows(path: Path, delimiter: str) -> Generator[tuple[int, list[str]], None, None]:
     """(spreadsheet row, stripped cells) of every non-blank record; the header is
     row 1. A UTF-8 byte order mark (as spreadsheets write) is skipped."""
     with path.open(newline="", encoding="utf-8-sig") as handle:

@@ -924,7 +924,9 @@ class SpecFeaturizer:
             self.scaler.transform(coef),
             labels,
             curves.subject_ids,
-            *counts,
+            counts[0],
+            counts[1],
+            counts[2],
             ((coef < self.low) | (coef > self.high)).mean(axis=1),
         )
 
