@@ -1229,21 +1229,15 @@ def _init(args: argparse.Namespace) -> str:
     labels = (
         None if args.labels is None else [s.strip() for s in args.labels.split(",")]
     )
+    # the options init_spec takes as they are given
+    same = "unit epsilon n_basis order penalty protocol min_points quantile margin"
     spec = init_spec(
         calibration,
         domain=tuple(args.domain),
-        unit=args.unit,
         channel_units=_channel_units(args.channel_unit, calibration.channels),
-        epsilon=args.epsilon,
-        n_basis=args.n_basis,
-        order=args.order,
-        penalty=args.penalty,
         labels=labels,
-        protocol=args.protocol,
-        min_points=args.min_points,
         grid=_common_grid(calibration) if args.common_grid else None,
-        quantile=args.quantile,
-        margin=args.margin,
+        **{name: getattr(args, name) for name in same.split()},
     )
     spec.save(args.out)
     return (
