@@ -1,38 +1,12 @@
 """Read a host's own curve files into :class:`~ldpfda.datasets.curves.LongCurves`.
 
-Hosts keep their data as they recorded it; these readers take three layouts, with any
-number of channels and several curves (e.g. days) per subject, using the csv module
-and numpy only (no pandas on a host). Errors name the file, the row as a spreadsheet
-shows it (the header is row 1) and the column, e.g.
-``hr.csv row 17, column 'time': 'abc' is not a number``.
-
-Wide CSV (:func:`read_wide_csv`)
-    One row per curve. A ``label`` column, optional ``subject``, ``curve`` and
-    ``channel`` columns, and one column per time point whose header is the time
-    (``subject,label,0.0,0.5,1.0,...``). An empty cell (or ``nan``, ``NA``) is a gap.
-    Without a ``subject`` column every row is its own subject (named ``row <n>``).
-    Rows of one subject are its curves, in file order, unless a ``curve`` column
-    names them; with a ``channel`` column, the rows of a subject's curve hold one
-    channel each (without a ``curve`` column, the k-th row of every channel is
-    curve k). Without a ``channel`` column the file holds one channel, named by
-    ``channel``.
-
-Long CSV (:func:`read_long_csv`)
-    One row per observation. Columns ``subject``, ``time``, ``label``, optional
-    ``curve``, and either one value column per channel (the header is the channel's
-    name) or a ``channel`` column with a ``value`` column. Rows of a subject may come
-    in any order; a label must be the same on every row of its subject.
-
-NPZ (:func:`read_npz`, ``numpy.savez``; no pickled objects)
-    *Long*, the fields of :class:`LongCurves`: ``times`` (m,) floats, ``values``
-    (m,) or (m, C) floats with NaN for missing, ``subjects`` (m,) ints in
-    ``0 .. n - 1``, ``labels`` (n,) label names (strings or integers; with
-    ``label_names`` (K,), indices into it), optional ``curves`` (m,) ints,
-    ``subject_ids`` (n,) and ``channels`` (C,) strings.
-    *Wide*, one row per curve on one grid (today's node data files are of this
-    kind): ``curves`` (n, T), (T,) or (n, C, T) floats with NaN for gaps, ``grid``
-    (T,), ``labels`` (n,) or a scalar, optional ``subject_ids`` (n,) (rows with one
-    id are that subject's curves) and ``channels`` (C,).
+Hosts keep their data as they recorded it: wide CSV (one row per curve, one column
+per time point), long CSV (one row per observation) or ``.npz`` (long, or wide on one
+grid as today's node data files), with any number of channels and several curves
+(e.g. days) per subject; the layouts are in docs/spec.md. Only the csv module and
+numpy are needed. Errors name the file, the row as a spreadsheet shows it (the header
+is row 1) and the column, e.g. ``hr.csv row 17, column 'time': 'abc' is not a
+number``.
 
 Labels are text: ``1``, ``1.0`` and ``1.00`` are the label ``"1"``. Given the spec's
 labels (``spec_labels``), every label must be one of them, and the result's
@@ -44,13 +18,12 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ldpfda.datasets.curves import LongCurves
 
@@ -69,7 +42,7 @@ __all__ = [
 MISSING = frozenset({"", "nan", "na", "n/a", "null"})
 
 
-# -- labels ----------------------------------------------------------------------------
+# -- labels and assembling -------------------------------------------------------------
 
 
 def _label_text(value: Any) -> str:
@@ -84,16 +57,6 @@ def _label_text(value: Any) -> str:
     return text
 
 
-def _label_names(found: Sequence[str], spec_labels: Sequence[str] | None) -> tuple:
-    if spec_labels is not None:
-        return tuple(spec_labels)
-    distinct = sorted(set(found))
-    try:
-        return tuple(sorted(distinct, key=int))
-    except ValueError:
-        return tuple(distinct)
-
-
 def _check_label(label: str, spec_labels: Sequence[str] | None, where: str) -> str:
     if spec_labels is not None and label not in spec_labels:
         raise ValueError(
@@ -102,24 +65,51 @@ def _check_label(label: str, spec_labels: Sequence[str] | None, where: str) -> s
     return label
 
 
-# -- assembling ------------------------------------------------------------------------
+def _assemble(
+    subjects: ArrayLike,
+    curves: ArrayLike,
+    times: ArrayLike,
+    values: NDArray[np.float64],
+    labels: Sequence[str],
+    subject_ids: Sequence[str],
+    channels: Sequence[str],
+    spec_labels: Sequence[str] | None,
+    keep: Any = slice(None),
+) -> LongCurves:
+    """LongCurves of the observations ``keep`` and the subjects' label texts."""
+    if spec_labels is not None:
+        label_names = tuple(spec_labels)
+    else:
+        label_names = tuple(sorted(set(labels)))
+        try:
+            label_names = tuple(sorted(label_names, key=int))
+        except ValueError:
+            pass
+    index = {name: k for k, name in enumerate(label_names)}
+    return LongCurves(
+        np.asarray(subjects, dtype=np.int64)[keep],
+        np.asarray(curves, dtype=np.int64)[keep],
+        np.asarray(times, dtype=float)[keep],
+        values[keep],
+        np.array([index[label] for label in labels], dtype=np.int64),
+        tuple(subject_ids),
+        tuple(channels),
+        label_names,
+    )
 
 
-@dataclass
 class _Builder:
     """Observations as they are read, assembled into LongCurves at the end."""
 
-    name: str
-    channels: tuple[str, ...]
-    spec_labels: Sequence[str] | None
-    subjects: dict[str, int] = field(default_factory=dict)
-    labels: list[str] = field(default_factory=list)
-    label_rows: list[str] = field(default_factory=list)
-    curve_ids: list[dict[str, int]] = field(default_factory=list)
-    rows_subject: list[int] = field(default_factory=list)
-    rows_curve: list[int] = field(default_factory=list)
-    rows_time: list[float] = field(default_factory=list)
-    rows_values: list[list[float]] = field(default_factory=list)
+    def __init__(
+        self, channels: tuple[str, ...], spec_labels: Sequence[str] | None
+    ) -> None:
+        self.channels, self.spec_labels = channels, spec_labels
+        self.subjects: dict[str, int] = {}
+        self.labels: list[str] = []
+        self.label_rows: list[str] = []
+        self.curve_ids: list[dict[str, int]] = []
+        self.rows: list[tuple[int, int, float, list[float]]] = []
 
     def subject(self, sid: str, label: str, where: str) -> int:
         """Index of subject ``sid``, checking that its label never changes."""
@@ -142,28 +132,21 @@ class _Builder:
         ids = self.curve_ids[subject]
         return ids.setdefault(cid, len(ids))
 
-    def add(self, subject: int, curve: int, time: float, values: list[float]) -> None:
-        self.rows_subject.append(subject)
-        self.rows_curve.append(curve)
-        self.rows_time.append(time)
-        self.rows_values.append(values)
-
     def build(self) -> LongCurves:
-        label_names = _label_names(self.labels, self.spec_labels)
-        index = {name: k for k, name in enumerate(label_names)}
-        values = np.array(self.rows_values, dtype=float).reshape(
-            len(self.rows_values), len(self.channels)
+        """The observations read, without those where every channel is missing."""
+        values = np.array([r[3] for r in self.rows], dtype=float).reshape(
+            len(self.rows), len(self.channels)
         )
-        observed = ~np.all(np.isnan(values), axis=1)
-        return LongCurves(
-            np.array(self.rows_subject, dtype=np.int64)[observed],
-            np.array(self.rows_curve, dtype=np.int64)[observed],
-            np.array(self.rows_time, dtype=float)[observed],
-            values[observed],
-            np.array([index[label] for label in self.labels], dtype=np.int64),
+        return _assemble(
+            [r[0] for r in self.rows],
+            [r[1] for r in self.rows],
+            [r[2] for r in self.rows],
+            values,
+            self.labels,
             tuple(self.subjects),
             self.channels,
-            label_names,
+            self.spec_labels,
+            ~np.all(np.isnan(values), axis=1),
         )
 
 
@@ -180,9 +163,7 @@ def _rows(path: Path, delimiter: str) -> Generator[tuple[int, list[str]], None, 
                 yield row, stripped
 
 
-def _header(
-    path: Path, rows: Generator[tuple[int, list[str]], None, None]
-) -> list[str]:
+def _header(path: Path, rows: Iterator[tuple[int, list[str]]]) -> list[str]:
     first = next(rows, None)
     if first is None:
         raise ValueError(f"{path.name} is empty: it needs a header row")
@@ -198,6 +179,20 @@ def _header(
             )
         seen[name] = j
     return header
+
+
+def _body(
+    path: Path, rows: Iterator[tuple[int, list[str]]], header: list[str]
+) -> list[tuple[int, list[str]]]:
+    """The records after the header, each with one cell per column."""
+    body = list(rows)
+    for row, cells in body:
+        if len(cells) != len(header):
+            raise ValueError(
+                f"{path.name} row {row}: {len(cells)} cells, but the header has "
+                f"{len(header)} columns"
+            )
+    return body
 
 
 def _number(text: str, where: str, *, missing_ok: bool) -> float:
@@ -228,15 +223,6 @@ def _header_time(path: Path, name: str) -> float:
     return value
 
 
-def _cells(path: Path, row: int, cells: list[str], header: list[str]) -> list[str]:
-    if len(cells) != len(header):
-        raise ValueError(
-            f"{path.name} row {row}: {len(cells)} cells, but the header has "
-            f"{len(header)} columns"
-        )
-    return cells
-
-
 def _required(path: Path, header: list[str], column: str, layout: str) -> int:
     if column not in header:
         raise ValueError(
@@ -245,6 +231,13 @@ def _required(path: Path, header: list[str], column: str, layout: str) -> int:
             f"{', ...' if len(header) > 8 else ''})"
         )
     return header.index(column)
+
+
+def _given(cells: list[str], j: int, where: str, column: str, what: str) -> str:
+    """The cell of column ``j``, which must not be empty."""
+    if not cells[j]:
+        raise ValueError(f"{where}, column {column!r}: the {what} is empty")
+    return cells[j]
 
 
 def read_wide_csv(
@@ -260,18 +253,18 @@ def read_wide_csv(
 ) -> LongCurves:
     """Curves of a wide CSV file: one row per curve, one column per time point.
 
-    See the module docstring for the layout. ``spec_labels`` (the spec's label set)
-    makes every label be checked against it.
+    Without a subject column every row is its own subject (``row <n>``); rows of one
+    subject are its curves, in file order, unless a curve column names them. With a
+    channel column a row holds one channel of its curve (the k-th row of a channel
+    is curve k without a curve column); without one the file holds the channel
+    ``channel``.
     """
     path = Path(path)
     rows = _rows(path, delimiter)
     header = _header(path, rows)
     lab = _required(path, header, label_column, "wide")
-    named = {label_column, subject_column, curve_column, channel_column}
-    sub, cur, cha = (
-        header.index(c) if c in header else None
-        for c in (subject_column, curve_column, channel_column)
-    )
+    named = (label_column, subject_column, curve_column, channel_column)
+    sub, cur, cha = (header.index(c) if c in header else None for c in named[1:])
     if sub is None and (cur is not None or cha is not None):
         which = curve_column if cur is not None else channel_column
         raise ValueError(
@@ -282,31 +275,24 @@ def read_wide_csv(
     if not time_columns:
         raise ValueError(f"{path.name} row 1: no time columns (headers that are times)")
     times = [_header_time(path, header[j]) for j in time_columns]
-    body = [(row, _cells(path, row, cells, header)) for row, cells in rows]
-    if cha is None:
-        channels: tuple[str, ...] = (channel,)
-    else:
+    body = _body(path, rows, header)
+    channels: tuple[str, ...] = (channel,)
+    if cha is not None:
         channels = tuple(dict.fromkeys(cells[cha] for _, cells in body))
         for row, cells in body:
-            if not cells[cha]:
-                raise ValueError(
-                    f"{path.name} row {row}, column {channel_column!r}: the channel "
-                    "is empty"
-                )
-    builder = _Builder(path.name, channels, spec_labels)
+            _given(cells, cha, f"{path.name} row {row}", channel_column, "channel")
+    builder = _Builder(channels, spec_labels)
     # (subject, curve) -> the spreadsheet row of each channel already read
     seen: dict[tuple[int, int], dict[int, int]] = {}
     counts: dict[tuple[int, int], int] = {}
     for row, cells in body:
         where = f"{path.name} row {row}"
-        label = cells[lab]
-        if not label:
-            raise ValueError(f"{where}, column {label_column!r}: the label is empty")
-        sid = f"row {row}" if sub is None else cells[sub]
-        if not sid:
-            raise ValueError(
-                f"{where}, column {subject_column!r}: the subject is empty"
-            )
+        label = _given(cells, lab, where, label_column, "label")
+        sid = (
+            f"row {row}"
+            if sub is None
+            else _given(cells, sub, where, subject_column, "subject")
+        )
         s = builder.subject(sid, _label_text(label), where)
         c = 0 if cha is None else channels.index(cells[cha])
         if cur is not None:
@@ -327,7 +313,7 @@ def read_wide_csv(
             if not math.isnan(value):
                 values = [math.nan] * len(channels)
                 values[c] = value
-                builder.add(s, curve, t, values)
+                builder.rows.append((s, curve, t, values))
     return _merge_channels(builder.build())
 
 
@@ -368,12 +354,12 @@ def read_long_csv(
     value_column: str = "value",
     delimiter: str = ",",
 ) -> LongCurves:
-    """Curves of a long CSV file: one row per observation.
+    """Curves of a long CSV file: one row per observation, in any order.
 
-    See the module docstring for the layout. Without a ``channel`` column every
-    column other than subject, time, label and curve is a channel (or only
-    ``channels``, if given). With one, its rows are merged into one observation per
-    (subject, curve, time) holding every channel given there.
+    Without a channel column every column other than subject, time, label and curve
+    is a channel (or only ``channels``, if given). With one, a value column holds
+    the values, and rows are merged into one observation per (subject, curve, time)
+    holding every channel given there.
     """
     path = Path(path)
     rows = _rows(path, delimiter)
@@ -383,33 +369,28 @@ def read_long_csv(
     lab = _required(path, header, label_column, "long")
     cur = header.index(curve_column) if curve_column in header else None
     cha = header.index(channel_column) if channel_column in header else None
-    named = {subject_column, time_column, label_column, curve_column}
     if cha is not None:
-        val = _required(path, header, value_column, "long file with a channel column")
-        body = [(row, _cells(path, row, cells, header)) for row, cells in rows]
+        value_columns = [
+            _required(path, header, value_column, "long file with a channel column")
+        ]
+        body = _body(path, rows, header)
         found = tuple(dict.fromkeys(cells[cha] for _, cells in body if cells[cha]))
         names = tuple(channels) if channels is not None else found
-        value_columns = [val]
     else:
-        body = [(row, _cells(path, row, cells, header)) for row, cells in rows]
+        body = _body(path, rows, header)
+        named = {subject_column, time_column, label_column, curve_column}
         candidates = [h for h in header if h not in named]
-        names = tuple(channels) if channels is not None else tuple(candidates)
-        for name in names:
-            _required(path, header, name, "long")
+        names = tuple(channels if channels is not None else candidates)
+        value_columns = [_required(path, header, name, "long") for name in names]
         if not names:
             raise ValueError(f"{path.name} row 1: no value column (one per channel)")
-        value_columns = [header.index(name) for name in names]
-    builder = _Builder(path.name, names, spec_labels)
+    builder = _Builder(names, spec_labels)
     given: dict[tuple[int, int, float, str], int] = {}
     for row, cells in body:
         where = f"{path.name} row {row}"
-        if not cells[sub]:
-            raise ValueError(
-                f"{where}, column {subject_column!r}: the subject is empty"
-            )
-        if not cells[lab]:
-            raise ValueError(f"{where}, column {label_column!r}: the label is empty")
-        s = builder.subject(cells[sub], _label_text(cells[lab]), where)
+        sid = _given(cells, sub, where, subject_column, "subject")
+        label = _given(cells, lab, where, label_column, "label")
+        s = builder.subject(sid, _label_text(label), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
         t = _number(cells[tim], f"{where}, column {time_column!r}", missing_ok=False)
         values = [
@@ -417,48 +398,27 @@ def read_long_csv(
             for j in value_columns
         ]
         if cha is not None:
-            if not cells[cha]:
-                raise ValueError(
-                    f"{where}, column {channel_column!r}: the channel is empty"
-                )
-            if cells[cha] not in names:
+            name = _given(cells, cha, where, channel_column, "channel")
+            if name not in names:
                 continue  # a channel that was not asked for
-            key = (s, curve, t, cells[cha])
+            key = (s, curve, t, name)
             if key in given:
                 raise ValueError(
-                    f"{where}: subject {cells[sub]!r}"
+                    f"{where}: subject {sid!r}"
                     + (f" curve {cells[cur]!r}" if cur is not None else "")
-                    + f" channel {cells[cha]!r} at time {t!r} is already given in "
+                    + f" channel {name!r} at time {t!r} is already given in "
                     f"row {given[key]}"
                 )
             given[key] = row
-            row_values = [math.nan] * len(names)
-            row_values[names.index(cells[cha])] = values[0]
-            values = row_values
-        builder.add(s, curve, t, values)
+            observed = values[0]
+            values = [math.nan] * len(names)
+            values[names.index(name)] = observed
+        builder.rows.append((s, curve, t, values))
     curves = builder.build()
     return _merge_channels(curves) if cha is not None else curves
 
 
 # -- NPZ -------------------------------------------------------------------------------
-
-
-def _npz_array(
-    archive: Any, path: Path, key: str, kinds: str, ndim: tuple[int, ...]
-) -> NDArray[Any]:
-    array = archive[key]
-    if array.dtype.kind not in kinds:
-        raise ValueError(
-            f"{path.name}, key {key!r}: dtype {array.dtype} is not allowed (expected "
-            f"{_KINDS[kinds]})"
-        )
-    if array.ndim not in ndim:
-        raise ValueError(
-            f"{path.name}, key {key!r}: shape {array.shape} must have "
-            f"{' or '.join(map(str, ndim))} axes"
-        )
-    return np.asarray(array)
-
 
 _KINDS = {
     "fiu": "numbers",
@@ -468,22 +428,106 @@ _KINDS = {
 }
 
 
-def _npz_finite(array: NDArray[Any], path: Path, key: str) -> None:
-    bad = ~np.isfinite(array)
-    if np.any(bad):
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"{path.name}, key {key!r}, index {index if len(index) > 1 else index[0]}: "
-            f"{float(array[index])!r} is not a finite number"
-        )
+class _Archive:
+    """The arrays of one ``.npz`` file, checked as they are read."""
 
+    def __init__(
+        self, archive: Any, path: Path, spec_labels: Sequence[str] | None
+    ) -> None:
+        self.archive, self.path, self.spec_labels = archive, path, spec_labels
+        self.keys = set(archive.files)
 
-def _npz_length(array: NDArray[Any], n: int, path: Path, key: str, what: str) -> None:
-    if array.shape[0] != n:
-        raise ValueError(
-            f"{path.name}, key {key!r}: {array.shape[0]} entries, but there are {n} "
-            f"{what}"
-        )
+    def array(
+        self,
+        key: str,
+        kinds: str,
+        ndim: tuple[int, ...],
+        length: tuple[int, str] | None = None,
+    ) -> NDArray[Any]:
+        """Array ``key`` of dtype ``kinds`` and ``ndim`` axes (a scalar becomes an
+        array), with ``length[0]`` entries, one per ``length[1]``."""
+        name = self.path.name
+        array = self.archive[key]
+        if array.dtype.kind not in kinds:
+            raise ValueError(
+                f"{name}, key {key!r}: dtype {array.dtype} is not allowed (expected "
+                f"{_KINDS[kinds]})"
+            )
+        if array.ndim not in ndim:
+            raise ValueError(
+                f"{name}, key {key!r}: shape {array.shape} must have "
+                f"{' or '.join(map(str, ndim))} axes"
+            )
+        array = np.atleast_1d(array)
+        if length is not None and array.shape[0] != length[0]:
+            raise ValueError(
+                f"{name}, key {key!r}: {array.shape[0]} entries, but there are "
+                f"{length[0]} {length[1]}"
+            )
+        return array
+
+    def finite(self, key: str) -> NDArray[np.float64]:
+        """1-D array ``key`` of finite numbers, as floats."""
+        array = self.array(key, "fiu", (1,)).astype(float)
+        self.refuse(array, key, ~np.isfinite(array), "{} is not a finite number")
+        return array
+
+    def refuse(
+        self, array: NDArray[Any], key: str, wrong: NDArray[np.bool_], message: str
+    ) -> None:
+        """An error naming the first ``wrong`` entry (its value fills ``{}``)."""
+        if np.any(wrong):
+            index = tuple(int(i) for i in np.argwhere(wrong)[0])
+            raise ValueError(
+                f"{self.path.name}, key {key!r}, index "
+                f"{index if len(index) > 1 else index[0]}: "
+                + message.format(repr(float(array[index])))
+            )
+
+    def strings(self, key: str, length: tuple[int, str]) -> list[str] | None:
+        if key not in self.keys:
+            return None
+        return [str(s) for s in self.array(key, "U", (1,), length).tolist()]
+
+    def channels(self, key: str, n_channels: int, channel: str) -> tuple[str, ...]:
+        names = self.strings("channels", (n_channels, "channels"))
+        if names is None and n_channels != 1:
+            raise ValueError(
+                f"{self.path.name}: {key!r} holds {n_channels} channels; name them "
+                "with a 'channels' key"
+            )
+        return tuple(names) if names is not None else (channel,)
+
+    def labels(self, n: int) -> list[str]:
+        """The ``n`` subjects' (or rows') label texts, checked against the spec."""
+        name = self.path.name
+        if "labels" not in self.keys:
+            raise ValueError(f"{name}: no key 'labels'")
+        labels = self.array("labels", "Uiuf", (0, 1), (n, "subjects"))
+        if "label_names" in self.keys:
+            names = self.array("label_names", "U", (1,)).tolist()
+            if labels.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{name}, key 'labels': with 'label_names', labels must be "
+                    f"integer indices, got dtype {labels.dtype}"
+                )
+            bad = (labels < 0) | (labels >= len(names))
+            if np.any(bad):
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"{name}, key 'labels', index {i}: {int(labels[i])} is not an "
+                    f"index into 'label_names' (0 .. {len(names) - 1})"
+                )
+            texts = [_label_text(names[k]) for k in labels.tolist()]
+        else:
+            if labels.dtype.kind == "f":
+                message = "{} is not a finite number"
+                self.refuse(labels, "labels", ~np.isfinite(labels), message)
+            texts = [_label_text(v) for v in labels.tolist()]
+        return [
+            _check_label(t, self.spec_labels, f"{name}, key 'labels', index {i}")
+            for i, t in enumerate(texts)
+        ]
 
 
 def read_npz(
@@ -492,15 +536,24 @@ def read_npz(
     spec_labels: Sequence[str] | None = None,
     channel: str = "value",
 ) -> LongCurves:
-    """Curves of a ``.npz`` archive, long or wide (see the module docstring)."""
+    """Curves of a ``.npz`` archive (no pickled objects), long or wide.
+
+    *Long*, the fields of :class:`LongCurves`: ``times`` (m,), ``values`` (m,) or
+    (m, C) with NaN for missing, ``subjects`` (m,) in ``0 .. n - 1``, ``labels``
+    (n,) label names (or indices into ``label_names``), optional ``curves`` (m,),
+    ``subject_ids`` (n,) and ``channels`` (C,). *Wide*, one row per curve on one
+    grid: ``curves`` (n, T), (T,) or (n, C, T) with NaN for gaps, ``grid`` (T,),
+    ``labels``, optional ``subject_ids`` (rows with one id are that subject's
+    curves) and ``channels``.
+    """
     path = Path(path)
-    with np.load(path, allow_pickle=False) as archive:
-        keys = set(archive.files)
+    with np.load(path, allow_pickle=False) as npz:
+        archive = _Archive(npz, path, spec_labels)
         try:
-            if "times" in keys:
-                return _npz_long(archive, keys, path, spec_labels, channel)
-            if "curves" in keys and "grid" in keys:
-                return _npz_wide(archive, keys, path, spec_labels, channel)
+            if "times" in archive.keys:
+                return _npz_long(archive, channel)
+            if {"curves", "grid"} <= archive.keys:
+                return _npz_wide(archive, channel)
         except ValueError as exc:
             if "Object arrays cannot be loaded" not in str(exc):
                 raise
@@ -509,122 +562,51 @@ def read_npz(
                 "arrays"
             ) from None
     raise ValueError(
-        f"{path.name}: keys {sorted(keys)} are neither the long layout ('times', "
-        "'values', 'subjects', 'labels') nor the wide one ('curves', 'grid', "
-        "'labels')"
+        f"{path.name}: keys {sorted(archive.keys)} are neither the long layout "
+        "('times', 'values', 'subjects', 'labels') nor the wide one ('curves', "
+        "'grid', 'labels')"
     )
 
 
-def _npz_labels(
-    archive: Any, keys: set[str], path: Path, n: int, spec_labels: Sequence[str] | None
-) -> list[str]:
-    if "labels" not in keys:
-        raise ValueError(f"{path.name}: no key 'labels'")
-    labels = np.atleast_1d(_npz_array(archive, path, "labels", "Uiuf", (0, 1)))
-    _npz_length(labels, n, path, "labels", "subjects")
-    if "label_names" in keys:
-        names = _npz_array(archive, path, "label_names", "U", (1,)).tolist()
-        if labels.dtype.kind not in "iu":
-            raise ValueError(
-                f"{path.name}, key 'labels': with 'label_names', labels must be "
-                f"integer indices, got dtype {labels.dtype}"
-            )
-        bad = (labels < 0) | (labels >= len(names))
-        if np.any(bad):
-            i = int(np.argmax(bad))
-            raise ValueError(
-                f"{path.name}, key 'labels', index {i}: {int(labels[i])} is not an "
-                f"index into 'label_names' (0 .. {len(names) - 1})"
-            )
-        texts = [_label_text(names[k]) for k in labels.tolist()]
-    else:
-        if labels.dtype.kind == "f":
-            _npz_finite(labels, path, "labels")
-        texts = [_label_text(v) for v in labels.tolist()]
-    return [
-        _check_label(t, spec_labels, f"{path.name}, key 'labels', index {i}")
-        for i, t in enumerate(texts)
-    ]
-
-
-def _npz_strings(
-    archive: Any, keys: set[str], path: Path, key: str, n: int, what: str
-) -> list[str] | None:
-    if key not in keys:
-        return None
-    names = _npz_array(archive, path, key, "U", (1,))
-    _npz_length(names, n, path, key, what)
-    return [str(s) for s in names.tolist()]
-
-
-def _npz_long(
-    archive: Any,
-    keys: set[str],
-    path: Path,
-    spec_labels: Sequence[str] | None,
-    channel: str,
-) -> LongCurves:
+def _npz_long(archive: _Archive, channel: str) -> LongCurves:
     for key in ("values", "subjects", "labels"):
-        if key not in keys:
-            raise ValueError(f"{path.name}: the long layout needs key {key!r}")
-    times = _npz_array(archive, path, "times", "fiu", (1,)).astype(float)
-    _npz_finite(times, path, "times")
-    m = times.size
-    values = _npz_array(archive, path, "values", "fiu", (1, 2)).astype(float)
-    _npz_length(values, m, path, "values", "times")
-    values = values.reshape(m, -1) if values.ndim == 1 else values
-    if np.any(np.isinf(values)):
-        index = tuple(int(i) for i in np.argwhere(np.isinf(values))[0])
-        raise ValueError(
-            f"{path.name}, key 'values', index {index}: {float(values[index])!r} is "
-            "not finite (NaN marks a missing value)"
-        )
-    subjects = _npz_array(archive, path, "subjects", "iu", (1,)).astype(np.int64)
-    _npz_length(subjects, m, path, "subjects", "times")
-    n = int(subjects.max()) + 1 if m else 0
-    labels_given = np.atleast_1d(archive["labels"]).shape[0]
-    n = max(n, labels_given)
+        if key not in archive.keys:
+            raise ValueError(f"{archive.path.name}: the long layout needs key {key!r}")
+    times = archive.finite("times")
+    m = (times.size, "times")
+    values = archive.array("values", "fiu", (1, 2), m).astype(float)
+    values = values.reshape(times.size, -1) if values.ndim == 1 else values
+    message = "{} is not finite (NaN marks a missing value)"
+    archive.refuse(values, "values", np.isinf(values), message)
+    subjects = archive.array("subjects", "iu", (1,), m).astype(np.int64)
+    n = int(subjects.max()) + 1 if subjects.size else 0
+    n = max(n, np.atleast_1d(archive.archive["labels"]).shape[0])
     if subjects.size and subjects.min() < 0:
         i = int(np.argmin(subjects))
         raise ValueError(
-            f"{path.name}, key 'subjects', index {i}: {int(subjects[i])} is negative"
+            f"{archive.path.name}, key 'subjects', index {i}: {int(subjects[i])} is "
+            "negative"
         )
-    labels = _npz_labels(archive, keys, path, n, spec_labels)
-    curves = np.zeros(m, dtype=np.int64)
-    if "curves" in keys:
-        curves = _npz_array(archive, path, "curves", "iu", (1,)).astype(np.int64)
-        _npz_length(curves, m, path, "curves", "times")
-    ids = _npz_strings(archive, keys, path, "subject_ids", n, "subjects")
-    names = _npz_strings(archive, keys, path, "channels", values.shape[1], "channels")
-    if names is None and values.shape[1] != 1:
-        raise ValueError(
-            f"{path.name}: 'values' holds {values.shape[1]} channels; name them with "
-            "a 'channels' key"
-        )
-    label_names = _label_names(labels, spec_labels)
-    position = {name: k for k, name in enumerate(label_names)}
-    return LongCurves(
+    labels = archive.labels(n)
+    curves = np.zeros(times.size, dtype=np.int64)
+    if "curves" in archive.keys:
+        curves = archive.array("curves", "iu", (1,), m).astype(np.int64)
+    ids = archive.strings("subject_ids", (n, "subjects"))
+    return _assemble(
         subjects,
         curves,
         times,
         values,
-        np.array([position[t] for t in labels], dtype=np.int64),
-        tuple(ids) if ids is not None else tuple(str(i) for i in range(n)),
-        tuple(names) if names is not None else (channel,),
-        label_names,
+        labels,
+        ids if ids is not None else [str(i) for i in range(n)],
+        archive.channels("values", values.shape[1], channel),
+        archive.spec_labels,
     )
 
 
-def _npz_wide(
-    archive: Any,
-    keys: set[str],
-    path: Path,
-    spec_labels: Sequence[str] | None,
-    channel: str,
-) -> LongCurves:
-    grid = _npz_array(archive, path, "grid", "fiu", (1,)).astype(float)
-    _npz_finite(grid, path, "grid")
-    data = _npz_array(archive, path, "curves", "fiu", (1, 2, 3)).astype(float)
+def _npz_wide(archive: _Archive, channel: str) -> LongCurves:
+    grid = archive.finite("grid")
+    data = archive.array("curves", "fiu", (1, 2, 3)).astype(float)
     if data.ndim == 1:
         data = data[None, None, :]
     elif data.ndim == 2:
@@ -632,44 +614,33 @@ def _npz_wide(
     rows, n_channels, n_times = data.shape
     if n_times != grid.size:
         raise ValueError(
-            f"{path.name}, key 'curves': {n_times} values per curve, but 'grid' has "
-            f"{grid.size} points"
+            f"{archive.path.name}, key 'curves': {n_times} values per curve, but "
+            f"'grid' has {grid.size} points"
         )
-    if np.any(np.isinf(data)):
-        index = tuple(int(i) for i in np.argwhere(np.isinf(data))[0])
-        raise ValueError(
-            f"{path.name}, key 'curves', index {index}: not finite (NaN marks a gap)"
-        )
-    labels = _npz_labels(archive, keys, path, rows, spec_labels)
-    names = _npz_strings(archive, keys, path, "channels", n_channels, "channels")
-    if names is None and n_channels != 1:
-        raise ValueError(
-            f"{path.name}: 'curves' holds {n_channels} channels; name them with a "
-            "'channels' key"
-        )
-    ids = _npz_strings(archive, keys, path, "subject_ids", rows, "rows of 'curves'")
-    builder = _Builder(path.name, tuple(names) if names else (channel,), spec_labels)
+    archive.refuse(data, "curves", np.isinf(data), "not finite (NaN marks a gap)")
+    labels = archive.labels(rows)
+    channels = archive.channels("curves", n_channels, channel)
+    ids = archive.strings("subject_ids", (rows, "rows of 'curves'"))
+    builder = _Builder(channels, archive.spec_labels)
     subject = np.empty(rows, dtype=np.int64)
     curve = np.empty(rows, dtype=np.int64)
     for r in range(rows):  # one step per curve, not per value
-        where = f"{path.name}, key 'labels', index {r}"
+        where = f"{archive.path.name}, key 'labels', index {r}"
         subject[r] = builder.subject(
             str(r) if ids is None else ids[r], labels[r], where
         )
         curve[r] = builder.curve(int(subject[r]), str(r))
     values = data.transpose(0, 2, 1).reshape(rows * n_times, n_channels)
-    observed = ~np.all(np.isnan(values), axis=1)
-    label_names = _label_names(builder.labels, spec_labels)
-    position = {name: k for k, name in enumerate(label_names)}
-    return LongCurves(
-        np.repeat(subject, n_times)[observed],
-        np.repeat(curve, n_times)[observed],
-        np.tile(grid, rows)[observed],
-        values[observed],
-        np.array([position[label] for label in builder.labels], dtype=np.int64),
+    return _assemble(
+        np.repeat(subject, n_times),
+        np.repeat(curve, n_times),
+        np.tile(grid, rows),
+        values,
+        builder.labels,
         tuple(builder.subjects),
-        builder.channels,
-        label_names,
+        channels,
+        archive.spec_labels,
+        ~np.all(np.isnan(values), axis=1),
     )
 
 
@@ -729,12 +700,11 @@ def write_wide_csv(
     pairs = zip(
         curves.subjects[order].tolist(), curves.curves[order].tolist(), strict=True
     )
-    keys = list(dict.fromkeys(pairs))
     header = ["subject", "curve"] + (["channel"] if with_channel else []) + ["label"]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(header + [repr(float(t)) for t in times])
-        for s, k in keys:
+        for s, k in dict.fromkeys(pairs):
             rows = np.flatnonzero((curves.subjects == s) & (curves.curves == k))
             for c, name in enumerate(curves.channels):
                 line = np.full(times.size, np.nan)
@@ -743,11 +713,11 @@ def write_wide_csv(
                     if math.isnan(value):
                         continue
                     if not math.isnan(line[column[r]]):
-                        at = float(curves.times[r])
                         raise ValueError(
                             f"subject {curves.subject_ids[s]!r} curve {k} has two "
-                            f"values of channel {name!r} at time {at!r}; the wide "
-                            "form holds one per time"
+                            f"values of channel {name!r} at time "
+                            f"{float(curves.times[r])!r}; the wide form holds one "
+                            "per time"
                         )
                     line[column[r]] = value
                 if np.all(np.isnan(line)):
@@ -770,9 +740,9 @@ def write_long_csv(
     path = Path(path)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        head = ["subject", "curve", "time", "label"]
         writer.writerow(
-            head + (["channel", "value"] if channel_column else list(curves.channels))
+            ["subject", "curve", "time", "label"]
+            + (["channel", "value"] if channel_column else list(curves.channels))
         )
         for r in range(curves.times.size):
             s = int(curves.subjects[r])

@@ -1,43 +1,39 @@
 r"""Embedded wearable data: a day of heart rate per subject, labelled by a condition.
 
 :func:`make_wearable` draws what a wearable host records: heart rate (bpm) over
-24 h, sampled on the device's own irregular timestamps, with device-off stretches and
-dropped samples, optionally an activity (accelerometer) channel and several days per
-subject, and one label per subject: a *condition* that changes the shape of the
-curve while leaving its daily mean where it was. :func:`wearable_grid` gives the same
-subjects on the regular 5-minute grid (288 slots a day), dense, NaN at the gaps, for
-tests and plots. Only numpy is needed.
-
-Time is in minutes on :math:`[0, 1440)`; each day is a 24-h window of its own, and the
-night's sleep (which starts in the evening) wraps around its midnight.
+24 h on the device's own irregular timestamps, with device-off stretches and dropped
+samples, optionally an activity channel and several days per subject, and one label
+per subject, a *condition* that changes the curve's shape but not its daily mean.
+:func:`wearable_grid` gives the same subjects on the regular 5-minute grid (288 slots
+a day), NaN at the gaps. Time is in minutes on :math:`[0, 1440)`; each day is a 24-h
+window of its own, and the night's sleep wraps around its midnight. Only numpy is
+needed.
 
 The model
 ---------
-Subject :math:`i`, day :math:`d` (every :math:`z` is its own :math:`N(0,1)` draw
-truncated to :math:`\pm 2.5`, every :math:`u` its own :math:`U(0,1)`; a term with
-subscript :math:`d` is drawn afresh each day, the others once per subject):
+Subject :math:`i`, day :math:`d`; every :math:`z` is its own :math:`N(0,1)` draw
+truncated to :math:`\pm 2.5`, every :math:`u` its own :math:`U(0,1)`, and a term with
+subscript :math:`d` is drawn afresh each day, the others once per subject:
 
 * label :math:`c_i \in \{0, \dots, K-1\}` from ``class_prior``;
 * mesor :math:`M = 68 + 6 z + 2 z_d` bpm, its *reserve* :math:`R = M - 35`;
-* circadian amplitude :math:`A = 0.2 R e^{0.25 z}` and nocturnal dip
-  :math:`\delta = 0.25 R e^{0.25 z}` (both scale with the reserve, so sleeping HR
-  stays above about 40 bpm);
+  circadian amplitude :math:`A = 0.2 R e^{0.25 z}` and nocturnal dip
+  :math:`\delta = 0.25 R e^{0.25 z}` (sleeping HR stays above about 40 bpm);
 * sleep onset :math:`S = 23{:}00 + 60 z + 30 z_d` min, duration
-  :math:`D = 450 + 50 z + 30 z_d` min (clipped to [300, 660]); the acrophase follows
-  mid-sleep: :math:`\phi = S + D/2 + 720 + 45 z + 20 z_d`;
-* daytime activity bursts: :math:`N_d \sim \mathrm{Poisson}(5 e^{0.3 z})` (at most 24),
-  each starting at a triangular time over the waking hours (peak mid-day), lasting
-  :math:`20 e^{0.6 z}` min (clipped to [5, 120]) with intensity
-  :math:`I e^{0.4 z}` bpm, :math:`I = 20 e^{0.3 z}` (at most 80); nocturnal awakenings
+  :math:`D = 450 + 50 z + 30 z_d` min (clipped to [300, 660]), acrophase
+  :math:`\phi = S + D/2 + 720 + 45 z + 20 z_d`;
+* daytime activity bursts: :math:`\mathrm{Poisson}(5 e^{0.3 z})` (at most 24), each
+  at a triangular time over the waking hours, lasting :math:`20 e^{0.6 z}` min
+  (clipped to [5, 120]) with intensity :math:`I e^{0.4 z}` bpm,
+  :math:`I = 20 e^{0.3 z}` (at most 80); nocturnal awakenings
   :math:`\mathrm{Poisson}(0.5)` per night (at most 12), :math:`10 e^{0.3 z}` min,
-  :math:`0.6 I e^{0.3 z}` bpm; the HR response to the piecewise-constant drive
-  :math:`b(t)` of the bursts (their intensities summed) is its circular convolution
-  with the exponential kernel :math:`h(\tau) \propto e^{-\tau / 4\,\mathrm{min}}`;
+  :math:`0.6 I e^{0.3 z}` bpm; the HR response to their summed drive :math:`b(t)` is
+  its circular convolution with :math:`h(\tau) \propto e^{-\tau / 4\,\mathrm{min}}`;
 * ultradian wander :math:`w(t)`: 4 sinusoids, amplitude :math:`e^{0.3 z}` bpm, period
   :math:`60 \cdot 4^{u}` min, random phase.
 
-With :math:`s(t) \in [0,1]` the sleep indicator (logistic edges of 8 min, wrapping
-around midnight) the latent curve and the observation at time :math:`t_j` are
+With :math:`s(t) \in [0,1]` the sleep indicator (logistic edges of 8 min) the latent
+curve and the observation at time :math:`t_j` are
 
 .. math::
     \mu(t) = M + A\cos\frac{2\pi(t-\phi)}{1440} - \delta s(t) + (h * b)(t)
@@ -45,69 +41,55 @@ around midnight) the latent curve and the observation at time :math:`t_j` are
     y_j = \mathrm{clip}\bigl(\mathrm{round}(\mu(t_j) + \sigma (1-(1-\nu) s(t_j))
     \varepsilon_j),\ 40,\ 200\bigr),
 
-with measurement noise :math:`\sigma = ` ``noise_sd`` :math:`\cdot e^{0.2 z}` awake
-and :math:`\nu\sigma`, :math:`\nu = 1/2`, asleep (lower HR *and* lower variability at
-night). Clipping touches well under 0.1 % of the samples.
-
-The activity channel (counts per minute) is
+with :math:`\sigma = ` ``noise_sd`` :math:`\cdot e^{0.2 z}` and :math:`\nu = 1/2`
+(lower HR *and* variability asleep); clipping touches well under 0.1 % of the
+samples. The activity channel (counts per minute) is
 :math:`a_j = \min\bigl(\mathrm{round}\bigl((150 e^{0.5 z}(1-s) + 5 s + 100 e^{0.3 z}
-b)(t_j)\, e^{0.5\varepsilon'_j - 1/8}\bigr), 15000\bigr)` (the sensor saturates): it
-moves with the bursts (and leads the HR response), and is missing exactly where the
+b)(t_j)\, e^{0.5\varepsilon'_j - 1/8}\bigr), 15000\bigr)`, missing exactly where the
 heart rate is.
 
-Sampling and gaps. Subject :math:`i`'s device samples every :math:`p` min, with
-:math:`p` = 5 (70 % of devices), 2.5 (15 %) or 10 (15 %) times a clock drift
-:math:`1 + 0.02 z`, from a random offset and with a jitter of
-:math:`\pm 0.3 p` per sample: timestamps are strictly increasing, irregular and never on
-the 5-minute grid (``irregular=False`` samples every subject at 0, 5, ..., 1435).
-Each day has :math:`\mathrm{Poisson}(` ``gap_rate`` :math:`)` device-off stretches
-(at most 8; charging, say) starting uniformly in the day and lasting
-:math:`60 e^{0.6 z}` min (clipped to [10, 180], cut at the day's end), with no samples
-at all; outside them each sample is dropped with the subject's probability
-:math:`q \sim U(0, 2\,` ``drop_rate`` :math:`)`. With the defaults a subject-day
-misses 9.3 % of its samples on average (4.5 % of the day is in device-off stretches,
-which 63 % of days have, and 5 % of the rest is dropped), and 95 % of subject-days miss
-less than 21 %.
+A device samples every :math:`p` min, :math:`p` = 5 (70 % of devices), 2.5 (15 %) or
+10 (15 %) times a clock drift :math:`1 + 0.02 z`, from a random offset with a jitter
+of :math:`\pm 0.3 p` per sample, never on the 5-minute grid (``irregular=False``
+samples at 0, 5, ..., 1435). Each day has :math:`\mathrm{Poisson}(` ``gap_rate``
+:math:`)` device-off stretches (at most 8) starting uniformly in the day and lasting
+:math:`60 e^{0.6 z}` min (clipped to [10, 180], cut at the day's end); outside them
+a sample is dropped with the subject's probability :math:`q \sim U(0, 2\,`
+``drop_rate`` :math:`)`. At the defaults a subject-day misses 9.3 % of its samples
+on average (4.5 % of the day is in device-off stretches, which 63 % of days have),
+and 95 % of subject-days miss less than 21 %.
 
 Conditions
 ----------
-Label :math:`c` changes the subject's parameters by an amount proportional to
-``separation`` :math:`\lambda \in [0, 2]` (0: the classes are identical; 1, the
-default; larger is easier):
+Label :math:`c` changes the parameters in proportion to ``separation``
+:math:`\lambda \in [0, 2]` (0: the classes are identical):
 
 =========== ==============================================================
 healthy     nothing
-blunted     :math:`A` and :math:`\delta` times :math:`1 - 0.45\lambda` (flatter rhythm,
-            higher nocturnal HR)
+blunted     :math:`A` and :math:`\delta` times :math:`1 - 0.45\lambda`
 delayed     sleep onset :math:`+60\lambda` min, acrophase :math:`+120\lambda` min
-            (a later, misaligned rhythm)
 advanced    sleep onset :math:`-60\lambda` min, acrophase :math:`-120\lambda` min
 fragmented  :math:`\delta` times :math:`1 - 0.25\lambda`, :math:`+2\lambda` nocturnal
-            awakenings, sleep variability :math:`\nu` times :math:`1 + 0.5\lambda`
+            awakenings, :math:`\nu` times :math:`1 + 0.5\lambda`
 =========== ==============================================================
 
-``n_classes`` :math:`K` takes the first :math:`K` rows (2 to 5). Every condition
-lowers the mesor by the expected rise of the daily mean it causes (a weaker dip, extra
-awakenings), so the daily mean HR has the same distribution in every class (up to the
-randomness of the awakenings) and the label lives in the shape of the curve: at the
-defaults a logistic regression on 16 B-spline coefficients of the 5-minute profile errs
-on about 11 % of held-out subjects (10.5 % to 12.3 % over seeds 0-9 at 10^4 subjects),
-one on the mean HR alone on 50 %, the majority rate
+``n_classes`` :math:`K` takes the first :math:`K` rows. Every condition lowers the
+mesor by the expected rise of the daily mean it causes, so the daily mean HR has the
+same distribution in every class and the label lives in the curve's shape: at the
+defaults a logistic regression on 16 B-spline coefficients of the 5-minute profile
+errs on about 11 % of held-out subjects (10.5 % to 12.3 % over seeds 0-9 at 10^4
+subjects), one on the mean HR alone on 50 %, the majority rate
 (``python -m ldpfda.experiments.wearable_check``).
 
 Reproducibility
 ---------------
-Everything of subject :math:`i` (its label, parameters, and its days) is drawn from
-``numpy.random.SeedSequence(seed).spawn(...)[i]`` -- that is,
-``SeedSequence(seed, spawn_key=(i,))`` -- and day :math:`d` from that sequence's
-child :math:`d`, ``SeedSequence(seed, spawn_key=(i, d))``, each through a fixed number
-of draws. So subject :math:`i`'s curves depend only on ``(seed, i)`` and the
-generator's parameters, not on ``n_subjects`` nor on the other subjects, and a node
-can regenerate its own subject alone: ``make_wearable(1, first_subject=i,
-seed=seed)``. Day :math:`d` does not depend on ``n_days`` either; switching the
-activity channel on changes no heart rate, and switching the sampling between
-irregular and regular leaves the label, the latent curve :math:`\mu` and the
-device-off stretches as they were.
+Subject :math:`i` (label, parameters) is drawn from ``SeedSequence(seed,
+spawn_key=(i,))`` and its day :math:`d` from ``SeedSequence(seed, spawn_key=(i,
+d))``, each through a fixed number of draws: a subject depends only on ``(seed, i)``
+and the parameters (``make_wearable(1, first_subject=i, seed=seed)`` regenerates it
+alone), a day not on ``n_days``; the activity channel changes no heart rate, and
+regular sampling leaves the label, :math:`\mu` and the device-off stretches as they
+were.
 
 References
 ----------
@@ -191,57 +173,36 @@ _DAY_U = 96
 _DAY_Z = 96
 
 
-def _columns(names: Sequence[tuple[str, int]]) -> dict[str, slice]:
+def _columns(ones: str, **wide: int) -> dict[str, slice]:
+    """Consecutive columns: one for each name in ``ones``, then the ``wide`` ones."""
     out, start = {}, 0
-    for name, size in names:
+    for name, size in [(name, 1) for name in ones.split()] + list(wide.items()):
         out[name] = slice(start, start + size)
         start += size
     return out
 
 
-_SU = _columns([("label", 1), ("device", 1), ("drop", 1)])
+_SU = _columns("label device drop")
 _SZ = _columns(
-    [
-        ("mesor", 1),
-        ("amplitude", 1),
-        ("onset", 1),
-        ("duration", 1),
-        ("acrophase", 1),
-        ("dip", 1),
-        ("activity", 1),
-        ("intensity", 1),
-        ("noise", 1),
-        ("drift", 1),
-        ("acc_base", 1),
-        ("acc_gain", 1),
-    ]
+    "mesor amplitude onset duration acrophase dip activity intensity noise drift "
+    "acc_base acc_gain"
 )
 _DU = _columns(
-    [
-        ("n_bursts", 1),
-        ("n_awake", 1),
-        ("n_gaps", 1),
-        ("offset", 1),
-        ("wave_period", _N_WAVES),
-        ("wave_phase", _N_WAVES),
-        ("burst_time", 2 * _MAX_BURSTS),
-        ("awake_time", _MAX_AWAKENINGS),
-        ("gap_start", _MAX_GAPS),
-    ]
+    "n_bursts n_awake n_gaps offset",
+    wave_period=_N_WAVES,
+    wave_phase=_N_WAVES,
+    burst_time=2 * _MAX_BURSTS,
+    awake_time=_MAX_AWAKENINGS,
+    gap_start=_MAX_GAPS,
 )
 _DZ = _columns(
-    [
-        ("mesor", 1),
-        ("onset", 1),
-        ("duration", 1),
-        ("acrophase", 1),
-        ("wave_amp", _N_WAVES),
-        ("burst_len", _MAX_BURSTS),
-        ("burst_int", _MAX_BURSTS),
-        ("awake_len", _MAX_AWAKENINGS),
-        ("awake_int", _MAX_AWAKENINGS),
-        ("gap_len", _MAX_GAPS),
-    ]
+    "mesor onset duration acrophase",
+    wave_amp=_N_WAVES,
+    burst_len=_MAX_BURSTS,
+    burst_int=_MAX_BURSTS,
+    awake_len=_MAX_AWAKENINGS,
+    awake_int=_MAX_AWAKENINGS,
+    gap_len=_MAX_GAPS,
 )
 assert max(s.stop for s in _DU.values()) <= _DAY_U
 assert max(s.stop for s in _DZ.values()) <= _DAY_Z
@@ -285,37 +246,18 @@ def _flag(value: Any, name: str) -> bool:
 
 @dataclass(frozen=True)
 class WearableParams:
-    """The generator's parameters, validated when built.
+    """The generator's parameters (the model is in the module docstring), validated
+    when built.
 
-    Attributes
-    ----------
-    n_subjects : int
-        Subjects to draw (>= 1): subjects ``first_subject .. first_subject +
-        n_subjects - 1``.
-    n_days : int
-        Days (curves) per subject, in [1, 366].
-    n_classes : int
-        Conditions, in [2, 5]: the first ``n_classes`` of :data:`CONDITIONS`.
-    class_prior : tuple of float or None
-        Probability of each condition (``n_classes`` numbers >= 0 summing to 1);
-        None is balanced.
-    separation : float
-        How far the conditions are from healthy, in [0, 2]: 0 makes the label
-        independent of the curves, 1 is the default, 2 the easiest.
-    accelerometer : bool
-        Add the activity channel (counts per minute).
-    irregular : bool
-        Sample on each device's own jittered timestamps (True) or on the 5-minute grid.
-    gap_rate : float
-        Mean number of device-off stretches per day, in [0, 3].
-    drop_rate : float
-        Mean probability that a sample is dropped, in [0, 0.25].
-    noise_sd : float
-        Typical measurement noise of an awake sample, bpm, in [0, 10].
-    seed : int
-        Seed of every subject's stream (>= 0).
-    first_subject : int
-        Index of the first subject drawn (>= 0).
+    Subjects ``first_subject .. first_subject + n_subjects - 1`` are drawn
+    (``n_subjects >= 1``, ``first_subject >= 0``), ``n_days`` curves each (1 to
+    366), labelled by the first ``n_classes`` (2 to 5) of :data:`CONDITIONS` with
+    probabilities ``class_prior`` (balanced if None). ``separation`` (0 to 2) sets
+    how far the conditions are from healthy, ``accelerometer`` adds the activity
+    channel, ``irregular`` samples on each device's own timestamps rather than the
+    5-minute grid, ``gap_rate`` (0 to 3) is the mean number of device-off stretches
+    a day, ``drop_rate`` (0 to 0.25) the mean probability that a sample is dropped
+    and ``noise_sd`` (0 to 10 bpm) the awake measurement noise; ``seed >= 0``.
     """
 
     n_subjects: int = 10_000
@@ -335,11 +277,8 @@ class WearableParams:
         set_ = object.__setattr__
         set_(self, "n_subjects", _integer(self.n_subjects, "n_subjects", 1))
         set_(self, "n_days", _integer(self.n_days, "n_days", 1, 366))
-        set_(
-            self,
-            "n_classes",
-            _integer(self.n_classes, "n_classes", 2, len(CONDITIONS)),
-        )
+        n_classes = _integer(self.n_classes, "n_classes", 2, len(CONDITIONS))
+        set_(self, "n_classes", n_classes)
         set_(self, "class_prior", self._check_prior(self.class_prior))
         set_(self, "separation", _real(self.separation, "separation", 0.0, 2.0))
         set_(self, "accelerometer", _flag(self.accelerometer, "accelerometer"))
@@ -389,11 +328,58 @@ class WearableParams:
 
     def generate(self) -> LongCurves:
         """The subjects in long form (see :func:`make_wearable`)."""
-        return _long_form(self)
+        days = self.n_days
+        subjects, curves, times, values, labels = [], [], [], [], []
+        done = 0
+        for block in _blocks(self, self.irregular):
+            subjects.append(done + block.row // days)
+            curves.append(block.row % days)
+            times.append(block.times)
+            values.append(block.values)
+            labels.append(block.labels)
+            done += block.labels.size
+        return LongCurves(
+            subjects=np.concatenate(subjects).astype(np.int64),
+            curves=np.concatenate(curves).astype(np.int64),
+            times=np.concatenate(times),
+            values=np.concatenate(values),
+            labels=np.concatenate(labels),
+            subject_ids=_subject_ids(self),
+            channels=self.channels,
+            label_names=self.label_names,
+        )
 
     def grid(self) -> WearableGrid:
         """The subjects on the regular 5-minute grid (see :func:`wearable_grid`)."""
-        return _grid_form(self)
+        rows = self.n_subjects * self.n_days
+        values = np.full((rows, N_SLOTS, len(self.channels)), np.nan)
+        onset, duration, labels = [], [], []
+        done = 0
+        for block in _blocks(self, irregular=False):
+            values[done + block.row, block.slot] = block.values
+            onset.append(block.onset)
+            duration.append(block.duration)
+            labels.append(block.labels)
+            done += block.onset.size
+        times = np.arange(N_SLOTS, dtype=np.float64) * SLOT_MINUTES
+        asleep = (
+            _sleep(
+                times[None, :],
+                np.concatenate(onset)[:, None],
+                np.concatenate(duration)[:, None],
+            )
+            > 0.5
+        )
+        shape = (self.n_subjects, self.n_days, N_SLOTS)
+        return WearableGrid(
+            values=values.reshape(*shape, len(self.channels)),
+            times=times,
+            labels=np.concatenate(labels),
+            asleep=asleep.reshape(shape),
+            subject_ids=_subject_ids(self),
+            channels=self.channels,
+            label_names=self.label_names,
+        )
 
 
 @dataclass(frozen=True)
@@ -458,20 +444,7 @@ def make_wearable(
 
     10^4 subjects x 1 day take about 2 s on one core.
     """
-    return WearableParams(
-        n_subjects=n_subjects,
-        n_days=n_days,
-        n_classes=n_classes,
-        class_prior=None if class_prior is None else tuple(class_prior),
-        separation=separation,
-        accelerometer=accelerometer,
-        irregular=irregular,
-        gap_rate=gap_rate,
-        drop_rate=drop_rate,
-        noise_sd=noise_sd,
-        seed=seed,
-        first_subject=first_subject,
-    ).generate()
+    return WearableParams(**locals()).generate()
 
 
 def wearable_grid(
@@ -495,20 +468,7 @@ def wearable_grid(
     exactly ``make_wearable(..., irregular=False)`` laid out densely, NaN where no
     sample was recorded.
     """
-    return WearableParams(
-        n_subjects=n_subjects,
-        n_days=n_days,
-        n_classes=n_classes,
-        class_prior=None if class_prior is None else tuple(class_prior),
-        separation=separation,
-        accelerometer=accelerometer,
-        irregular=False,
-        gap_rate=gap_rate,
-        drop_rate=drop_rate,
-        noise_sd=noise_sd,
-        seed=seed,
-        first_subject=first_subject,
-    ).grid()
+    return WearableParams(**locals()).grid()
 
 
 def bin_means(
@@ -543,48 +503,6 @@ def bin_means(
 
 
 # -- drawing ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Draws:
-    """Every random number of a block of subjects, in each stream's fixed layout."""
-
-    su: NDArray[np.float64]  # (n, _SUBJECT_U)
-    sz: NDArray[np.float64]  # (n, _SUBJECT_Z), truncated
-    du: NDArray[np.float64]  # (n * n_days, _DAY_U + 2 * _MAX_SAMPLES)
-    dz: NDArray[np.float64]  # (n * n_days, _DAY_Z + 1 or 2 * _MAX_SAMPLES)
-
-
-def _draw(params: WearableParams, first: int, n: int) -> _Draws:
-    """Subjects ``first .. first + n - 1``, each from its own SeedSequence child.
-
-    A stream fills its row in order, so leaving out the activity noise at the end of a
-    day's normals changes none of the numbers before it.
-    """
-    days = params.n_days
-    su = np.empty((n, _SUBJECT_U))
-    sz = np.empty((n, _SUBJECT_Z))
-    du = np.empty((n * days, _DAY_U + 2 * _MAX_SAMPLES))
-    dz = np.empty(
-        (n * days, _DAY_Z + (2 if params.accelerometer else 1) * _MAX_SAMPLES)
-    )
-    seed = params.seed
-    for k in range(n):
-        i = first + k
-        gen = np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
-        )
-        gen.random(out=su[k])
-        gen.standard_normal(out=sz[k])
-        for d in range(days):
-            gen = np.random.Generator(
-                np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i, d)))
-            )
-            gen.random(out=du[k * days + d])
-            gen.standard_normal(out=dz[k * days + d])
-    np.clip(sz, -_TRUNCATE, _TRUNCATE, out=sz)
-    np.clip(dz[:, :_DAY_Z], -_TRUNCATE, _TRUNCATE, out=dz[:, :_DAY_Z])
-    return _Draws(su, sz, du, dz)
 
 
 def _poisson(u: NDArray[np.float64], rate: NDArray[np.float64], cap: int) -> NDArray:
@@ -657,94 +575,53 @@ class _Block:
 
 
 class _Rows:
-    """A block's draws by name, one row per subject-day (subject terms repeated)."""
+    """Every random number of subjects ``first .. first + n - 1``, by name, one row
+    per subject-day (subject terms repeated).
 
-    def __init__(self, draws: _Draws, days: int) -> None:
-        self.draws = draws
-        self.days = days
-        self.sz = np.repeat(draws.sz, days, axis=0)
-        self.n = draws.dz.shape[0]
+    Subject :math:`i` and its day :math:`d` each have their own SeedSequence child;
+    a stream fills its row in order, so leaving out the activity noise at the end of
+    a day's normals changes none of the numbers before it.
+    """
+
+    def __init__(self, params: WearableParams, first: int, n: int) -> None:
+        days = self.days = params.n_days
+        self.n = n * days
+        self.su = np.empty((n, _SUBJECT_U))
+        sz = np.empty((n, _SUBJECT_Z))
+        self.du = np.empty((n * days, _DAY_U + 2 * _MAX_SAMPLES))
+        width = _DAY_Z + (2 if params.accelerometer else 1) * _MAX_SAMPLES
+        self.dz = np.empty((n * days, width))
+        for k in range(n):
+            i = first + k
+            gen = np.random.Generator(
+                np.random.PCG64(np.random.SeedSequence(params.seed, spawn_key=(i,)))
+            )
+            gen.random(out=self.su[k])
+            gen.standard_normal(out=sz[k])
+            for d in range(days):
+                gen = np.random.Generator(
+                    np.random.PCG64(
+                        np.random.SeedSequence(params.seed, spawn_key=(i, d))
+                    )
+                )
+                gen.random(out=self.du[k * days + d])
+                gen.standard_normal(out=self.dz[k * days + d])
+        np.clip(sz, -_TRUNCATE, _TRUNCATE, out=sz)
+        np.clip(self.dz[:, :_DAY_Z], -_TRUNCATE, _TRUNCATE, out=self.dz[:, :_DAY_Z])
+        self.sz = np.repeat(sz, days, axis=0)
 
     def subject_u(self, name: str) -> NDArray[np.float64]:
         """A subject uniform, one value per subject (not per row)."""
-        return self.draws.su[:, _SU[name].start]
+        return self.su[:, _SU[name].start]
 
     def subject_z(self, name: str) -> NDArray[np.float64]:
         return self.sz[:, _SZ[name].start]
 
     def day_u(self, name: str) -> NDArray[np.float64]:
-        return self.draws.du[:, _DU[name]]
+        return self.du[:, _DU[name]]
 
     def day_z(self, name: str) -> NDArray[np.float64]:
-        return self.draws.dz[:, _DZ[name]]
-
-
-@dataclass(frozen=True)
-class _Latent:
-    """Each subject-day's latent curve: rhythm, sleep, activity and noise level."""
-
-    labels: NDArray[np.int64]  # (n,), per subject
-    mesor: NDArray[np.float64]
-    amplitude: NDArray[np.float64]
-    acrophase: NDArray[np.float64]
-    dip: NDArray[np.float64]
-    onset: NDArray[np.float64]
-    duration: NDArray[np.float64]
-    sigma: NDArray[np.float64]  # awake noise sd
-    night: NDArray[np.float64]  # asleep / awake noise ratio
-    drive: NDArray[np.float64]  # (rows, 1440) activity drive b(t)
-    response: NDArray[np.float64]  # (rows, 1440) the HR response h * b
-
-
-def _latent(params: WearableParams, r: _Rows) -> _Latent:
-    """The condition, the rhythm and sleep, the activity, and the mean correction."""
-    labels = np.minimum(
-        np.searchsorted(np.cumsum(params.prior), r.subject_u("label"), side="right"),
-        params.n_classes - 1,
-    ).astype(np.int64)
-    effect = _EFFECTS[np.repeat(labels, r.days)] * params.separation  # (rows, 6)
-    d_amp, d_dip, d_onset, d_acro, d_awake, d_night = effect.T
-
-    mesor = 68.0 + 6.0 * r.subject_z("mesor") + 2.0 * r.day_z("mesor")[:, 0]
-    reserve = mesor - 35.0
-    amplitude = 0.2 * reserve * np.exp(0.25 * r.subject_z("amplitude")) * (1.0 + d_amp)
-    dip0 = 0.25 * reserve * np.exp(0.25 * r.subject_z("dip"))
-    duration = np.clip(
-        450.0 + 50.0 * r.subject_z("duration") + 30.0 * r.day_z("duration")[:, 0],
-        300.0,
-        660.0,
-    )
-    onset = (
-        1380.0 + 60.0 * r.subject_z("onset") + 30.0 * r.day_z("onset")[:, 0] + d_onset
-    )
-    acrophase = (
-        onset
-        + duration / 2.0
-        + 720.0
-        + 45.0 * r.subject_z("acrophase")
-        + 20.0 * r.day_z("acrophase")[:, 0]
-        + d_acro
-    )
-    scale = 20.0 * np.exp(0.3 * r.subject_z("intensity"))
-    drive = _activity(r, onset, duration, scale, 0.5 + d_awake)
-    # The daily mean must not tell the conditions apart: remove the expected rise that
-    # a weaker dip and extra awakenings bring (the response keeps each box's area;
-    # E[e^{0.3 z}] = e^{0.045}).
-    extra_awake = d_awake * (0.6 * scale * np.exp(0.045)) * (10.0 * np.exp(0.045))
-    mesor = mesor - (-d_dip * dip0 * duration + extra_awake) / DAY_MINUTES
-    return _Latent(
-        labels=labels,
-        mesor=mesor,
-        amplitude=amplitude,
-        acrophase=acrophase,
-        dip=dip0 * (1.0 + d_dip),
-        onset=onset,
-        duration=duration,
-        sigma=params.noise_sd * np.exp(0.2 * r.subject_z("noise")),
-        night=0.5 * (1.0 + d_night),
-        drive=drive,
-        response=_respond(drive),
-    )
+        return self.dz[:, _DZ[name]]
 
 
 def _activity(
@@ -783,11 +660,11 @@ def _sampling(
     params: WearableParams, r: _Rows, irregular: bool
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     """Every row's candidate sample times and which of them were recorded."""
-    du = r.draws.du
+    du = r.du
     if irregular:
         choice = np.searchsorted(_PERIOD_CDF, r.subject_u("device"), side="right")
-        drift = 1.0 + 0.02 * r.draws.sz[:, _SZ["drift"].start]
-        period = np.repeat(_PERIODS[choice] * drift, r.days)[:, None]
+        drift = 1.0 + 0.02 * r.subject_z("drift")
+        period = (np.repeat(_PERIODS[choice], r.days) * drift)[:, None]
         j = np.arange(_MAX_SAMPLES, dtype=np.float64)[None, :]
         jitter = du[:, _DAY_U : _DAY_U + _MAX_SAMPLES]
         t = period * (r.day_u("offset") + j + 0.6 * (jitter - 0.5))
@@ -809,42 +686,76 @@ def _sampling(
     return t, kept
 
 
-def _simulate(params: WearableParams, draws: _Draws, irregular: bool) -> _Block:
-    """Draw a block's latent curves, sample them, and observe the recorded samples."""
-    r = _Rows(draws, params.n_days)
-    lat = _latent(params, r)
+def _simulate(params: WearableParams, r: _Rows, irregular: bool) -> _Block:
+    """A block's conditions, latent curves (rhythm, sleep, activity, with the mean
+    correction), sampling, and the recorded samples."""
+    labels = np.minimum(
+        np.searchsorted(np.cumsum(params.prior), r.subject_u("label"), side="right"),
+        params.n_classes - 1,
+    ).astype(np.int64)
+    effect = _EFFECTS[np.repeat(labels, r.days)] * params.separation  # (rows, 6)
+    d_amp, d_dip, d_onset, d_acro, d_awake, d_night = effect.T
+
+    mesor = 68.0 + 6.0 * r.subject_z("mesor") + 2.0 * r.day_z("mesor")[:, 0]
+    reserve = mesor - 35.0
+    amplitude = 0.2 * reserve * np.exp(0.25 * r.subject_z("amplitude")) * (1.0 + d_amp)
+    dip0 = 0.25 * reserve * np.exp(0.25 * r.subject_z("dip"))
+    duration = np.clip(
+        450.0 + 50.0 * r.subject_z("duration") + 30.0 * r.day_z("duration")[:, 0],
+        300.0,
+        660.0,
+    )
+    onset = (
+        1380.0 + 60.0 * r.subject_z("onset") + 30.0 * r.day_z("onset")[:, 0] + d_onset
+    )
+    acrophase = (
+        onset
+        + duration / 2.0
+        + 720.0
+        + 45.0 * r.subject_z("acrophase")
+        + 20.0 * r.day_z("acrophase")[:, 0]
+        + d_acro
+    )
+    scale = 20.0 * np.exp(0.3 * r.subject_z("intensity"))
+    drive = _activity(r, onset, duration, scale, 0.5 + d_awake)
+    # The daily mean must not tell the conditions apart: remove the expected rise that
+    # a weaker dip and extra awakenings bring (the response keeps each box's area;
+    # E[e^{0.3 z}] = e^{0.045}).
+    extra_awake = d_awake * (0.6 * scale * np.exp(0.045)) * (10.0 * np.exp(0.045))
+    mesor = mesor - (-d_dip * dip0 * duration + extra_awake) / DAY_MINUTES
+    dip = dip0 * (1.0 + d_dip)
+    sigma = params.noise_sd * np.exp(0.2 * r.subject_z("noise"))
+    night = 0.5 * (1.0 + d_night)
     t, kept = _sampling(params, r, irregular)
     row, slot = np.nonzero(kept)
     tt = t[row, slot]
-    sleep = _sleep(tt, lat.onset[row], lat.duration[row])
+    sleep = _sleep(tt, onset[row], duration[row])
     wave = np.zeros(tt.shape)
     periods = 60.0 * 4.0 ** r.day_u("wave_period")[row]
     phases = 2.0 * np.pi * r.day_u("wave_phase")[row]
     amps = np.exp(0.3 * r.day_z("wave_amp"))[row]
     for w in range(_N_WAVES):
         wave += amps[:, w] * np.sin(2.0 * np.pi * tt / periods[:, w] + phases[:, w])
-    cycle = np.cos(2.0 * np.pi * (tt - lat.acrophase[row]) / DAY_MINUTES)
+    cycle = np.cos(2.0 * np.pi * (tt - acrophase[row]) / DAY_MINUTES)
     mu = (
-        lat.mesor[row]
-        + lat.amplitude[row] * cycle
-        - lat.dip[row] * sleep
-        + _at(lat.response, row, tt)
+        mesor[row]
+        + amplitude[row] * cycle
+        - dip[row] * sleep
+        + _at(_respond(drive), row, tt)
         + wave * (1.0 - 0.5 * sleep)
     )
-    sd = lat.sigma[row] * (1.0 - (1.0 - lat.night[row]) * sleep)
-    dz = draws.dz
+    sd = sigma[row] * (1.0 - (1.0 - night[row]) * sleep)
+    dz = r.dz
     hr = np.clip(np.rint(mu + sd * dz[row, _DAY_Z + slot]), 40.0, 200.0)
     channels = [hr]
     if params.accelerometer:
         base = 150.0 * np.exp(0.5 * r.subject_z("acc_base"))[row]
         gain = 100.0 * np.exp(0.3 * r.subject_z("acc_gain"))[row]
-        latent = base * (1.0 - sleep) + 5.0 * sleep + gain * _at(lat.drive, row, tt)
+        latent = base * (1.0 - sleep) + 5.0 * sleep + gain * _at(drive, row, tt)
         noise = dz[row, _DAY_Z + _MAX_SAMPLES + slot]
         counts = np.maximum(latent, 0.0) * np.exp(0.5 * noise - 0.125)
         channels.append(np.rint(np.minimum(counts, _MAX_COUNTS)))
-    return _Block(
-        lat.labels, row, slot, tt, np.stack(channels, axis=-1), lat.onset, lat.duration
-    )
+    return _Block(labels, row, slot, tt, np.stack(channels, axis=-1), onset, duration)
 
 
 def _blocks(params: WearableParams, irregular: bool) -> list[_Block]:
@@ -853,66 +764,11 @@ def _blocks(params: WearableParams, irregular: bool) -> list[_Block]:
     out = []
     for first in range(0, params.n_subjects, size):
         n = min(size, params.n_subjects - first)
-        draws = _draw(params, params.first_subject + first, n)
-        out.append(_simulate(params, draws, irregular))
+        rows = _Rows(params, params.first_subject + first, n)
+        out.append(_simulate(params, rows, irregular))
     return out
 
 
 def _subject_ids(params: WearableParams) -> tuple[str, ...]:
     first = params.first_subject
     return tuple(str(first + k) for k in range(params.n_subjects))
-
-
-def _long_form(params: WearableParams) -> LongCurves:
-    days = params.n_days
-    subjects, curves, times, values, labels = [], [], [], [], []
-    done = 0
-    for block in _blocks(params, params.irregular):
-        subjects.append(done + block.row // days)
-        curves.append(block.row % days)
-        times.append(block.times)
-        values.append(block.values)
-        labels.append(block.labels)
-        done += block.labels.size
-    return LongCurves(
-        subjects=np.concatenate(subjects).astype(np.int64),
-        curves=np.concatenate(curves).astype(np.int64),
-        times=np.concatenate(times),
-        values=np.concatenate(values),
-        labels=np.concatenate(labels),
-        subject_ids=_subject_ids(params),
-        channels=params.channels,
-        label_names=params.label_names,
-    )
-
-
-def _grid_form(params: WearableParams) -> WearableGrid:
-    rows = params.n_subjects * params.n_days
-    values = np.full((rows, N_SLOTS, len(params.channels)), np.nan)
-    onset, duration, labels = [], [], []
-    done = 0
-    for block in _blocks(params, irregular=False):
-        values[done + block.row, block.slot] = block.values
-        onset.append(block.onset)
-        duration.append(block.duration)
-        labels.append(block.labels)
-        done += block.onset.size
-    times = np.arange(N_SLOTS, dtype=np.float64) * SLOT_MINUTES
-    asleep = (
-        _sleep(
-            times[None, :],
-            np.concatenate(onset)[:, None],
-            np.concatenate(duration)[:, None],
-        )
-        > 0.5
-    )
-    shape = (params.n_subjects, params.n_days, N_SLOTS)
-    return WearableGrid(
-        values=values.reshape(*shape, len(params.channels)),
-        times=times,
-        labels=np.concatenate(labels),
-        asleep=asleep.reshape(shape),
-        subject_ids=_subject_ids(params),
-        channels=params.channels,
-        label_names=params.label_names,
-    )

@@ -1,29 +1,21 @@
 """The embedded wearable data at a glance: generation time and how learnable it is.
 
-Usage::
-
-    python -m ldpfda.experiments.wearable_check [--n-subjects 10000] [--seed 0]
-        [--n-classes 2] [--separation 1.0]
-
-Draws :func:`ldpfda.datasets.wearable.make_wearable` (irregular sampling, gaps), times
-it and the grid view, and reports the non-private test error of a logistic regression
-fitted on the first half of the subjects and tested on the second half, with
-
-* **shape** features: each subject's samples averaged in 5-minute bins (over its days),
-  empty bins filled by linear interpolation around the clock, projected on 16 cubic
-  B-splines over the day (:class:`ldpfda.fda.bspline.BSplineProjection`);
-* **mean** only: the subject's mean heart rate over all its samples;
-* **majority**: always the training half's most frequent condition.
-
-The model's signal lives in the curve's shape, so shape << mean ~ majority.
+``python -m ldpfda.experiments.wearable_check [--n-subjects N] [--seed S]
+[--n-classes K] [--separation L]`` times :func:`~ldpfda.datasets.wearable.make_wearable`
+and its grid view, and reports the non-private test error of a logistic regression
+(train on the first half of the subjects, test on the second) on the *shape* (each
+subject's 5-minute profile, gaps filled around the clock, on 16 cubic B-splines), on
+the *mean* heart rate alone, and of the *majority* class. The signal lives in the
+curve's shape, so shape << mean ~ majority.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,10 +52,8 @@ class Learnability:
 
 
 def fill_around_the_clock(values: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Fill NaN slots of each row by linear interpolation, periodic over the day.
-
-    Rows with no value at all are left NaN.
-    """
+    """Fill NaN slots of each row by linear interpolation, periodic over the day
+    (rows with no value at all stay NaN)."""
     out = np.array(values, dtype=np.float64)
     n = out.shape[1]
     x = np.arange(n, dtype=np.float64)
@@ -127,6 +117,12 @@ def learnability(data: LongCurves) -> Learnability:
     )
 
 
+def _timed(make: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = make(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print generation times and the three test errors."""
     parser = argparse.ArgumentParser(
@@ -141,20 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ldpfda.datasets.wearable import make_wearable, wearable_grid
 
-    options = {
-        "seed": args.seed,
-        "n_classes": args.n_classes,
-        "separation": args.separation,
-    }
-    start = time.perf_counter()
-    data = make_wearable(args.n_subjects, **options)
-    long_s = time.perf_counter() - start
-    start = time.perf_counter()
-    grid = wearable_grid(args.n_subjects, **options)
-    grid_s = time.perf_counter() - start
-    start = time.perf_counter()
-    make_wearable(args.n_subjects, accelerometer=True, **options)
-    acc_s = time.perf_counter() - start
+    options = dict(seed=args.seed, n_classes=args.n_classes, separation=args.separation)
+    data, long_s = _timed(make_wearable, args.n_subjects, **options)
+    grid, grid_s = _timed(wearable_grid, args.n_subjects, **options)
+    _, acc_s = _timed(make_wearable, args.n_subjects, accelerometer=True, **options)
 
     missing = float(np.isnan(grid.heart_rate).mean())
     print(

@@ -1,46 +1,36 @@
 r"""B-spline coefficients of curves observed on their own timestamps.
 
-A host records its curves on its own terms: points at irregular times, with gaps and
-missing values. :class:`IrregularProjection` maps the observed points
-:math:`(t_j, y_j)_{j=1}^n` of one curve to the coefficients of a fixed B-spline basis
-:math:`B_1, \dots, B_p` by penalised least squares,
+:class:`IrregularProjection` maps the observed points :math:`(t_j, y_j)_{j=1}^n` of
+one curve (irregular times, gaps, missing values) to the coefficients of a fixed
+B-spline basis :math:`B_1, \dots, B_p` by penalised least squares,
 
 .. math::
 
     \hat c = \arg\min_c \; \frac{1}{n} \sum_{j=1}^n \big(y_j - B(t_j)^\top c\big)^2
     + \lambda\, c^\top R\, c, \qquad R_{kl} = \int_a^b B_k''(t)\, B_l''(t)\, dt,
 
-where :math:`R` is the roughness penalty (the integrated squared second derivative,
-:func:`roughness_matrix`). It is solved as the stacked least-squares problem
+with the roughness penalty :math:`R` (:func:`roughness_matrix`), solved as the stacked
+least-squares problem
 
 .. math::
 
     \begin{pmatrix} \Phi / \sqrt{n} \\ \sqrt{\lambda}\, L \end{pmatrix} c \approx
     \begin{pmatrix} y / \sqrt{n} \\ 0 \end{pmatrix}, \qquad L^\top L = R,
+    \qquad \Phi_{jk} = B_k(t_j),
 
-by a singular value decomposition (never the normal equations, which square the
-condition number); :math:`\Phi_{jk} = B_k(t_j)`.
+by a singular value decomposition (never the normal equations). The residual is a
+*mean* over the curve's points (Ramsay and Silverman's penalised sum of squares with
+:math:`\lambda` scaled by :math:`n`), so one :math:`\lambda` smooths a sparse and a
+dense curve alike; :math:`\lambda = 0` on a common grid is
+:class:`~ldpfda.fda.bspline.BSplineProjection`.
 
-The residual is a *mean* over the curve's points: this is the penalised sum of squares
-of Ramsay and Silverman with :math:`\lambda` scaled by :math:`n`. A curve sampled at 50
-points and the same curve sampled at 288 points are then smoothed alike, so one
-:math:`\lambda` in a federation spec means the same smoothness for every client
-whatever its sampling rate. :math:`\lambda = 0` is plain least squares: on a common
-grid it is :class:`~ldpfda.fda.bspline.BSplineProjection`.
-
-A curve is *usable* when it has at least ``min_points`` observed points and its points
-determine every coefficient (the stacked matrix has full numerical rank, in numpy's
-``matrix_rank`` sense). With :math:`\lambda = 0` a gap that holds no point in the
-support of some basis function leaves that coefficient undetermined (the
-Schoenberg-Whitney condition fails); a penalty :math:`\lambda > 0` bridges such gaps
-with the smoothest continuation, and then two distinct points suffice. A gap that
-leaves only a few points in a basis function's support gives a large, noisy
-coefficient: rescaling clips it into [-1, 1] and the clipped fraction reveals it.
-
-Speed: curves that share one set of timestamps (a device's fixed sampling grid) are
-projected by one precomputed :math:`p \times T` matrix; the remaining curves are
-grouped by their number of points and solved by batched SVDs, so no Python loop runs
-over curves.
+A curve is *usable* when it has at least ``min_points`` observed points and they
+determine every coefficient (the stacked matrix has full numerical rank). With
+:math:`\lambda = 0` a gap without a point in some basis function's support leaves its
+coefficient undetermined (the Schoenberg-Whitney condition fails); :math:`\lambda > 0`
+bridges it with the smoothest continuation. Curves that share one set of timestamps
+are projected by one precomputed :math:`p \times T` matrix, the others by batched SVDs
+grouped by their number of points.
 
 References
 ----------
@@ -370,12 +360,12 @@ class IrregularProjection:
         not determine every coefficient, is a ``ValueError``.
         """
         t, y = _check_observations(times, values)
-        fit = self.fit_curves(t, y, np.zeros(t.size, np.int64), min_points=min_points)
+        fit = self._fit_curves(t, y, np.zeros(t.size, np.int64), min_points)
         n = int(fit.n_points[0]) if fit.n_points.size else 0
         if not fit.n_points.size or fit.status[0] == TOO_FEW_POINTS:
             raise ValueError(
                 f"the curve has {n} observed point(s), fewer than min_points "
-                f"({max(min_points, 1)})"
+                f"({min_points})"
             )
         if fit.status[0] == GAP:
             raise ValueError(
@@ -400,10 +390,10 @@ class IrregularProjection:
         curve if None). Curves with too few points or a gap are dropped (see
         :meth:`fit_clients`); a client without any usable curve is a ``ValueError``.
         """
-        t, y = _check_observations(times, values)
-        c = np.zeros(t.size, np.int64) if curves is None else np.asarray(curves)
+        m = np.size(times)
+        c = np.zeros(m, np.int64) if curves is None else np.asarray(curves)
         fit = self.fit_clients(
-            t, y, np.zeros(t.size, np.int64), c, 1, min_points=min_points
+            times, values, np.zeros(m, np.int64), c, 1, min_points=min_points
         )
         if not fit.usable[0]:
             raise ValueError(fit.why_unusable(0, min_points))
@@ -431,6 +421,16 @@ class IrregularProjection:
             :data:`TOO_FEW_POINTS`).
         """
         t, y = _check_observations(times, values)
+        return self._fit_curves(t, y, curves, min_points)
+
+    def _fit_curves(
+        self,
+        t: NDArray[np.float64],
+        y: NDArray[np.float64],
+        curves: ArrayLike,
+        min_points: int,
+    ) -> CurveFit:
+        """:meth:`fit_curves` of checked observations."""
         min_points = check_int(min_points, "min_points", minimum=1)
         self._check_times(t)
         ids, inverse = _curve_index(curves, t.size)
@@ -516,26 +516,20 @@ class IrregularProjection:
     ) -> ClientFit:
         r"""One coefficient vector per client: the mean of its usable curves'.
 
-        Why the mean: the projection is linear, so on a common grid the mean of the
-        curves' coefficients is the coefficient vector of the client's mean curve; it
-        weighs every curve (day) alike, however densely it was sampled, where pooling
-        all points into one fit would let the densest day dominate; and the client
-        still releases one vector in the same bounded box, so a mechanism's
-        sensitivity and epsilon are those of one curve. Curves with fewer than
-        ``min_points`` observed points, or whose points leave a coefficient
-        undetermined, are dropped; a client left without a usable curve gets a NaN
-        row and ``n_curves == 0`` (the caller decides: a node refuses to answer).
+        The mean weighs every curve (day) alike however densely it was sampled, and
+        on a common grid it is the coefficient vector of the client's mean curve; the
+        client still releases one vector in the same bounded box. Curves with fewer
+        than ``min_points`` observed points, or a coefficient left undetermined, are
+        dropped; a client without a usable curve gets a NaN row and ``n_curves ==
+        0`` (the caller decides: a node refuses to answer).
 
         Parameters
         ----------
         times, values : array-like of shape (m,)
             Observations (NaN values are missing).
-        clients : array-like of int, shape (m,)
-            Each observation's client, in ``0 .. n_clients - 1``.
-        curves : array-like of int, shape (m,)
-            Each observation's curve within its client (any non-negative ints).
-        n_clients : int
-            Number of clients (rows of the result).
+        clients, curves : array-like of int, shape (m,)
+            Each observation's client, in ``0 .. n_clients - 1``, and its curve
+            within the client (any non-negative ints).
         """
         t, y = _check_observations(times, values)
         n_clients = check_int(n_clients, "n_clients", minimum=0)
@@ -548,7 +542,7 @@ class IrregularProjection:
         if day.size and int(day.max()) >= (1 << 62) // max(n_clients, 1):
             day = np.unique(day, return_inverse=True)[1].ravel()  # keys fit int64
         stride = int(day.max()) + 1 if day.size else 1
-        fit = self.fit_curves(t, y, who * stride + day, min_points=min_points)
+        fit = self._fit_curves(t, y, who * stride + day, min_points)
         owner = fit.curve_ids // stride
         p = self.n_basis
         usable = fit.usable

@@ -1,69 +1,21 @@
 r"""The federation spec: what every party agrees on before any private data is seen.
 
-A federation spec is one public, versioned TOML file. It fixes everything that turns a
-client's own curves into the vector it releases: the time domain, the channels and
-their units, the B-spline basis of every channel, the data-independent rescaling
-bounds, the label set, the release protocol with its epsilon, and how many observed
-points a curve needs. Clients, servers and auditors load the same file and compare its
-:attr:`FederationSpec.hash`; nothing in it may depend on private data.
+A federation spec is one public, versioned TOML file (``format-version = 1``; its keys,
+an example and the ``spec`` command are in docs/spec.md). It fixes everything that
+turns a client's own curves into the vector it releases: the time domain, the
+channels and their units, every channel's B-spline basis, the data-independent
+rescaling bounds, the label set, the release protocol with its epsilon, and how many
+observed points a curve needs. Every party compares its :attr:`FederationSpec.hash`.
 
-File format (``format-version = 1``)
-------------------------------------
-::
-
-    format-version = 1
-    labels = ["healthy", "condition"]     # the label set, >= 2 distinct names
-    min-points = 24                       # observed points a curve needs, per channel
-
-    [domain]
-    start = 0.0
-    end = 24.0
-    unit = "h"
-    grid = [0.0, 0.5, ...]                # optional: the common sampling grid
-
-    [release]
-    protocol = "default"                  # or "reference"
-    epsilon = 4.0                         # each client's epsilon per release
-
-    [[channels]]                          # one table per channel: channels[0], ...
-    name = "hr"
-    unit = "bpm"
-
-    [channels.basis]
-    order = 4                             # 4 = cubic
-    n-basis = 12                          # equispaced knots, as scikit-fda's
-    # interior-knots = [6.0, 12.0, 18.0]  # or explicit interior knots (not both)
-    penalty = 0.0                         # roughness penalty lambda (optional)
-
-    [channels.bounds]
-    value-low = 30.0                      # data-independent bounds of the curve's
-    value-high = 220.0                    # values, in the channel's unit, or:
-    # coefficient-low = [...]             # explicit bounds of every coefficient
-    # coefficient-high = [...]            # (n-basis values each; `spec init`)
-
-Keys are kebab-case; every key is required unless marked optional above. Channels are
-numbered from 0 in the order of their ``[[channels]]`` tables, and that order is the
-order of the features: the feature vector is the concatenation of the channels'
-scaled coefficients, :math:`p = \sum_c n_c`.
-
-Meaning
--------
 Channel :math:`c`'s coefficients are the penalised least-squares fit of
-:mod:`ldpfda.fda.irregular` with its basis and penalty; a client's several curves
-(days) are averaged. Coefficient :math:`k` is then mapped from
-:math:`[\ell_k, h_k]` onto :math:`[-1, 1]` and clipped
-(:class:`~ldpfda.fda.scaling.CoefficientScaler`). With value bounds
-:math:`[a, b]`, :math:`[\ell_k, h_k]` is the exact range of coefficient :math:`k`
-over every curve with values in :math:`[a, b]` at the points of ``domain.grid``
-(at :data:`VALUE_BOUND_POINTS` equispaced points of the domain when the spec has no
-grid): data-independent, as
-:meth:`~ldpfda.fda.bspline.BSplineProjection.coefficient_bound`. A curve sampled
-elsewhere may exceed them, and is clipped. ``min-points`` must be at least
-``n-basis`` for a channel without penalty (fewer points cannot determine its
-coefficients) and at least 2 otherwise.
-
-Errors name the dotted key, the value and what is allowed, e.g.
-``channels[1].basis.order must be an integer >= 1, got 0``.
+:mod:`ldpfda.fda.irregular`, averaged over a client's curves; coefficient :math:`k`
+is mapped from :math:`[\ell_k, h_k]` onto :math:`[-1, 1]` and clipped
+(:class:`~ldpfda.fda.scaling.CoefficientScaler`), and the features concatenate the
+channels in spec order, :math:`p = \sum_c n_c`. With value bounds :math:`[a, b]`,
+:math:`[\ell_k, h_k]` is the exact range of coefficient :math:`k` over every curve
+with values in :math:`[a, b]` at the points of ``domain.grid`` (at
+:data:`VALUE_BOUND_POINTS` equispaced points of the domain without a grid). Errors
+name the dotted key, the value and what is allowed.
 """
 
 from __future__ import annotations
@@ -77,7 +29,7 @@ import numbers
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -86,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.datasets.curves import LongCurves
-from ldpfda.fda.irregular import IrregularProjection
+from ldpfda.fda.irregular import ClientFit, IrregularProjection
 from ldpfda.fda.scaling import CoefficientScaler
 
 __all__ = [
@@ -222,99 +174,110 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _kind(value: Any) -> str:
-    for kind, name in (
-        (bool | np.bool_, "a boolean"),
-        (numbers.Integral, "an integer"),
-        (numbers.Real, "a float"),
-        (str, "a string"),
-        (Mapping, "a table"),
-        (list, "an array"),
-        (tuple, "an array"),
-    ):
-        if isinstance(value, kind):
-            return name
-    return f"a {type(value).__name__}"
+_KINDS = (
+    (bool | np.bool_, "a boolean"),
+    (numbers.Integral, "an integer"),
+    (numbers.Real, "a float"),
+    (str, "a string"),
+    (Mapping, "a table"),
+    (list | tuple, "an array"),
+)
 
 
 def _got(value: Any) -> str:
     """``'12' (a string)``: the value and its type, for a type error."""
     shown = _show(value)
-    return shown if shown == "a table" else f"{shown} ({_kind(value)})"
+    if shown == "a table":
+        return shown
+    kind = next((name for k, name in _KINDS if isinstance(value, k)), None)
+    return f"{shown} ({kind or f'a {type(value).__name__}'})"
 
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(
-        value, bool | np.bool_
-    )
+def _bad(key: str, allowed: str, got: str) -> SpecError:
+    return SpecError(key, f"{key} must be {allowed}, got {got}")
 
 
-def _any(_: float) -> bool:
-    return True
+def _check(
+    value: Any,
+    key: str,
+    allowed: str,
+    kind: Any,
+    ok: Callable[[Any], bool] = lambda _: True,
+    shown: Callable[[Any], str] = repr,
+) -> Any:
+    """``value``, if it is a ``kind`` (never a boolean) and passes ``ok``."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, kind):
+        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
+    if not ok(value):
+        raise _bad(key, allowed, shown(value))
+    return value
 
 
 def _integer(value: Any, key: str, minimum: int) -> int:
     allowed = f"an integer >= {minimum}"
-    if not _is_integer(value):
-        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
-    if value < minimum:
-        raise SpecError(key, f"{key} must be {allowed}, got {value}")
-    return int(value)
-
-
-def _real(value: Any, key: str, allowed: str, ok: Callable[[float], bool]) -> float:
-    """A finite real number (an integer is accepted) for which ``ok`` holds."""
-    if not _is_real(value):
-        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
-    number = float(value)
-    if not math.isfinite(number) or not ok(number):
-        raise SpecError(key, f"{key} must be {allowed}, got {_show(number)}")
-    return number + 0.0  # -0.0 and 0.0 are one value
-
-
-def _reals(value: Any, key: str, allowed: str, minimum: int = 0) -> tuple[float, ...]:
-    """An array of finite real numbers with at least ``minimum`` entries."""
-    if not isinstance(value, list | tuple):
-        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
-    numbers = tuple(
-        _real(v, f"{key}[{i}]", "a finite real number", _any)
-        for i, v in enumerate(value)
+    return int(
+        _check(value, key, allowed, numbers.Integral, lambda v: v >= minimum, str)
     )
-    if len(numbers) < minimum:
-        raise SpecError(key, f"{key} must be {allowed}, got {len(numbers)} value(s)")
-    return numbers
 
 
-def _increasing(values: tuple[float, ...], key: str, allowed: str) -> None:
-    for i in range(1, len(values)):
-        if not values[i] > values[i - 1]:
-            raise SpecError(
-                key,
-                f"{key} must be {allowed}, got {_show(values[i])} at {key}[{i}] after "
-                f"{_show(values[i - 1])}",
-            )
+def _real(
+    value: Any,
+    key: str,
+    allowed: str = "a finite real number",
+    ok: Callable[[float], bool] = lambda _: True,
+) -> float:
+    """A finite real number (an integer is accepted) for which ``ok`` holds."""
+    _check(
+        value,
+        key,
+        allowed,
+        numbers.Real,
+        lambda v: math.isfinite(float(v)) and ok(float(v)),
+        lambda v: _show(float(v)),
+    )
+    return float(value) + 0.0  # -0.0 and 0.0 are one value
+
+
+def _reals(value: Any, key: str, allowed: str) -> tuple[float, ...]:
+    _check(value, key, allowed, list | tuple)
+    return tuple(_real(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _increasing(
+    value: Any,
+    key: str,
+    allowed: str,
+    inside: Callable[[float], bool],
+    minimum: int = 0,
+    ends: bool = False,
+) -> tuple[float, ...]:
+    """At least ``minimum`` strictly increasing finite numbers, all ``inside``
+    (checked at the two ``ends`` only, if asked, which names the last one)."""
+    points = _reals(value, key, allowed)
+    if len(points) < minimum:
+        raise _bad(key, allowed, f"{len(points)} value(s)")
+    for i in range(1, len(points)):
+        if not points[i] > points[i - 1]:
+            got = f"{_show(points[i])} at {key}[{i}] after {_show(points[i - 1])}"
+            raise _bad(key, allowed, got)
+    for i in (0, len(points) - 1) if ends else range(len(points)):
+        if not inside(points[i]):
+            raise _bad(key, allowed, f"{_show(points[i])} at {key}[{i}]")
+    return points
 
 
 def _text(value: Any, key: str) -> str:
-    allowed = "a non-empty string without leading or trailing spaces"
-    if not isinstance(value, str):
-        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
-    if not value or value != value.strip() or not value.isprintable():
-        raise SpecError(key, f"{key} must be {allowed}, got {value!r}")
-    return value
-
-
-def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
-    allowed = "one of " + ", ".join(repr(c) for c in choices)
-    if not isinstance(value, str):
-        raise SpecTypeError(key, f"{key} must be {allowed}, got {_got(value)}")
-    if value not in choices:
-        raise SpecError(key, f"{key} must be {allowed}, got {value!r}")
-    return value
+    return _check(
+        value,
+        key,
+        "a non-empty string without leading or trailing spaces",
+        str,
+        lambda v: bool(v) and v == v.strip() and v.isprintable(),
+    )
 
 
 class _Table:
@@ -328,7 +291,7 @@ class _Table:
             if name not in keys:
                 close = difflib.get_close_matches(str(name), list(keys), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                where = self.key or "the spec's top level"
+                where = key or "the spec's top level"
                 raise SpecError(
                     self.path(str(name)),
                     f"unknown key {self.path(str(name))!r} = {_show(data[name])}: "
@@ -340,6 +303,10 @@ class _Table:
 
     def has(self, name: str) -> bool:
         return name in self.data
+
+    def get(self, name: str, check: Callable[..., Any], *args: Any) -> Any:
+        """The value of key ``name``, checked by ``check(value, dotted key, *args)``."""
+        return check(self[name], self.path(name), *args)
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.data:
@@ -393,12 +360,9 @@ _BOUNDS_KEYS = {
 def _parse(data: Any) -> dict[str, Any]:
     """Validate a spec's content (parsed TOML) into :class:`FederationSpec` fields."""
     root = _Table(data, "", _ROOT_KEYS)
-    version = root["format-version"]
-    if not _is_integer(version):
-        raise SpecTypeError(
-            "format-version",
-            f"format-version must be the integer {FORMAT_VERSION}, got {_got(version)}",
-        )
+    version = root.get(
+        "format-version", _check, root.keys["format-version"], numbers.Integral
+    )
     if version != FORMAT_VERSION:
         raise SpecError(
             "format-version",
@@ -408,28 +372,20 @@ def _parse(data: Any) -> dict[str, Any]:
     labels = _parse_labels(root["labels"])
     domain = _parse_domain(root["domain"])
     release = _parse_release(root["release"])
-    raw_channels = root["channels"]
-    if not isinstance(raw_channels, list | tuple):
-        raise SpecTypeError(
-            "channels",
-            f"channels must be {_ROOT_KEYS['channels']}, got {_got(raw_channels)}",
-        )
-    if not raw_channels:
-        raise SpecError(
-            "channels", f"channels must be {_ROOT_KEYS['channels']}, got []"
-        )
+    raw = root.get("channels", _check, root.keys["channels"], list | tuple, bool, _show)
     channels = tuple(
-        _parse_channel(c, f"channels[{i}]", domain) for i, c in enumerate(raw_channels)
+        _parse_channel(c, f"channels[{i}]", domain) for i, c in enumerate(raw)
     )
+    first: dict[str, int] = {}
     for i, channel in enumerate(channels):
-        for j in range(i):
-            if channels[j].name == channel.name:
-                raise SpecError(
-                    f"channels[{i}].name",
-                    f"channels[{i}].name must differ from every other channel's, got "
-                    f"{channel.name!r}, the name of channels[{j}]",
-                )
-    min_points = _integer(root["min-points"], "min-points", 1)
+        j = first.setdefault(channel.name, i)
+        if j != i:
+            raise SpecError(
+                f"channels[{i}].name",
+                f"channels[{i}].name must differ from every other channel's, got "
+                f"{channel.name!r}, the name of channels[{j}]",
+            )
+    min_points = root.get("min-points", _integer, 1)
     for i, channel in enumerate(channels):
         need = channel.basis.size if channel.basis.penalty == 0 else 2
         if min_points < need:
@@ -458,75 +414,60 @@ def _parse(data: Any) -> dict[str, Any]:
 
 def _parse_labels(value: Any) -> tuple[str, ...]:
     allowed = _ROOT_KEYS["labels"]
-    if not isinstance(value, list | tuple):
-        raise SpecTypeError("labels", f"labels must be {allowed}, got {_got(value)}")
-    labels = []
-    for i, item in enumerate(value):
+    labels: list[str] = []
+    for i, item in enumerate(_check(value, "labels", allowed, list | tuple)):
+        key = f"labels[{i}]"
         if not isinstance(item, str):
             hint = f' (quote it: "{item}")' if _is_real(item) else ""
             raise SpecTypeError(
-                f"labels[{i}]",
-                f"labels[{i}] must be a string (a label name), got {_got(item)}{hint}",
+                key, f"{key} must be a string (a label name), got {_got(item)}{hint}"
             )
-        labels.append(_text(item, f"labels[{i}]"))
-        if item in labels[:-1]:
+        if _text(item, key) in labels:
             raise SpecError(
-                f"labels[{i}]",
-                f"labels[{i}] must differ from every other label, got {item!r} again",
+                key, f"{key} must differ from every other label, got {item!r} again"
             )
+        labels.append(item)
     if len(labels) < 2:
-        raise SpecError("labels", f"labels must be {allowed}, got {_show(value)}")
+        raise _bad("labels", allowed, _show(value))
     return tuple(labels)
 
 
 def _parse_domain(value: Any) -> Domain:
     table = _Table(value, "domain", _DOMAIN_KEYS)
-    start = _real(table["start"], "domain.start", "a finite real number", _any)
+    start = table.get("start", _real)
     start_ok = f"a finite real number > domain.start ({_show(start)})"
-    end = _real(table["end"], "domain.end", start_ok, lambda v: v > start)
-    unit = _text(table["unit"], "domain.unit")
+    end = table.get("end", _real, start_ok, lambda v: v > start)
+    unit = table.get("unit", _text)
     grid = None
     if table.has("grid"):
         allowed = (
             f"an array of >= 2 strictly increasing times in [{_show(start)}, "
             f"{_show(end)}]"
         )
-        grid = _reals(table["grid"], "domain.grid", allowed, minimum=2)
-        _increasing(grid, "domain.grid", allowed)
-        for i in (0, len(grid) - 1):
-            if not start <= grid[i] <= end:
-                raise SpecError(
-                    "domain.grid",
-                    f"domain.grid must be {allowed}, got {_show(grid[i])} at "
-                    f"domain.grid[{i}]",
-                )
+        grid = table.get(
+            "grid", _increasing, allowed, lambda t: start <= t <= end, 2, True
+        )
     return Domain(start, end, unit, grid)
 
 
 def _parse_release(value: Any) -> Release:
     table = _Table(value, "release", _RELEASE_KEYS)
-    protocol = _choice(table["protocol"], "release.protocol", PROTOCOLS)
-    epsilon = _real(
-        table["epsilon"],
-        "release.epsilon",
-        "a finite real number > 0 (inf, no noise, is for simulations only)",
-        lambda v: v > 0,
-    )
-    return Release(protocol, epsilon)
+    allowed = _RELEASE_KEYS["protocol"]
+    protocol = table.get("protocol", _check, allowed, str, lambda v: v in PROTOCOLS)
+    allowed = "a finite real number > 0 (inf, no noise, is for simulations only)"
+    return Release(protocol, table.get("epsilon", _real, allowed, lambda v: v > 0))
 
 
 def _parse_channel(value: Any, key: str, domain: Domain) -> Channel:
     table = _Table(value, key, _CHANNEL_KEYS)
-    name = _text(table["name"], f"{key}.name")
-    unit = _text(table["unit"], f"{key}.unit")
-    basis = _parse_basis(table["basis"], f"{key}.basis", domain)
-    bounds = _parse_bounds(table["bounds"], f"{key}.bounds", basis.size)
-    return Channel(name, unit, basis, bounds)
+    name, unit = table.get("name", _text), table.get("unit", _text)
+    basis = table.get("basis", _parse_basis, domain)
+    return Channel(name, unit, basis, table.get("bounds", _parse_bounds, basis.size))
 
 
 def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
     table = _Table(value, key, _BASIS_KEYS)
-    order = _integer(table["order"], f"{key}.order", 1)
+    order = table.get("order", _integer, 1)
     if table.has("n-basis") == table.has("interior-knots"):
         raise SpecError(
             f"{key}.n-basis",
@@ -535,26 +476,16 @@ def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
         )
     n_basis = knots = None
     if table.has("n-basis"):
-        n_basis = _integer(table["n-basis"], f"{key}.n-basis", order)
+        n_basis = table.get("n-basis", _integer, order)
     else:
+        a, b = domain.start, domain.end
         allowed = (
-            f"an array of strictly increasing knots inside ({_show(domain.start)}, "
-            f"{_show(domain.end)})"
+            f"an array of strictly increasing knots inside ({_show(a)}, {_show(b)})"
         )
-        knots = _reals(table["interior-knots"], f"{key}.interior-knots", allowed)
-        _increasing(knots, f"{key}.interior-knots", allowed)
-        for i, knot in enumerate(knots):
-            if not domain.start < knot < domain.end:
-                raise SpecError(
-                    f"{key}.interior-knots",
-                    f"{key}.interior-knots must be {allowed}, got {_show(knot)} at "
-                    f"{key}.interior-knots[{i}]",
-                )
+        knots = table.get("interior-knots", _increasing, allowed, lambda t: a < t < b)
     penalty = 0.0
     if table.has("penalty"):
-        penalty = _real(
-            table["penalty"], f"{key}.penalty", _BASIS_KEYS["penalty"], lambda v: v >= 0
-        )
+        penalty = table.get("penalty", _real, table.keys["penalty"], lambda v: v >= 0)
     if penalty > 0 and order < 3:
         raise SpecError(
             f"{key}.penalty",
@@ -568,33 +499,24 @@ def _parse_basis(value: Any, key: str, domain: Domain) -> Basis:
 def _parse_bounds(value: Any, key: str, size: int) -> Bounds:
     table = _Table(value, key, _BOUNDS_KEYS)
     values = table.has("value-low") or table.has("value-high")
-    coefficients = table.has("coefficient-low") or table.has("coefficient-high")
-    if values == coefficients:
+    if values == (table.has("coefficient-low") or table.has("coefficient-high")):
         raise SpecError(
             key,
             f"{key} must give either value-low and value-high or coefficient-low and "
             f"coefficient-high, got {'both' if values else 'neither'}",
         )
     if values:
-        low = _real(
-            table["value-low"], f"{key}.value-low", "a finite real number", _any
+        low = table.get("value-low", _real)
+        allowed = f"a finite real number > value-low ({_show(low)})"
+        return Bounds.values(
+            low, table.get("value-high", _real, allowed, lambda v: v > low)
         )
-        high = _real(
-            table["value-high"],
-            f"{key}.value-high",
-            f"a finite real number > value-low ({_show(low)})",
-            lambda v: v > low,
-        )
-        return Bounds.values(low, high)
     allowed = f"an array of {size} finite real numbers (one per basis function)"
-    lows = _reals(table["coefficient-low"], f"{key}.coefficient-low", allowed)
-    highs = _reals(table["coefficient-high"], f"{key}.coefficient-high", allowed)
-    for name, array in (("coefficient-low", lows), ("coefficient-high", highs)):
+    names = ("coefficient-low", "coefficient-high")
+    lows, highs = (table.get(name, _reals, allowed) for name in names)
+    for name, array in zip(names, (lows, highs), strict=True):
         if len(array) != size:
-            raise SpecError(
-                f"{key}.{name}",
-                f"{key}.{name} must be {allowed}, got {len(array)} value(s)",
-            )
+            raise _bad(f"{key}.{name}", allowed, f"{len(array)} value(s)")
     for k, (lo, hi) in enumerate(zip(lows, highs, strict=True)):
         if not hi > lo:
             raise SpecError(
@@ -606,16 +528,13 @@ def _parse_bounds(value: Any, key: str, size: int) -> Bounds:
 
 
 def _projection(channel: Channel, domain: Domain) -> IrregularProjection:
-    basis = channel.basis
+    basis, span = channel.basis, (domain.start, domain.end)
     if basis.interior_knots is not None:
         return IrregularProjection.with_knots(
-            (domain.start, domain.end),
-            basis.interior_knots,
-            basis.order,
-            penalty=basis.penalty,
+            span, basis.interior_knots, basis.order, penalty=basis.penalty
         )
     return IrregularProjection.equispaced(
-        (domain.start, domain.end), basis.size, basis.order, penalty=basis.penalty
+        span, basis.size, basis.order, penalty=basis.penalty
     )
 
 
@@ -637,13 +556,13 @@ def _check_numerics(channel: Channel, key: str, domain: Domain) -> None:
     """The common grid, and the grid on which value bounds become coefficient
     bounds, determine every coefficient of the channel."""
     projection = _projection(channel, domain)
-    size, name = channel.basis.size, channel.name
     if domain.grid is not None and not _determines(projection, domain.grid):
         raise SpecError(
             "domain.grid",
-            f"domain.grid ({len(domain.grid)} points) must determine the {size} "
-            f"coefficients of {key} ({name!r}), but a gap leaves a basis function "
-            "without grid points; move the knots, add points or a penalty",
+            f"domain.grid ({len(domain.grid)} points) must determine the "
+            f"{channel.basis.size} coefficients of {key} ({channel.name!r}), but a "
+            "gap leaves a basis function without grid points; move the knots, add "
+            "points or a penalty",
         )
     if channel.bounds.kind == "values" and not _determines(
         projection, _bound_grid(domain)
@@ -672,9 +591,24 @@ def _check_times(domain: Domain, curves: LongCurves) -> None:
 # -- the spec --------------------------------------------------------------------------
 
 
+def _expect(key: str, value: Any, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise SpecTypeError(key, f"{key} must be a {kind.__name__}, got {_got(value)}")
+
+
+def _table(part: Any) -> dict[str, Any]:
+    """A part's fields that have a value, as TOML data: kebab-case keys, lists."""
+    values = ((f.name, getattr(part, f.name)) for f in fields(part))
+    return {
+        name.replace("_", "-"): list(value) if isinstance(value, tuple) else value
+        for name, value in values
+        if value is not None
+    }
+
+
 @dataclass(frozen=True)
 class FederationSpec:
-    """A validated federation spec (see the module docstring for the file format).
+    """A validated federation spec (the file format is in docs/spec.md).
 
     Build it with :meth:`load`, :meth:`loads`, :meth:`from_mapping`,
     :func:`init_spec` or directly from its parts; every way validates the content
@@ -689,12 +623,8 @@ class FederationSpec:
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        for name, kind in (("domain", Domain), ("release", Release)):
-            value = getattr(self, name)
-            if not isinstance(value, kind):
-                raise SpecTypeError(
-                    name, f"{name} must be a {kind.__name__}, got {_got(value)}"
-                )
+        _expect("domain", self.domain, Domain)
+        _expect("release", self.release, Release)
         for name in ("channels", "labels"):
             value = getattr(self, name)
             if not isinstance(value, Sequence) or isinstance(value, str):
@@ -702,18 +632,9 @@ class FederationSpec:
                     name, f"{name} must be a sequence (a tuple), got {_got(value)}"
                 )
         for i, channel in enumerate(self.channels):
-            if not isinstance(channel, Channel):
-                raise SpecTypeError(
-                    f"channels[{i}]",
-                    f"channels[{i}] must be a Channel, got {_got(channel)}",
-                )
-            for part, part_kind in (("basis", Basis), ("bounds", Bounds)):
-                if not isinstance(getattr(channel, part), part_kind):
-                    raise SpecTypeError(
-                        f"channels[{i}].{part}",
-                        f"channels[{i}].{part} must be a {part_kind.__name__}, got "
-                        f"{_got(getattr(channel, part))}",
-                    )
+            _expect(f"channels[{i}]", channel, Channel)
+            _expect(f"channels[{i}].basis", channel.basis, Basis)
+            _expect(f"channels[{i}].bounds", channel.bounds, Bounds)
         for name, value in _parse(self.to_mapping()).items():
             object.__setattr__(self, name, value)
 
@@ -751,49 +672,21 @@ class FederationSpec:
     def to_mapping(self) -> dict[str, Any]:
         """The content as plain TOML data (kebab-case keys, lists), as :meth:`dumps`
         writes it."""
-        domain: dict[str, Any] = {
-            "start": self.domain.start,
-            "end": self.domain.end,
-            "unit": self.domain.unit,
-        }
-        if self.domain.grid is not None:
-            domain["grid"] = list(self.domain.grid)
-        channels = []
-        for channel in self.channels:
-            basis: dict[str, Any] = {"order": channel.basis.order}
-            if channel.basis.n_basis is not None:
-                basis["n-basis"] = channel.basis.n_basis
-            if channel.basis.interior_knots is not None:
-                basis["interior-knots"] = list(channel.basis.interior_knots)
-            basis["penalty"] = channel.basis.penalty
-            b = channel.bounds
-            bounds: dict[str, Any] = {}
-            for key, value in (
-                ("value-low", b.value_low),
-                ("value-high", b.value_high),
-                ("coefficient-low", b.coefficient_low),
-                ("coefficient-high", b.coefficient_high),
-            ):
-                if value is not None:
-                    bounds[key] = list(value) if isinstance(value, tuple) else value
-            channels.append(
-                {
-                    "name": channel.name,
-                    "unit": channel.unit,
-                    "basis": basis,
-                    "bounds": bounds,
-                }
-            )
         return {
             "format-version": self.format_version,
             "labels": list(self.labels),
             "min-points": self.min_points,
-            "domain": domain,
-            "release": {
-                "protocol": self.release.protocol,
-                "epsilon": self.release.epsilon,
-            },
-            "channels": channels,
+            "domain": _table(self.domain),
+            "release": _table(self.release),
+            "channels": [
+                {
+                    "name": c.name,
+                    "unit": c.unit,
+                    "basis": _table(c.basis),
+                    "bounds": _table(c.bounds),
+                }
+                for c in self.channels
+            ],
         }
 
     def dumps(self) -> str:
@@ -858,17 +751,15 @@ class FederationSpec:
 
     def channel_index(self, channel: int | str) -> int:
         """Position of a channel given by name or position."""
+        names = self.channel_names
         if isinstance(channel, str):
-            if channel not in self.channel_names:
+            if channel not in names:
                 raise ValueError(
-                    f"channel {channel!r} is not in the spec's channels "
-                    f"{self.channel_names}"
+                    f"channel {channel!r} is not in the spec's channels {names}"
                 )
-            return self.channel_names.index(channel)
-        if not 0 <= int(channel) < len(self.channels):
-            raise ValueError(
-                f"channel must be in 0 .. {len(self.channels) - 1}, got {channel}"
-            )
+            return names.index(channel)
+        if not 0 <= int(channel) < len(names):
+            raise ValueError(f"channel must be in 0 .. {len(names) - 1}, got {channel}")
         return int(channel)
 
     @cached_property
@@ -890,13 +781,6 @@ class FederationSpec:
         assert bounds.value_low is not None and bounds.value_high is not None
         return self._projections[i].coefficient_range(
             bounds.value_low, bounds.value_high, _bound_grid(self.domain)
-        )
-
-    def feature_bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(low, high)`` of all p coefficients, channels in spec order."""
-        pairs = [self.coefficient_bounds(i) for i in range(len(self.channels))]
-        return np.concatenate([lo for lo, _ in pairs]), np.concatenate(
-            [hi for _, hi in pairs]
         )
 
     def featurizer(self) -> SpecFeaturizer:
@@ -936,40 +820,12 @@ class FederationSpec:
         return "\n".join(lines)
 
 
-# -- TOML writing ----------------------------------------------------------------------
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n"}
-_ESCAPES |= {"\f": "\\f", "\r": "\\r"}
-
-
-def _toml_string(text: str) -> str:
-    out = []
-    for char in text:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)  # shortest text that reads back as the same float
-    if isinstance(value, str):
-        return _toml_string(value)
-    raise TypeError(f"cannot write {type(value).__name__} as a TOML value")
-
-
 def _toml_pair(key: str, value: Any) -> str:
+    """``key = value`` in TOML; a long array is wrapped at 88 columns. The spec's
+    strings are printable and its numbers finite, so JSON spells them as TOML does."""
     if not isinstance(value, list):
-        return f"{key} = {_toml_value(value)}"
-    items = [_toml_value(v) for v in value]
+        return f"{key} = {json.dumps(value, ensure_ascii=False)}"
+    items = [json.dumps(v, ensure_ascii=False) for v in value]
     inline = f"{key} = [{', '.join(items)}]"
     if len(inline) <= 88:
         return inline
@@ -1028,9 +884,10 @@ class SpecFeaturizer:
         if not isinstance(spec, FederationSpec):
             raise TypeError(f"spec must be a FederationSpec, got {type(spec).__name__}")
         self.spec = spec
-        low, high = spec.feature_bounds()
-        self.low, self.high = low, high
-        self.scaler = CoefficientScaler(low, high).fit(spec.n_features)
+        bounds = [spec.coefficient_bounds(i) for i in range(len(spec.channels))]
+        self.low = np.concatenate([low for low, _ in bounds])
+        self.high = np.concatenate([high for _, high in bounds])
+        self.scaler = CoefficientScaler(self.low, self.high).fit(spec.n_features)
 
     @property
     def n_features_out(self) -> int:
@@ -1056,29 +913,13 @@ class SpecFeaturizer:
         columns = self._channel_columns(curves)
         labels = self._labels(curves)
         _check_times(spec.domain, curves)
-        n, n_channels = curves.n_subjects, len(spec.channels)
         coefficients = []
-        counts = np.zeros((3, n, n_channels), dtype=np.int64)
+        counts = np.zeros((3, curves.n_subjects, len(spec.channels)), dtype=np.int64)
         for c, column in enumerate(columns):
-            fit = spec.projection(c).fit_clients(
-                curves.times,
-                curves.values[:, column],
-                curves.subjects,
-                curves.curves,
-                n,
-                min_points=spec.min_points,
-            )
-            if not fit.usable.all():
-                i = int(np.argmin(fit.usable))
-                raise ValueError(
-                    f"subject {curves.subject_ids[i]!r}, channel "
-                    f"{spec.channels[c].name!r}: "
-                    f"{fit.why_unusable(i, spec.min_points)}"
-                )
+            fit = _fit(spec, c, curves, column)
             coefficients.append(fit.coefficients)
             counts[:, :, c] = fit.n_points, fit.n_curves, fit.n_too_few + fit.n_gap
         coef = np.hstack(coefficients)
-        clipped = ((coef < self.low) | (coef > self.high)).mean(axis=1)
         return SubjectFeatures(
             self.scaler.transform(coef),
             labels,
@@ -1086,7 +927,7 @@ class SpecFeaturizer:
             counts[0],
             counts[1],
             counts[2],
-            clipped,
+            ((coef < self.low) | (coef > self.high)).mean(axis=1),
         )
 
     def transform(self, X: LongCurves) -> NDArray[np.float64]:
@@ -1102,9 +943,7 @@ class SpecFeaturizer:
         missing = [c for c in names if c not in given]
         extra = [c for c in given if c not in names]
         if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {', '.join(map(repr, missing))}")
+            parts = [f"missing {', '.join(map(repr, missing))}"] if missing else []
             if extra:
                 parts.append(f"not in the spec: {', '.join(map(repr, extra))}")
             raise ValueError(
@@ -1114,18 +953,39 @@ class SpecFeaturizer:
         return [given.index(c) for c in names]
 
     def _labels(self, curves: LongCurves) -> NDArray[np.int64]:
-        spec_labels = self.spec.labels
-        index = {name: k for k, name in enumerate(spec_labels)}
+        index = {name: k for k, name in enumerate(self.spec.labels)}
         out = np.empty(curves.n_subjects, dtype=np.int64)
         for i, label in enumerate(curves.labels.tolist()):
             name = curves.label_names[label]
             if name not in index:
                 raise ValueError(
                     f"subject {curves.subject_ids[i]!r}: label {name!r} is not in the "
-                    f"spec's labels {spec_labels}"
+                    f"spec's labels {self.spec.labels}"
                 )
             out[i] = index[name]
         return out
+
+
+def _fit(
+    spec: FederationSpec, c: int, curves: LongCurves, column: int, who: str = "subject"
+) -> ClientFit:
+    """Every subject's coefficients of channel ``c`` (the curves' ``column``); a
+    subject without a usable curve is a ``ValueError``."""
+    fit = spec.projection(c).fit_clients(
+        curves.times,
+        curves.values[:, column],
+        curves.subjects,
+        curves.curves,
+        curves.n_subjects,
+        min_points=spec.min_points,
+    )
+    if not fit.usable.all():
+        i = int(np.argmin(fit.usable))
+        raise ValueError(
+            f"{who} {curves.subject_ids[i]!r}, channel {spec.channels[c].name!r}: "
+            f"{fit.why_unusable(i, spec.min_points)}"
+        )
+    return fit
 
 
 # -- deriving a spec from public calibration curves ------------------------------------
@@ -1134,9 +994,7 @@ class SpecFeaturizer:
 def _per_channel(value: Any, names: tuple[str, ...], what: str) -> list[Any]:
     """A scalar for every channel, or one value per channel (sequence or mapping)."""
     if isinstance(value, Mapping):
-        missing = [n for n in names if n not in value]
-        extra = [k for k in value if k not in names]
-        if missing or extra:
+        if set(value) != set(names):
             raise ValueError(
                 f"{what} must give every channel of {names}, got keys {sorted(value)}"
             )
@@ -1169,37 +1027,28 @@ def init_spec(
 ) -> FederationSpec:
     r"""A spec whose per-coefficient bounds come from public calibration curves.
 
-    Every calibration subject is projected as a client would be (its channels'
-    penalised least-squares coefficients, averaged over its curves); coefficient
+    Every calibration subject is projected as a client would be; coefficient
     :math:`k` spans the ``quantile`` .. ``1 - quantile`` range of the calibration
     subjects, widened by ``margin`` times its width on both sides (as
-    :meth:`~ldpfda.fda.scaling.CoefficientScaler.from_public`).
-
-    The calibration curves must be public (a reference cohort, synthetic or
-    previously published data), never the federation's private data: the bounds are
-    written into a public file and are not covered by any epsilon.
+    :meth:`~ldpfda.fda.scaling.CoefficientScaler.from_public`). The calibration
+    curves must be public (a reference cohort, synthetic or published data), never
+    the federation's private data: the bounds are written into a public file and no
+    epsilon covers them.
 
     Parameters
     ----------
     calibration : LongCurves
         Public curves; their channels become the spec's channels, in order.
-    domain : (float, float)
-        Start and end of the time domain; ``unit`` is its unit.
-    channel_units : str, sequence or mapping
-        Unit of every channel (one string for all, one per channel, or by name).
-    epsilon, protocol : float, str
-        Each client's epsilon per release and the release protocol.
-    n_basis, order, penalty
-        Basis of every channel (a scalar for all, or one per channel).
+    channel_units, n_basis, order, penalty
+        One value for every channel, or one per channel (a sequence, or a mapping
+        by channel name).
     labels : sequence of str, optional
         The label set; the calibration's label names if None.
     min_points : int, optional
-        Observed points a curve needs per channel; the largest basis size if None
-        (2 if every channel is penalised).
+        Observed points a curve needs per channel; the largest basis size of a
+        channel without penalty if None (at least 2).
     grid : sequence of float, optional
         The common sampling grid, if the federation has one.
-    quantile, margin : float
-        Robust range and widening of the calibration coefficients.
     """
     if not isinstance(calibration, LongCurves):
         raise TypeError(
@@ -1214,12 +1063,15 @@ def init_spec(
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be a finite real number >= 0, got {margin!r}")
     names = tuple(calibration.channels)
-    sizes = _per_channel(n_basis, names, "n_basis")
-    orders = _per_channel(order, names, "order")
-    penalties = _per_channel(penalty, names, "penalty")
-    units = _per_channel(channel_units, names, "channel_units")
-    start, end = domain
-    dom = Domain(start, end, unit, None if grid is None else tuple(grid))
+    sizes, orders, penalties, units = (
+        _per_channel(value, names, what)
+        for value, what in (
+            (n_basis, "n_basis"),
+            (order, "order"),
+            (penalty, "penalty"),
+            (channel_units, "channel_units"),
+        )
+    )
     # Provisional channels with unit bounds: validated, and they give the bases.
     provisional = tuple(
         Channel(name, u, Basis(k, n, None, lam), Bounds.values(-1.0, 1.0))
@@ -1231,28 +1083,17 @@ def init_spec(
         min_points = max(
             [2] + [c.basis.size for c in provisional if c.basis.penalty == 0]
         )
-    label_set = tuple(calibration.label_names if labels is None else labels)
     draft = FederationSpec(
-        dom, provisional, label_set, Release(protocol, epsilon), min_points
+        Domain(domain[0], domain[1], unit, None if grid is None else tuple(grid)),
+        provisional,
+        tuple(calibration.label_names if labels is None else labels),
+        Release(protocol, epsilon),
+        min_points,
     )
     _check_times(draft.domain, calibration)
     channels = []
     for c, channel in enumerate(draft.channels):
-        fit = draft.projection(c).fit_clients(
-            calibration.times,
-            calibration.values[:, c],
-            calibration.subjects,
-            calibration.curves,
-            calibration.n_subjects,
-            min_points=min_points,
-        )
-        if not fit.usable.all():
-            i = int(np.argmin(fit.usable))
-            raise ValueError(
-                f"calibration subject {calibration.subject_ids[i]!r}, channel "
-                f"{channel.name!r}: {fit.why_unusable(i, min_points)}"
-            )
-        coef = fit.coefficients
+        coef = _fit(draft, c, calibration, c, "calibration subject").coefficients
         lo = np.quantile(coef, quantile, axis=0)
         hi = np.quantile(coef, 1.0 - quantile, axis=0)
         width = hi - lo
@@ -1263,14 +1104,8 @@ def init_spec(
                 f"spread (all {calibration.n_subjects} subjects give {lo[k]!r}); "
                 "give more varied calibration curves"
             )
-        channels.append(
-            Channel(
-                channel.name,
-                channel.unit,
-                channel.basis,
-                Bounds.coefficients(lo - margin * width, hi + margin * width),
-            )
-        )
+        bounds = Bounds.coefficients(lo - margin * width, hi + margin * width)
+        channels.append(Channel(channel.name, channel.unit, channel.basis, bounds))
     return FederationSpec(
         draft.domain, tuple(channels), draft.labels, draft.release, draft.min_points
     )
@@ -1311,16 +1146,19 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     init.add_argument("--epsilon", required=True, type=float)
     init.add_argument("--protocol", choices=PROTOCOLS, default="default")
-    init.add_argument("--n-basis", type=int, default=10)
-    init.add_argument("--order", type=int, default=4)
-    init.add_argument("--penalty", type=float, default=0.0)
+    for flag, kind, default in (
+        ("--n-basis", int, 10),
+        ("--order", int, 4),
+        ("--penalty", float, 0.0),
+        ("--min-points", int, None),
+        ("--quantile", float, 0.0),
+        ("--margin", float, 0.0),
+    ):
+        init.add_argument(flag, type=kind, default=default)
     init.add_argument(
         "--labels",
         help="comma-separated label set (default: the calibration file's labels)",
     )
-    init.add_argument("--min-points", type=int)
-    init.add_argument("--quantile", type=float, default=0.0)
-    init.add_argument("--margin", type=float, default=0.0)
     init.add_argument(
         "--common-grid",
         action="store_true",
@@ -1391,21 +1229,15 @@ def _init(args: argparse.Namespace) -> str:
     labels = (
         None if args.labels is None else [s.strip() for s in args.labels.split(",")]
     )
+    # the options init_spec takes as they are given
+    same = "unit epsilon n_basis order penalty protocol min_points quantile margin"
     spec = init_spec(
         calibration,
         domain=tuple(args.domain),
-        unit=args.unit,
         channel_units=_channel_units(args.channel_unit, calibration.channels),
-        epsilon=args.epsilon,
-        n_basis=args.n_basis,
-        order=args.order,
-        penalty=args.penalty,
         labels=labels,
-        protocol=args.protocol,
-        min_points=args.min_points,
         grid=_common_grid(calibration) if args.common_grid else None,
-        quantile=args.quantile,
-        margin=args.margin,
+        **{name: getattr(args, name) for name in same.split()},
     )
     spec.save(args.out)
     return (
