@@ -1,6 +1,12 @@
-"""Test-session hooks: print the privacy audit table at the end of a run."""
+"""Test-session hooks: print the privacy audit table at the end of a run; property
+tests draw their examples deterministically (a fixed seed, as every randomized test)."""
 
 from __future__ import annotations
+
+from hypothesis import settings
+
+settings.register_profile("ldpfda", derandomize=True, print_blob=True)
+settings.load_profile("ldpfda")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
