@@ -1091,24 +1091,37 @@ def init_spec(
         min_points,
     )
     _check_times(draft.domain, calibration)
-    channels = []
-    for c, channel in enumerate(draft.channels):
-        coef = _fit(draft, c, calibration, c, "calibration subject").coefficients
-        lo = np.quantile(coef, quantile, axis=0)
-        hi = np.quantile(coef, 1.0 - quantile, axis=0)
-        width = hi - lo
-        if np.any(width <= 0):
-            k = int(np.argmin(width))
-            raise ValueError(
-                f"calibration coefficient {k} of channel {channel.name!r} has no "
-                f"spread (all {calibration.n_subjects} subjects give {lo[k]!r}); "
-                "give more varied calibration curves"
-            )
-        bounds = Bounds.coefficients(lo - margin * width, hi + margin * width)
-        channels.append(Channel(channel.name, channel.unit, channel.basis, bounds))
-    return FederationSpec(
-        draft.domain, tuple(channels), draft.labels, draft.release, draft.min_points
+    channels = tuple(
+        _calibrated(draft, c, calibration, quantile, margin)
+        for c in range(len(draft.channels))
     )
+    return FederationSpec(
+        draft.domain, channels, draft.labels, draft.release, draft.min_points
+    )
+
+
+def _calibrated(
+    draft: FederationSpec,
+    c: int,
+    calibration: LongCurves,
+    quantile: float,
+    margin: float,
+) -> Channel:
+    """Channel ``c`` of ``draft`` with bounds from the calibration's coefficients."""
+    channel = draft.channels[c]
+    coef = _fit(draft, c, calibration, c, "calibration subject").coefficients
+    lo = np.quantile(coef, quantile, axis=0)
+    hi = np.quantile(coef, 1.0 - quantile, axis=0)
+    width = hi - lo
+    if np.any(width <= 0):
+        k = int(np.argmin(width))
+        raise ValueError(
+            f"calibration coefficient {k} of channel {channel.name!r} has no "
+            f"spread (all {calibration.n_subjects} subjects give {lo[k]!r}); "
+            "give more varied calibration curves"
+        )
+    bounds = Bounds.coefficients(lo - margin * width, hi + margin * width)
+    return Channel(channel.name, channel.unit, channel.basis, bounds)
 
 
 # -- command line ----------------------------------------------------------------------
