@@ -94,16 +94,12 @@ def check_spec(setup: ClientSetup, spec_hash: str | None) -> None:
     """Refuse a query whose federation spec (``spec_hash``, None if it names none)
     is not the node's own."""
     own = None if setup.spec is None else setup.spec.hash
-    if own == spec_hash:
-        return
-
-    def short(h: str | None) -> str:
-        return "none" if h is None else h[:16]
-
-    raise SpecRefusal(
-        f"the query is made under federation spec {short(spec_hash)}, this node "
-        f"holds spec {short(own)}"
-    )
+    if own != spec_hash:
+        theirs, ours = ("none" if h is None else h[:16] for h in (spec_hash, own))
+        raise SpecRefusal(
+            f"the query is made under federation spec {theirs}, this node holds "
+            f"spec {ours}"
+        )
 
 
 def _node_int(node_config: dict[str, Any], key: str) -> int | None:
@@ -187,14 +183,11 @@ def _spec_data(path: str, spec: Any) -> tuple[NDArray[np.float64], NDArray[np.in
     """Features and label of the node's own file, featurized by its spec. What the
     node observed, how many values lie outside the spec's value range and how much
     clipped go to its log, with a warning when they do not fit."""
-    from ldpfda.datasets.readers import read_curves
-
-    curves = read_curves(path, spec_labels=spec.labels)
+    curves, got = spec.featurize_file(path)
     if curves.n_subjects != 1:
         raise ValueError(
             f"a node holds one client's data; {path} has {curves.n_subjects} subjects"
         )
-    got = spec.featurizer().featurize(curves)
     outside = {}
     for k, channel in enumerate(spec.channels):
         low, high = channel.bounds.value_low, channel.bounds.value_high

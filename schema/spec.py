@@ -787,6 +787,14 @@ class FederationSpec:
         """The map from a host's curves to its features in [-1, 1]^p."""
         return SpecFeaturizer(self)
 
+    def featurize_file(self, path: str | Path) -> tuple[LongCurves, SubjectFeatures]:
+        """A curve file (:func:`~ldpfda.datasets.readers.read_curves`, labels checked
+        against the spec's) and what the spec makes of it."""
+        from ldpfda.datasets.readers import read_curves
+
+        curves = read_curves(path, spec_labels=self.labels)
+        return curves, self.featurizer().featurize(curves)
+
     def summary(self) -> str:
         """A few lines that describe the spec, for ``spec check``."""
         d = self.domain

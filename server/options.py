@@ -52,8 +52,6 @@ class FlowerOptions:
         for name in ("spec", "public_data"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a path (str)")
-        if self.spec and self.test_data == "design":
-            object.__setattr__(self, "test_data", "")
         if not isinstance(self.test_data, str):
             raise TypeError(
                 f"test_data must be a str, got {type(self.test_data).__name__}"

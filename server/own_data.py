@@ -9,6 +9,7 @@ calibration curves of ``flower.public-data``, the test set from ``flower.test-da
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,27 +21,19 @@ from ldpfda.server.options import FlowerOptions
 __all__ = ["RunData", "run_data"]
 
 
+@dataclass
 class RunData:
     """What the server needs of the run's data: the featurizer (its width), the
     public features of the moment fit, the test set and the spec's hash."""
 
-    def __init__(
-        self,
-        featurizer: Any,
-        public: NDArray[np.float64] | None,
-        test: tuple[NDArray[np.float64], NDArray[np.int8]] | None,
-        spec_hash: str | None = None,
-    ) -> None:
-        self.featurizer = featurizer
-        self.public = public
-        self.test = test
-        self.spec_hash = spec_hash
+    featurizer: Any
+    public: NDArray[np.float64] | None
+    test: tuple[NDArray[np.float64], NDArray[np.int8]] | None
+    spec_hash: str | None = None
 
 
 def _featurize(spec: Any, path: str) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    from ldpfda.datasets.readers import read_curves
-
-    got = spec.featurizer().featurize(read_curves(path, spec_labels=spec.labels))
+    got = spec.featurize_file(path)[1]
     return got.features, got.labels.astype(np.int8)
 
 
@@ -81,5 +74,8 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
                 "privacy.public-features = false to estimate it from the releases"
             )
         public = _featurize(spec, options.public_data)[0]
-    test = _featurize(spec, options.test_data) if options.test_data else None
+    # The embedded design's test set ("design", the default) has no place in a run
+    # on the hosts' own curves: only a file gives one.
+    own_test = options.test_data not in ("", "design")
+    test = _featurize(spec, options.test_data) if own_test else None
     return RunData(spec.featurizer(), public, test, spec.hash)
