@@ -240,6 +240,24 @@ def _given(cells: list[str], j: int, where: str, column: str, what: str) -> str:
     return cells[j]
 
 
+def _label_index(
+    path: Path, header: list[str], column: str, layout: str, unlabelled: str | None
+) -> int | None:
+    """The label column; None for a file without one when ``unlabelled`` is given."""
+    if unlabelled is not None and column not in header:
+        return None
+    return _required(path, header, column, layout)
+
+
+def _label(
+    cells: list[str], j: int | None, where: str, column: str, unlabelled: str | None
+) -> str:
+    if j is None:
+        assert unlabelled is not None
+        return unlabelled
+    return _given(cells, j, where, column, "label")
+
+
 def read_wide_csv(
     path: str | Path,
     *,
@@ -250,6 +268,7 @@ def read_wide_csv(
     curve_column: str = "curve",
     channel_column: str = "channel",
     delimiter: str = ",",
+    unlabelled: str | None = None,
 ) -> LongCurves:
     """Curves of a wide CSV file: one row per curve, one column per time point.
 
@@ -262,7 +281,7 @@ def read_wide_csv(
     path = Path(path)
     rows = _rows(path, delimiter)
     header = _header(path, rows)
-    lab = _required(path, header, label_column, "wide")
+    lab = _label_index(path, header, label_column, "wide", unlabelled)
     named = (label_column, subject_column, curve_column, channel_column)
     sub, cur, cha = (header.index(c) if c in header else None for c in named[1:])
     if sub is None and (cur is not None or cha is not None):
@@ -287,7 +306,7 @@ def read_wide_csv(
     counts: dict[tuple[int, int], int] = {}
     for row, cells in body:
         where = f"{path.name} row {row}"
-        label = _given(cells, lab, where, label_column, "label")
+        label = _label(cells, lab, where, label_column, unlabelled)
         sid = (
             f"row {row}"
             if sub is None
@@ -353,6 +372,7 @@ def read_long_csv(
     channel_column: str = "channel",
     value_column: str = "value",
     delimiter: str = ",",
+    unlabelled: str | None = None,
 ) -> LongCurves:
     """Curves of a long CSV file: one row per observation, in any order.
 
@@ -366,7 +386,7 @@ def read_long_csv(
     header = _header(path, rows)
     sub = _required(path, header, subject_column, "long")
     tim = _required(path, header, time_column, "long")
-    lab = _required(path, header, label_column, "long")
+    lab = _label_index(path, header, label_column, "long", unlabelled)
     cur = header.index(curve_column) if curve_column in header else None
     cha = header.index(channel_column) if channel_column in header else None
     if cha is not None:
@@ -389,7 +409,7 @@ def read_long_csv(
     for row, cells in body:
         where = f"{path.name} row {row}"
         sid = _given(cells, sub, where, subject_column, "subject")
-        label = _given(cells, lab, where, label_column, "label")
+        label = _label(cells, lab, where, label_column, unlabelled)
         s = builder.subject(sid, _label_text(label), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
         t = _number(cells[tim], f"{where}, column {time_column!r}", missing_ok=False)
@@ -432,9 +452,14 @@ class _Archive:
     """The arrays of one ``.npz`` file, checked as they are read."""
 
     def __init__(
-        self, archive: Any, path: Path, spec_labels: Sequence[str] | None
+        self,
+        archive: Any,
+        path: Path,
+        spec_labels: Sequence[str] | None,
+        unlabelled: str | None = None,
     ) -> None:
         self.archive, self.path, self.spec_labels = archive, path, spec_labels
+        self.unlabelled = unlabelled
         self.keys = set(archive.files)
 
     def array(
@@ -501,6 +526,9 @@ class _Archive:
     def labels(self, n: int) -> list[str]:
         """The ``n`` subjects' (or rows') label texts, checked against the spec."""
         name = self.path.name
+        if "labels" not in self.keys and self.unlabelled is not None:
+            where = f"{name} (no key 'labels'; every subject is {self.unlabelled!r})"
+            return [_check_label(self.unlabelled, self.spec_labels, where)] * n
         if "labels" not in self.keys:
             raise ValueError(f"{name}: no key 'labels'")
         labels = self.array("labels", "Uiuf", (0, 1), (n, "subjects"))
@@ -535,6 +563,7 @@ def read_npz(
     *,
     spec_labels: Sequence[str] | None = None,
     channel: str = "value",
+    unlabelled: str | None = None,
 ) -> LongCurves:
     """Curves of a ``.npz`` archive (no pickled objects), long or wide.
 
@@ -548,7 +577,7 @@ def read_npz(
     """
     path = Path(path)
     with np.load(path, allow_pickle=False) as npz:
-        archive = _Archive(npz, path, spec_labels)
+        archive = _Archive(npz, path, spec_labels, unlabelled)
         try:
             if "times" in archive.keys:
                 return _npz_long(archive, channel)
@@ -569,7 +598,10 @@ def read_npz(
 
 
 def _npz_long(archive: _Archive, channel: str) -> LongCurves:
-    for key in ("values", "subjects", "labels"):
+    needed = ("values", "subjects") + (
+        ("labels",) if archive.unlabelled is None else ()
+    )
+    for key in needed:
         if key not in archive.keys:
             raise ValueError(f"{archive.path.name}: the long layout needs key {key!r}")
     times = archive.finite("times")
@@ -580,7 +612,8 @@ def _npz_long(archive: _Archive, channel: str) -> LongCurves:
     archive.refuse(values, "values", np.isinf(values), message)
     subjects = archive.array("subjects", "iu", (1,), m).astype(np.int64)
     n = int(subjects.max()) + 1 if subjects.size else 0
-    n = max(n, np.atleast_1d(archive.archive["labels"]).shape[0])
+    if "labels" in archive.keys:
+        n = max(n, np.atleast_1d(archive.archive["labels"]).shape[0])
     if subjects.size and subjects.min() < 0:
         i = int(np.argmin(subjects))
         raise ValueError(
@@ -656,11 +689,20 @@ def read_curves(
     **options: Any,
 ) -> LongCurves:
     """Read ``.npz`` or ``.csv`` curves; a CSV file is long if it has a ``time``
-    column (``options['time_column']``), else wide, unless ``layout`` says."""
+    column (``options['time_column']``), else wide, unless ``layout`` says.
+
+    Every reader takes ``unlabelled``: the label of every subject of a file without
+    labels (curves to classify, public calibration curves); without it a file must
+    have them."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return read_npz(path, spec_labels=spec_labels, channel=channel)
+        return read_npz(
+            path,
+            spec_labels=spec_labels,
+            channel=channel,
+            unlabelled=options.get("unlabelled"),
+        )
     if suffix != ".csv":
         raise ValueError(f"curve files must be .csv or .npz, got {path.name!r}")
     if layout is None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,41 +104,6 @@ def _has_labels(path: Path) -> bool:
     return True  # an empty file: the reader says so
 
 
-def _placeholder_copy(path: Path, label: str, folder: Path) -> Path:
-    """A copy of an unlabeled file with every subject labelled ``label``, under the
-    same file name (so the reader's messages name the user's file, rows unchanged).
-
-    The readers need a label per subject; new curves to classify and public
-    calibration curves have none, and their labels are never used.
-    """
-    copy = folder / path.name
-    if path.suffix.lower() == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-        if "times" in arrays and "subjects" in arrays:
-            subjects = np.asarray(arrays["subjects"])
-            n = int(subjects.max()) + 1 if subjects.size else 0
-        else:
-            curves = np.asarray(arrays.get("curves", np.zeros((0,))))
-            n = int(curves.shape[0]) if curves.ndim >= 2 else 1
-        arrays["labels"] = np.full(n, label)
-        np.savez(copy, **arrays)
-        return copy
-    with (
-        path.open(newline="", encoding="utf-8-sig") as source,
-        copy.open("w", newline="", encoding="utf-8") as target,
-    ):
-        writer = csv.writer(target)
-        header = True
-        for cells in csv.reader(source):
-            if not any(c.strip() for c in cells):
-                writer.writerow(cells)
-                continue
-            writer.writerow([*cells, "label" if header else label])
-            header = False
-    return copy
-
-
 def read_own_curves(
     path: str | Path,
     spec: FederationSpec,
@@ -159,12 +123,9 @@ def read_own_curves(
         raise FileNotFoundError(f"{path}: no such file")
     channel = spec.channel_names[0] if len(spec.channels) == 1 else "value"
     options: dict[str, Any] = {"layout": layout, "spec_labels": spec.labels}
-    has_labels = _has_labels(path)
-    if has_labels or labelled:
-        return read_curves(path, channel=channel, **options), has_labels
-    with tempfile.TemporaryDirectory() as folder:
-        copy = _placeholder_copy(path, spec.labels[0], Path(folder))
-        return read_curves(copy, channel=channel, **options), False
+    if not labelled:
+        options["unlabelled"] = spec.labels[0]
+    return read_curves(path, channel=channel, **options), _has_labels(path)
 
 
 def _subset(curves: LongCurves, keep: NDArray[np.bool_]) -> LongCurves:

@@ -77,6 +77,31 @@ def test_wide_csv_without_a_subject_column_is_one_subject_per_row(tmp_path):
     assert curves.channels == ("value",)
 
 
+@pytest.mark.parametrize("layout", ["wide", "long", "npz"])
+def test_a_file_without_labels_reads_only_with_a_placeholder_label(tmp_path, layout):
+    # Curves to classify and public calibration curves carry no label.
+    if layout == "wide":
+        path = _write(tmp_path, "d.csv", "subject,0,1\na,0.5,0.25\nb,1.5,2.5\n")
+    elif layout == "long":
+        path = _write(tmp_path, "d.csv", "subject,time,value\na,0,0.5\nb,1,2.5\n")
+    else:
+        path = tmp_path / "d.npz"
+        np.savez(
+            path,
+            times=np.array([0.0, 1.0]),
+            values=np.array([0.5, 2.5]),
+            subjects=np.array([0, 1]),
+        )
+    with pytest.raises(ValueError, match="label"):
+        read_curves(path, spec_labels=SPEC_LABELS)
+    curves = read_curves(path, spec_labels=SPEC_LABELS, unlabelled="condition")
+    assert curves.n_subjects == 2
+    assert [curves.label_names[k] for k in curves.labels] == ["condition"] * 2
+    # The placeholder is checked like any label.
+    with pytest.raises(ValueError, match="not in the spec's labels"):
+        read_curves(path, spec_labels=SPEC_LABELS, unlabelled="sick")
+
+
 def test_wide_csv_with_a_channel_column_merges_the_channels(tmp_path):
     # Without a curve column the k-th row of each channel is curve k.
     path = _write(
