@@ -169,5 +169,5 @@ def run_phase(
         write_report(report, status)
         return report
     except Exception as exc:
-        status("failed", error=f"{type(exc).__name__}: {exc}")
+        status.failed(exc)
         raise

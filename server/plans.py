@@ -41,7 +41,7 @@ from ldpfda.server.labels import (
 from ldpfda.server.mrma import assign_groups
 from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
 
-__all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
+__all__ = ["Plan", "ask_feedback", "planned_ids", "run_plan", "train_round"]
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,28 @@ class Plan:
     n_features: int
     server_rng: np.random.Generator
     public: NDArray[np.float64] | None = None
+    #: The training and evaluation clients the run asked for, whether they turned up
+    #: or not (default: ``train_ids`` and ``eval_ids``); every round's quorum is
+    #: counted on them.
+    planned: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
 
     @property
     def every_client(self) -> NDArray[np.int64]:
         return np.concatenate([self.train_ids, self.eval_ids]).astype(np.int64)
+
+    def asked_for(self, group: str) -> NDArray[np.int64]:
+        """The planned clients of ``group``: ``"train"``, ``"eval"`` or ``"every"``."""
+        train, evaluation = self.planned or (self.train_ids, self.eval_ids)
+        if group == "every":
+            return np.concatenate([train, evaluation]).astype(np.int64)
+        return np.asarray(train if group == "train" else evaluation, dtype=np.int64)
+
+
+def planned_ids(settings: Settings) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The clients a run of ``settings`` asks for: training ``0 .. n_train-1``,
+    evaluation the next ``n_eval`` (:attr:`Plan.planned`)."""
+    total = settings.n_train + settings.n_eval
+    return np.arange(settings.n_train), np.arange(settings.n_train, total)
 
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
@@ -78,14 +96,18 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 
 def _privatize(
-    session: Session, plan: Plan, ids: NDArray[np.int64], *, minimum: int, what: str
+    session: Session, plan: Plan, group: str, *, minimum: int, what: str
 ) -> JointPayload | TrainingPayload:
-    """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
-    ordered by client id."""
+    """The ``privatize`` round of the clients of ``group`` (:meth:`Plan.asked_for`):
+    the valid releases as the payload, ordered by client id."""
     s = plan.settings
+    ids = plan.every_client if group == "every" else plan.train_ids
     session.status("privatize", releasing_clients=int(ids.size))
     query = catalog.privatize_query(s, plan.n_features)
-    got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
+    planned = plan.asked_for(group)
+    got = session.ask(
+        catalog.PRIVATIZE, query, ids, minimum=minimum, what=what, planned=planned
+    )
     released, order = _sorted(got)
     if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
@@ -104,9 +126,7 @@ def _privatize(
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
     with session.timed("clients_privatize_s"):
-        payload = _privatize(
-            session, plan, plan.every_client, minimum=2, what="releasing"
-        )
+        payload = _privatize(session, plan, "every", minimum=2, what="releasing")
     session.status("fit", payloads=len(payload))
     with session.timed("server_train_s"):
         privacy = session.ledger.summary()
@@ -127,7 +147,7 @@ def train_round(
     s = plan.settings
     with session.timed("clients_privatize_s"):
         payload = _privatize(
-            session, plan, plan.train_ids, minimum=s.subsample_size, what="training"
+            session, plan, "train", minimum=s.subsample_size, what="training"
         )
     session.status("train", payloads=len(payload))
     with session.timed("server_train_s"):
@@ -167,7 +187,14 @@ def ask_feedback(
         rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
     )
     query = catalog.evaluate_query(plan.settings, plan.n_features)
-    got = session.ask(catalog.EVALUATE, query, eval_ids, request, what="evaluation")
+    got = session.ask(
+        catalog.EVALUATE,
+        query,
+        eval_ids,
+        request,
+        what="evaluation",
+        planned=plan.asked_for("eval"),
+    )
     answered, order = _sorted(got)
     _, where = locate(eval_ids, answered)
     return answered, got.values["bit"][order].astype(np.int8), groups[where]
@@ -175,10 +202,17 @@ def ask_feedback(
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     s = plan.settings
+    planned = plan.asked_for("every")
     with session.timed("clients_features_s"):
         session.status("features", clients=int(plan.every_client.size))
         query = catalog.features_query(plan.n_features)
-        got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
+        got = session.ask(
+            catalog.FEATURES,
+            query,
+            plan.every_client,
+            what="releasing",
+            planned=planned,
+        )
         ids, order = _sorted(got)
         x = got.values["x"][order].astype(np.float64)
 
@@ -188,7 +222,9 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         asked = ids[index]
         query = catalog.label_query(s, N_CLASSES)
         request = Request(rows={"q": prior_rows})
-        answers = session.ask(stage, query, asked, request, what="labelling")
+        answers = session.ask(
+            stage, query, asked, request, what="labelling", planned=planned
+        )
         return answers.get("label", asked, -1).astype(np.int64)
 
     session.status("labels", clients=int(ids.size))
@@ -234,8 +270,14 @@ def _p2p_rounds(
         "cluster-sizes": sizes.astype(np.int64),
     }
     query = catalog.p2p_randomize_query()
+    planned = plan.asked_for("every")
     got = session.ask(
-        catalog.P2P_RANDOMIZE, query, ids, Request(shared=shared), what="randomizing"
+        catalog.P2P_RANDOMIZE,
+        query,
+        ids,
+        Request(shared=shared),
+        what="randomizing",
+        planned=planned,
     )
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
@@ -260,7 +302,12 @@ def _p2p_rounds(
     query = catalog.p2p_forward_query()
     request = Request(ragged={"labels": p2p_blocks(noisy[index], clusters[index])})
     reports = session.ask(
-        catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
+        catalog.P2P_FORWARD,
+        query,
+        ids[index],
+        request,
+        what="forwarding",
+        planned=planned,
     )
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {

@@ -21,7 +21,7 @@ from ldpfda.server.fitting import ProtocolResult, score
 from ldpfda.server.grid import GridClients
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.own_data import run_data
-from ldpfda.server.plans import Plan, run_plan
+from ldpfda.server.plans import Plan, planned_ids, run_plan
 from ldpfda.server.report import (
     Status,
     privacy_section,
@@ -57,6 +57,9 @@ def connect(
             "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
         )
     session.reported.update(clients.reported)
+    # The quorum holds from the first round on, against every client the run asked for.
+    session.lose({c: "absent: no node identified as this client" for c in absent})
+    session.require(clients.identify, 1, "planned", np.arange(total))
     return clients, session
 
 
@@ -102,7 +105,13 @@ def run_server(
             derive_seed(settings.seed, "server", options.repeat)
         )
         plan = Plan(
-            settings, train_ids, eval_ids, featurizer.n_features_out, server_rng, public
+            settings,
+            train_ids,
+            eval_ids,
+            featurizer.n_features_out,
+            server_rng,
+            public,
+            planned=planned_ids(settings),
         )
         result = run_plan(session, plan)
         with session.timed("server_score_s"):
@@ -131,7 +140,7 @@ def run_server(
         write_run(report, result.final, result.payload.arrays(), status)
         return result, report
     except Exception as exc:
-        status("failed", error=f"{type(exc).__name__}: {exc}")
+        status.failed(exc)
         raise
 
 
