@@ -21,7 +21,7 @@ from ldpfda.engine.inprocess import (
 )
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.fitting import ProtocolResult, score
+from ldpfda.server.fitting import ProtocolResult, assess_signal, score
 from ldpfda.server.mrma import fit_linear
 from ldpfda.server.plans import Plan, run_plan
 from ldpfda.server.session import Session
@@ -79,6 +79,7 @@ def run_protocol(
         result.payload = result.payload.take(slice(0, 0))
     if test is not None:
         score(result, *test)
+    assess_signal(result, public, test)
     return result
 
 

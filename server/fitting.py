@@ -36,9 +36,11 @@ __all__ = [
     "NATARAJAN_ALPHA",
     "ProtocolResult",
     "aggregate",
+    "assess_signal",
     "make_learner",
     "model_report",
     "moment_result",
+    "no_signal_warning",
     "public_gram",
     "score",
     "single_model_result",
@@ -85,6 +87,8 @@ class ProtocolResult:
     test_errors: dict[str, float] = field(default_factory=dict)
     weak_test_errors: NDArray[np.float64] | None = None
     method: str = "mrma"
+    #: Whether the releases carried signal the model could use (:func:`_signal`).
+    signal: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy
@@ -106,6 +110,7 @@ class ProtocolResult:
             "selection_rule": self.selection_rule,
             "models": models,
             "test_errors": dict(self.test_errors),
+            "signal": dict(self.signal),
             "privacy": self.privacy,
             "timings": dict(self.timings),
         }
@@ -168,15 +173,91 @@ def make_learner(
 
 def _fit(
     payload: Payload, settings: Settings, public: NDArray[np.float64] | None, **kw: Any
-) -> LinearModels:
-    """One model of :func:`make_learner`'s estimator on every payload."""
+) -> tuple[LinearModels, Any]:
+    """One model of :func:`make_learner`'s estimator on every payload, and the fitted
+    estimator (None for a string learner)."""
     estimator = make_learner(payload, settings, public, **kw)
     if isinstance(payload, JointPayload):
-        return estimator.fit(payload.releases).to_linear_models()
+        return estimator.fit(payload.releases).to_linear_models(), estimator
     assert isinstance(payload, TrainingPayload)
     if estimator is None:
-        return fit_linear(payload.features, payload.labels)
-    return estimator.fit(payload.features, payload.labels).to_linear_models()
+        return fit_linear(payload.features, payload.labels), None
+    fitted = estimator.fit(payload.features, payload.labels)
+    return fitted.to_linear_models(), fitted
+
+
+#: A model that puts at least this share of the reference features in one class is
+#: taken as predicting one class: it carries no signal.
+ONE_CLASS_SHARE = 0.99
+
+
+def _signal(
+    final: LinearModels, estimator: Any = None, rule: str = ""
+) -> dict[str, Any]:
+    r"""What the released quantities say of the model's signal (see
+    :func:`assess_signal`): no signal when the fitted coefficients are all zero, or
+    for MRMA when the feedback bits put every weak model's error at 1/2 (selection
+    rule ``equal``). For the moment classifier ``signal_to_noise`` is
+    :math:`\|\hat c\|^2 / (d\hat\sigma^2)`, the released cross moment against its
+    own noise (about 1 when the labels say nothing of the features)."""
+    out: dict[str, Any] = {"no_signal": False, "reason": ""}
+    if isinstance(estimator, MomentLinearClassifier):
+        c = estimator.cross_moment_
+        level = c.size * estimator.noise_variance_
+        out["signal_to_noise"] = float(c @ c / level) if level > 0 else float("inf")
+    if rule == "equal":
+        out["reason"] = (
+            "the feedback bits put every weak model's error at 1/2: none can be told "
+            "from a coin"
+        )
+    if not np.any(final.coef):
+        out["reason"] = "the fitted coefficients are all zero"
+    out["no_signal"] = bool(out["reason"])
+    return out
+
+
+def assess_signal(
+    result: ProtocolResult,
+    public: NDArray[np.float64] | None,
+    test: tuple[NDArray[np.float64], Any] | None,
+) -> None:
+    """Complete ``result.signal`` with reference features (unlabeled: the ``public``
+    calibration features, else the features of ``test``): the model carries no
+    signal when it puts at least :data:`ONE_CLASS_SHARE` of them in
+    one class. No label is looked at."""
+    features, what = public, "public calibration features"
+    if features is None and test is not None:
+        features, what = test[0], "test features"
+    if features is None or len(features) == 0 or result.signal.get("no_signal"):
+        return
+    positive = float(np.mean(result.final.decision_function(features)[:, 0] > 0))
+    share = max(positive, 1.0 - positive)
+    result.signal["one_class_share"] = share
+    if share >= ONE_CLASS_SHARE:
+        result.signal["no_signal"] = True
+        result.signal["reason"] = (
+            f"it puts {100 * share:.0f} % of the {len(features)} {what} in one class"
+        )
+
+
+def no_signal_warning(
+    signal: dict[str, Any], *, n_clients: int, epsilon: float, n_features: int
+) -> str | None:
+    """The warning for a model without signal (None when it has some): why, and
+    what would help."""
+    if not signal.get("no_signal"):
+        return None
+    snr = signal.get("signal_to_noise")
+    noise = "" if snr is None else f" (released cross moment {snr:.2g} x its noise)"
+    return (
+        f"the fitted model carries no signal: {signal['reason']}{noise}. {n_clients} "
+        "clients "
+        f"at epsilon {epsilon:g} are too few for {n_features} features: the release "
+        "noise swamps what the labels say. More clients (the noise variance of the "
+        "released means falls as 1/n), a larger epsilon or fewer features "
+        "(fda.n-basis, for curves) would help; its predictions are no better than a "
+        "guess."
+    )
 
 
 def single_model_result(
@@ -197,6 +278,7 @@ def single_model_result(
         baselines={},
         privacy=privacy,
         method=method,
+        signal=_signal(final),
     )
 
 
@@ -211,8 +293,12 @@ def moment_result(
 
     The fit does not depend on the order of the payloads.
     """
-    final = _fit(payload, settings, public, learner="moment")
-    return single_model_result(final, method="moment", payload=payload, privacy=privacy)
+    final, estimator = _fit(payload, settings, public, learner="moment")
+    result = single_model_result(
+        final, method="moment", payload=payload, privacy=privacy
+    )
+    result.signal = _signal(final, estimator)
+    return result
 
 
 def train_weak(
@@ -271,7 +357,7 @@ def aggregate(
     baselines = {
         "ma": average_models(weak, ma_weights, normalize=norm),
         "averaging": average_models(weak, np.ones(m), normalize=norm),
-        "naive": _fit(payload, settings, public),
+        "naive": _fit(payload, settings, public)[0],
     }
     return ProtocolResult(
         final=final,
@@ -285,6 +371,7 @@ def aggregate(
         payload=payload,
         baselines=baselines,
         privacy=privacy,
+        signal=_signal(final, rule=rule),
     )
 
 

@@ -17,7 +17,12 @@ from ldpfda.config import Settings
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema import catalog
-from ldpfda.server.fitting import ProtocolResult, score
+from ldpfda.server.fitting import (
+    ProtocolResult,
+    assess_signal,
+    no_signal_warning,
+    score,
+)
 from ldpfda.server.grid import GridClients
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.own_data import run_data
@@ -117,6 +122,7 @@ def run_server(
         with session.timed("server_score_s"):
             if data.test is not None:
                 score(result, *data.test)
+            assess_signal(result, public, data.test)
         result.timings = dict(session.timings)
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
@@ -127,6 +133,14 @@ def run_server(
                 catalog.release_range(settings, featurizer.n_features_out)
             )
         report = result.report()
+        report["signal"]["warning"] = warning = no_signal_warning(
+            result.signal,
+            n_clients=len(result.payload),
+            epsilon=settings.epsilon,
+            n_features=featurizer.n_features_out,
+        )
+        if warning:
+            logger.warning("ldpfda: %s", warning)
         report.update(
             ldpfda_version=__version__,
             run_id=int(run_id),

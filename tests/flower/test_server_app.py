@@ -771,3 +771,26 @@ def test_every_refusal_is_reported_by_its_reason_code(run_config, tmp_path):
         for r in report["participation"]["rejections"]
     )
     assert len(result.payload) == 47
+
+
+def test_twenty_clients_run_the_default_protocol_with_the_shipped_mrma_settings(
+    run_config, caplog
+):
+    # The shipped config's mrma.subsample-size (25) and num-weak-models (10) do not
+    # bind a default-protocol federation of 10 + 10 clients; they do bind MRMA's.
+    from ldpfda.config import SettingError
+
+    config = run_config({"data.n-train": 10, "data.n-eval": 10, "seed": 2})
+    assert (config["mrma.subsample-size"], config["mrma.num-weak-models"]) == (25, 10)
+    with pytest.raises(SettingError, match="subsample_size must be <= n_train"):
+        parse_run_config({**config, **REFERENCE})
+    with caplog.at_level("WARNING", logger="flwr.ldpfda"):
+        _, _, result, report = _run(config, partitions(20))
+    assert len(result.payload) == 20
+    # Too few clients for epsilon 5: the report and the server log say so.
+    signal = report["signal"]
+    assert signal["no_signal"] is True
+    assert "20 clients at epsilon 5 are too few" in signal["warning"]
+    assert any("carries no signal" in r.getMessage() for r in caplog.records)
+    saved = json.loads((grid_report_dir(config) / "report.json").read_text())
+    assert saved["signal"]["warning"] == signal["warning"]
