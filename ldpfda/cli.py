@@ -1008,6 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
         "plot": "ldpfda.experiments.plot",
         "benchmark": "ldpfda.experiments.benchmark",
         "spec": "ldpfda.schema.spec",
+        "node": "ldpfda.client.check",
     }
     if argv and argv[0] in delegated:
         return int(importlib.import_module(delegated[argv[0]]).main(argv[1:]) or 0)
@@ -1024,6 +1025,7 @@ def main(argv: list[str] | None = None) -> int:
     _multiserver_parser(sub)
     for name, text in (
         ("spec", "write (spec init) or check (spec check) a federation spec"),
+        ("node", "check a node's data file before it joins (node check)"),
         ("experiment", "run an experiment study from a TOML config"),
         ("plot", "make figures from saved experiment results"),
         ("benchmark", "clients/s and peak memory of the engine"),

@@ -42,6 +42,7 @@ from ldpfda.fda.irregular import ClientFit, IrregularProjection
 from ldpfda.fda.scaling import CoefficientScaler
 
 __all__ = [
+    "CLIP_WARNING",
     "FORMAT_VERSION",
     "PROTOCOLS",
     "VALUE_BOUND_POINTS",
@@ -60,6 +61,10 @@ __all__ = [
     "spec_main",
 ]
 
+#: Share of a host's clipped coordinates, or of its values outside a channel's value
+#: range, above which its data and the spec's bounds do not fit (its release then
+#: carries little of its curve): the node warns.
+CLIP_WARNING = 0.25
 #: The one format version this module reads and writes.
 FORMAT_VERSION = 1
 #: Release protocols: ``default`` (the joint release) and ``reference`` (MRMA).
@@ -794,6 +799,17 @@ class FederationSpec:
 
         curves = read_curves(path, spec_labels=self.labels)
         return curves, self.featurizer().featurize(curves)
+
+    def outside_range(self, curves: LongCurves) -> dict[str, float]:
+        """Per channel with value bounds: the share of ``curves``' observed values
+        outside them."""
+        out = {}
+        for k, channel in enumerate(self.channels):
+            low, high = channel.bounds.value_low, channel.bounds.value_high
+            values = curves.values[:, k][~np.isnan(curves.values[:, k])]
+            if low is not None and high is not None and values.size:
+                out[channel.name] = float(np.mean((values < low) | (values > high)))
+        return out
 
     def summary(self) -> str:
         """A few lines that describe the spec, for ``spec check``."""
