@@ -147,6 +147,7 @@ def run_server(
             settings=settings.to_mapping(),
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),
+            second_moment=data.second_moment(),
         )
         report["privacy"] = privacy_section(session, sorted(clients.node_of))
         if settings.label_release:
