@@ -13,6 +13,7 @@ from ldpfda.config import Settings
 from ldpfda.datasets import FunctionalDesign, VectorDesign
 from ldpfda.datasets.population import public_features, repeat_data
 from ldpfda.engine.classifier import LDPClassifier
+from ldpfda.engine.estimator import MRMAClassifier
 from ldpfda.engine.inprocess import split_clients
 from ldpfda.engine.runner import run_protocol
 from ldpfda.privacy.random import derive_seed
@@ -165,8 +166,8 @@ def test_bad_parameters_and_data_are_refused_by_name():
     with pytest.raises(
         ValueError, match=r"Only binary classification.*got 3: \[0, 1, 2\]"
     ):
-        LDPClassifier(**VECTORS).fit(x, np.arange(300) % 3)
-    with pytest.raises(ValueError, match=r"exactly 2 classes, got 1: \['a'\]"):
+        MRMAClassifier(**VECTORS).fit(x, np.arange(300) % 3)
+    with pytest.raises(ValueError, match=r"at least 2 classes, got 1: \['a'\]"):
         LDPClassifier(**VECTORS).fit(x, np.full(300, "a"))
     with pytest.raises(ValueError, match="Unknown label type"):
         LDPClassifier(**VECTORS).fit(x, np.linspace(0, 1, 300))
