@@ -22,7 +22,7 @@ from ldpfda.client.labeldp_protocol import (
 )
 from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
 from ldpfda.config import Settings
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -119,6 +119,8 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
         raise Refusal(ERROR_REQUEST, "label-only runs ask for features and labels")
     x, y, ids, ledger = batch.features, batch.labels, batch.ids, batch.ledger
     if s.joint_release:
+        k = catalog.request_classes(request)
+        name = (SignedFeatureMechanism if k == 2 else ClassSignedFeatureMechanism).name
         joint = privatize_joint(
             x,
             y,
@@ -127,9 +129,12 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
             epsilon=s.epsilon,
             mechanism=s.vector_mechanism,
             ledger=ledger,
-            release=release_index(ledger, SignedFeatureMechanism.name),
+            release=release_index(ledger, name),
+            n_classes=k,
         )
-        return {"releases": joint.releases}
+        if joint.classes is None:
+            return {"releases": joint.releases}
+        return {"class": joint.classes, "releases": joint.releases}
     payload = privatize(
         x,
         y,

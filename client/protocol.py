@@ -13,8 +13,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
+from ldpfda._validation import (
+    check_binary_labels,
+    check_class_labels,
+    check_epsilon,
+    check_finite_array,
+)
 from ldpfda.fda.features import Featurizer
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -39,11 +45,15 @@ JOINT_STREAM = "privatize/joint"
 
 
 def _client_inputs(
-    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike
+    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike, n_classes: int = 2
 ) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.int64]]:
-    """Validated (scaled features, binary labels, client ids) of one batch."""
+    """Validated (scaled features, labels in 0 .. K - 1, client ids) of one batch."""
     x = _scaled_features(features)
-    y = check_binary_labels(labels)
+    y = (
+        check_binary_labels(labels)
+        if n_classes == 2
+        else check_class_labels(labels, n_classes)
+    )
     if y.size != x.shape[0]:
         raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
     return x, y, _client_ids(client_ids, x.shape[0])
@@ -137,8 +147,15 @@ def privatize_joint(
     mechanism: str = "hybrid",
     ledger: PrivacyLedger | None = None,
     release: int = 0,
+    n_classes: int = 2,
 ) -> JointPayload:
     r"""Each client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once.
+
+    With ``n_classes`` K > 2 each client draws a class j uniformly from its stream and
+    releases j and :math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\}
+    - 1`, at the whole ``epsilon``
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`): the payload's
+    ``classes`` are the draws, its ``releases`` the vectors.
 
     The whole ``epsilon`` goes into one release of
     :class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with the vector ``mechanism``
@@ -153,7 +170,7 @@ def privatize_joint(
     features : array of shape (n, p)
         Coefficients already rescaled into [-1, 1].
     labels : array of shape (n,)
-        True labels in {0, 1}.
+        True labels in {0, 1} (in 0 .. K - 1 for K classes).
     client_ids : array of shape (n,)
     seed : int
         The run seed.
@@ -163,6 +180,8 @@ def privatize_joint(
     ledger : PrivacyLedger, optional
     release : int
         Index of this release for these clients in the run (see :func:`privatize`).
+    n_classes : int
+        K, the number of classes (public: the federation's label set).
 
     References
     ----------
@@ -170,11 +189,14 @@ def privatize_joint(
     differential privacy", ICDE 2019; J. C. Duchi, M. I. Jordan, M. J. Wainwright,
     JASA 2018.
     """
-    x, y, ids = _client_inputs(features, labels, client_ids)
-    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
+    x, y, ids = _client_inputs(features, labels, client_ids, n_classes)
+    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism, n_classes)
     if ledger is not None:
         ledger.charge(mech.event(), ids)
     stream = ClientStreams(seed, ids).stream(f"{JOINT_STREAM}#{release}")
+    if isinstance(mech, ClassSignedFeatureMechanism):
+        classes, z = mech.release(x, y, stream)
+        return JointPayload(ids, z, mech.epsilon, mechanism, classes, n_classes)
     return JointPayload(ids, mech.release(x, y, stream), mech.epsilon, mechanism)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "P2P_FORWARD",
     "P2P_RANDOMIZE",
     "PRIVATIZE",
+    "classes_request",
     "evaluate_query",
     "features_query",
     "identify_query",
@@ -42,6 +43,7 @@ __all__ = [
     "p2p_randomize_query",
     "privatize_query",
     "release_range",
+    "request_classes",
 ]
 
 IDENTIFY = "identify"
@@ -51,6 +53,9 @@ FEATURES = "features"
 LABEL = "label"
 P2P_RANDOMIZE = "p2p_randomize"
 P2P_FORWARD = "p2p_forward"
+
+#: The request key of a K-class privatize query: K.
+N_CLASSES_KEY = "n-classes"
 
 #: The featurizer's box, with room for the last bit of its rounding.
 FEATURE_BOX = (-1.0 - 1e-12, 1.0 + 1e-12)
@@ -76,12 +81,19 @@ def identify_query() -> Query:
     return Query(IDENTIFY, ledger_record="identity")
 
 
-def _privatize_mechanisms(settings: Settings, n_features: int) -> list[Any]:
+def _privatize_mechanisms(
+    settings: Settings, n_features: int, n_classes: int = 2
+) -> list[Any]:
     """The mechanisms of a privatize release: the joint one, or Laplace on x and
-    randomized response on y (the reference release)."""
+    randomized response on y (the reference release, two classes only)."""
     if settings.joint_release:
         mechanism = settings.vector_mechanism
-        return [joint_mechanism(settings.epsilon, n_features, mechanism)]
+        return [joint_mechanism(settings.epsilon, n_features, mechanism, n_classes)]
+    if n_classes != 2:
+        raise ValueError(
+            f"n_classes = {n_classes}: only the joint release (privacy.mechanism "
+            f"joint-*) has a K-class form, got mechanism {settings.mechanism!r}"
+        )
     return list(training_mechanisms(settings.epsilon, n_features, settings.label_share))
 
 
@@ -90,14 +102,43 @@ def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
     return _privatize_mechanisms(settings, n_features)[0].output_range()
 
 
-def privatize_query(settings: Settings, n_features: int) -> Query:
-    """A client's one release of its features and label, as the settings name it."""
-    mechanisms = _privatize_mechanisms(settings, n_features)
+def request_classes(request: Request) -> int:
+    """K of a privatize request: its ``n-classes`` (K > 2), else 2."""
+    if N_CLASSES_KEY not in {*request.rows, *request.shared}:
+        return 2
+    k = np.asarray(request.common(N_CLASSES_KEY)).reshape(-1)
+    if k.size != 1 or int(k[0]) < 3:
+        raise ValueError(f"{N_CLASSES_KEY} must be one integer >= 3, got {k.tolist()}")
+    return int(k[0])
+
+
+def classes_request(n_classes: int) -> Request:
+    """The privatize request of a K-class run (empty for two classes)."""
+    if n_classes == 2:
+        return Request()
+    return Request(shared={N_CLASSES_KEY: np.array([n_classes], dtype=np.int64)})
+
+
+def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> Query:
+    """A client's one release of its features and label, as the settings name it.
+
+    With K > 2 classes the request carries K (``n-classes``) and the reply the class
+    each client drew besides its vector.
+    """
+    mechanisms = _privatize_mechanisms(settings, n_features, n_classes)
     low, high = mechanisms[0].output_range()
+    request: tuple[ArraySpec, ...] = ()
     if settings.joint_release:
         reply: tuple[ArraySpec, ...] = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
+        if n_classes > 2:
+            request = (ArraySpec("joint", N_CLASSES_KEY, "int64"),)
+            describe = f"drawn class must be in {{0, ..., {n_classes - 1}}}"
+            reply = (
+                _categorical("payload", "class", "int64", "label", describe, n_classes),
+                *reply,
+            )
     else:
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
@@ -106,7 +147,7 @@ def privatize_query(settings: Settings, n_features: int) -> Query:
             ),
         )
     return Query(
-        PRIVATIZE, reply=reply, cost=_constant([m.event() for m in mechanisms])
+        PRIVATIZE, request, reply, cost=_constant([m.event() for m in mechanisms])
     )
 
 

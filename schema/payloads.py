@@ -12,7 +12,8 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.schema.releases import joint_mechanism
 
 __all__ = [
     "JointPayload",
@@ -91,23 +92,28 @@ class JointPayload(_ClientRows):
 
     ``releases`` (n, p + 1) are the released signed vectors, constant coordinate first
     (:class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with vector mechanism
-    ``mechanism``); each client spent its whole budget ``epsilon`` on it, once.
+    ``mechanism``); each client spent its whole budget ``epsilon`` on it, once. With
+    ``n_classes`` K > 2, ``classes`` holds the class j each client drew, and its row of
+    ``releases`` is the perturbed :math:`\tilde y_j\,(1, x)`
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`).
     """
 
     client_ids: NDArray[np.int64]
     releases: NDArray[np.float64]
     epsilon: float
     mechanism: str
+    classes: NDArray[np.int64] | None = None
+    n_classes: int = 2
 
     @property
     def n_features(self) -> int:
         """p (the releases carry p + 1 coordinates)."""
         return int(self.releases.shape[1]) - 1
 
-    def release_mechanism(self) -> SignedFeatureMechanism:
+    def release_mechanism(self) -> SignedFeatureMechanism | ClassSignedFeatureMechanism:
         """The mechanism that produced the releases (for the server's moment map)."""
-        return SignedFeatureMechanism(
-            epsilon=self.epsilon, n_features=self.n_features, mechanism=self.mechanism
+        return joint_mechanism(
+            self.epsilon, self.n_features, self.mechanism, self.n_classes
         )
 
 

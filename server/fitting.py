@@ -19,6 +19,7 @@ from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, Training
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
+    MomentMulticlassClassifier,
     as_weak_learner,
 )
 from ldpfda.server.mrma import (
@@ -38,6 +39,7 @@ __all__ = [
     "aggregate",
     "assess_signal",
     "make_learner",
+    "model_error",
     "model_report",
     "moment_result",
     "no_signal_warning",
@@ -117,8 +119,20 @@ class ProtocolResult:
 
 
 def model_report(model: LinearModels) -> dict[str, Any]:
-    """The first model of ``model`` as a report's ``coef`` and ``intercept``."""
+    """The first model of ``model`` as a report's ``coef`` and ``intercept``; a K-class
+    model (K rows) as one row of each per class."""
+    if len(model) > 1:
+        return {"coef": model.coef.tolist(), "intercept": model.intercept.tolist()}
     return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
+
+
+def model_error(model: LinearModels, x: NDArray[np.float64], y: ArrayLike) -> float:
+    """Test error of a one-model binary classifier, or of a K-row K-class one
+    (the class of the largest score)."""
+    if len(model) == 1:
+        return float(model.errors(x, y)[0])
+    predicted = np.argmax(model.decision_function(x), axis=1)
+    return float(np.mean(predicted != np.asarray(y)))
 
 
 def public_gram(public: ArrayLike) -> NDArray[np.float64]:
@@ -158,9 +172,12 @@ def make_learner(
             )
         gram = public_gram(public)
     if isinstance(payload, JointPayload):
-        return MomentLinearClassifier(
-            joint=True, gram=gram, mechanism=payload.release_mechanism().inner
-        )
+        inner = payload.release_mechanism().inner
+        if payload.n_classes > 2:
+            return MomentMulticlassClassifier(
+                n_classes=payload.n_classes, gram=gram, mechanism=inner
+            )
+        return MomentLinearClassifier(joint=True, gram=gram, mechanism=inner)
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
     if name == "natarajan":
@@ -178,7 +195,8 @@ def _fit(
     estimator (None for a string learner)."""
     estimator = make_learner(payload, settings, public, **kw)
     if isinstance(payload, JointPayload):
-        return estimator.fit(payload.releases).to_linear_models(), estimator
+        fitted = estimator.fit(payload.releases, payload.classes)
+        return fitted.to_linear_models(), fitted
     assert isinstance(payload, TrainingPayload)
     if estimator is None:
         return fit_linear(payload.features, payload.labels), None
@@ -204,7 +222,8 @@ def _signal(
     if isinstance(estimator, MomentLinearClassifier):
         c = estimator.cross_moment_
         level = c.size * estimator.noise_variance_
-        out["signal_to_noise"] = float(c @ c / level) if level > 0 else float("inf")
+        # c is (d,) for two classes, (d, K) for K: every class's moment counts.
+        out["signal_to_noise"] = float(np.vdot(c, c) / level) if level > 0 else np.inf
     if rule == "equal":
         out["reason"] = (
             "the feedback bits put every weak model's error at 1/2: none can be told "
@@ -230,8 +249,10 @@ def assess_signal(
         features, what = test[0], "test features"
     if features is None or len(features) == 0 or result.signal.get("no_signal"):
         return
-    positive = float(np.mean(result.final.decision_function(features)[:, 0] > 0))
-    share = max(positive, 1.0 - positive)
+    scores = result.final.decision_function(features)
+    # One row: the sign of its score; K rows (K classes): the highest score.
+    predicted = scores[:, 0] > 0 if scores.shape[1] == 1 else scores.argmax(axis=1)
+    share = float(np.bincount(predicted.astype(np.int64)).max() / len(features))
     result.signal["one_class_share"] = share
     if share >= ONE_CLASS_SHARE:
         result.signal["no_signal"] = True
@@ -378,7 +399,7 @@ def aggregate(
 def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -> None:
     """Fill ``result.test_errors`` with every method's error on clean test data."""
     y = np.asarray(y)
-    errors = {result.method: float(result.final.errors(x, y)[0])}
+    errors = {result.method: model_error(result.final, x, y)}
     if result.method == "mrma":
         weak_errors = result.weak.errors(x, y)
         result.weak_test_errors = weak_errors
@@ -386,5 +407,5 @@ def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -
         errors["mr"] = float(result.reversed_models.errors(x, y).mean())
         errors["voting"] = float((majority_vote(result.weak, x) != y).mean())
     for name, model in result.baselines.items():
-        errors[name] = float(model.errors(x, y)[0])
+        errors[name] = model_error(model, x, y)
     result.test_errors = {k: errors[k] for k in METHODS if k in errors}

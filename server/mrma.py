@@ -67,7 +67,8 @@ def fit_linear(
         # is what the protocol uses, so a non-converged fit is still a valid weak model.
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(x, y)
-    return LinearModels(model.coef_.reshape(1, -1), np.atleast_1d(model.intercept_))
+    # One row for two classes, one per class for more (multinomial logistic).
+    return LinearModels(model.coef_, np.atleast_1d(model.intercept_))
 
 
 def fit_weak_models(

@@ -48,8 +48,9 @@ __all__ = ["Plan", "ask_feedback", "planned_ids", "run_plan", "train_round"]
 class Plan:
     """What a protocol run needs besides its session: ``train_ids`` and ``eval_ids``
     (in a ``moment`` or ``label`` run both simply release), the public featurizer's
-    output width and public, unlabeled scaled features (the moment classifier's second
-    moment)."""
+    output width, public, unlabeled scaled features (the moment classifier's second
+    moment) and the number of classes K (public; K > 2 in the ``moment`` protocol of a
+    joint release only)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -61,6 +62,16 @@ class Plan:
     #: or not (default: ``train_ids`` and ``eval_ids``); every round's quorum is
     #: counted on them.
     planned: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    n_classes: int = 2
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        if self.n_classes != 2 and not (s.joint_release and s.protocol == "moment"):
+            raise ValueError(
+                f"n_classes = {self.n_classes}: K > 2 classes need the moment protocol "
+                f"of a joint release (privacy.mechanism joint-*, server.method auto or "
+                f"moment), got mechanism {s.mechanism!r} with protocol {s.protocol!r}"
+            )
 
     @property
     def every_client(self) -> NDArray[np.int64]:
@@ -103,15 +114,26 @@ def _privatize(
     s = plan.settings
     ids = plan.every_client if group == "every" else plan.train_ids
     session.status("privatize", releasing_clients=int(ids.size))
-    query = catalog.privatize_query(s, plan.n_features)
-    planned = plan.asked_for(group)
+    k = plan.n_classes
+    query = catalog.privatize_query(s, plan.n_features, k)
     got = session.ask(
-        catalog.PRIVATIZE, query, ids, minimum=minimum, what=what, planned=planned
+        catalog.PRIVATIZE,
+        query,
+        ids,
+        catalog.classes_request(k),
+        minimum=minimum,
+        what=what,
+        planned=plan.asked_for(group),
     )
     released, order = _sorted(got)
     if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
-        return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
+        if k == 2:
+            return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
+        classes = got.values["class"][order].astype(np.int64)
+        return JointPayload(
+            released, releases, s.epsilon, s.vector_mechanism, classes, k
+        )
     split = split_budget(
         epsilon=s.epsilon, n_coefficients=plan.n_features, label_share=s.label_share
     )

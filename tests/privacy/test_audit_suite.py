@@ -27,7 +27,7 @@ from ldpfda.client.protocol import privatize
 from ldpfda.client.release import ClientSetup, release
 from ldpfda.config import Settings
 from ldpfda.labeldp import histogram_sigma, noisy_cluster_histograms
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import (
@@ -138,6 +138,37 @@ def _joint(epsilon: float, p: int) -> Case:
         rows([[1], -np.ones((1, p))])[0],
         np.arange(p + 1) + 0.5,
         _count_positive,
+    )
+
+
+def _joint_classes(epsilon: float, p: int, k: int, amplified: bool = False) -> Case:
+    r"""The K-class joint release: a drawn class j and :math:`\tilde y_j (1, x)`.
+
+    (y=0, x=-1) and (y=1, x=-1): a client that draws class 0 or 1 releases opposite
+    corners of the box, one that draws another class the same corner. The drawn
+    class and the number of coordinates of z on the side of (1, -1, ..., -1)
+    determine the Duchi loss. The broken variant releases the vector at the epsilon
+    that amplification by the class draw would allow,
+    :math:`\ln(1 + K(e^\varepsilon - 1))`, as if j were secret: it is released.
+    """
+    side = np.concatenate([[1.0], -np.ones(p)])
+    inner = math.log1p(k * math.expm1(epsilon)) if amplified else epsilon
+    mech = ClassSignedFeatureMechanism(
+        epsilon=inner, n_features=p, n_classes=k, mechanism="duchi"
+    )
+
+    def statistic(z: np.ndarray) -> np.ndarray:
+        return z[:, 0] * (p + 2) + (z[:, 1:] * side > 0).sum(axis=1)
+
+    label = " as if amplified by the draw" if amplified else ""
+    return Case(
+        f"joint K={k} class draw + y_j*(1,x) duchi p={p}{label}",
+        epsilon,
+        mech.randomise,
+        np.concatenate([[0.0], -np.ones(p)]),
+        np.concatenate([[1.0], -np.ones(p)]),
+        np.arange(k * (p + 2) - 1) + 0.5,
+        statistic,
     )
 
 
@@ -297,6 +328,7 @@ CORRECT = [
     _vector(PiecewiseMechanism, 2.0, 4),
     _vector(HybridMechanism, 5.0, 4),
     _joint(1.0, 3),
+    _joint_classes(1.0, 3, 3),
     _privatize(2.0, 3),
     _histogram(1.0),
     _p2p_relay(1.0),
@@ -315,6 +347,7 @@ BROKEN = [
         1.0,
     ),
     (_memoized(1.0, memoize=False), 2.0),
+    (_joint_classes(1.0, 3, 3, amplified=True), math.log1p(3 * math.expm1(1.0))),
 ]
 
 
