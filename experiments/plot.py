@@ -60,6 +60,8 @@ STYLES = {
 #: Protocols of the sample-size table, and its margin to the non-private error.
 SAMPLE_SIZE_METHODS = ("default", "mrma")
 MARGIN = 0.05
+#: Methods of the figures and tables of a study over the number of clients.
+CLIENTS_METHODS = (*SAMPLE_SIZE_METHODS, "non_private", "majority")
 
 
 def load_summary(path: Path) -> list[dict[str, Any]]:
@@ -187,7 +189,7 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
                     (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"),
                 )
         else:
-            for m in MAIN_METHODS:
+            for m in CLIENTS_METHODS if x == "n_clients" else MAIN_METHODS:
                 _line(ax, sel, m, LABELS[m], x=x)
         ax.set_xscale("log")
         ticks = sorted({r[x] for r in sel if math.isfinite(r[x])})
@@ -268,8 +270,9 @@ def markdown_tables(
 
 
 def _clients_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str:
-    """Test errors, one row per (data set, epsilon, clients)."""
-    methods = [m for m in MAIN_METHODS if any(r["method"] == m for r in rows)]
+    """Test errors of the protocols and references, one row per (data set,
+    epsilon, clients)."""
+    methods = [m for m in CLIENTS_METHODS if any(r["method"] == m for r in rows)]
     lines = [
         "| " + " | ".join(["data", "ε", "clients", *(LABELS[m] for m in methods)]),
         "|" + "---|" * (3 + len(methods)),
@@ -305,7 +308,8 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
     of the study from which on (at that number and every larger one) its mean test
     error is (a) below the majority-class error minus two of its standard errors (the
     model carries signal) and (b) at most ``margin`` above the non-private error on
-    the same clients.
+    the same clients. "≤ n" when it holds from the smallest size of the study on,
+    "> n" when not even at the largest.
     """
     heads = [
         f"{LABELS[m]}: {what}"
@@ -336,7 +340,13 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
                 }
                 for holds in (signal, near):
                     n = _smallest_n(holds)
-                    cells.append(f"> {max(runs):,}" if n is None else f"{n:,}")
+                    cells.append(
+                        f"> {max(runs):,}"
+                        if n is None
+                        else f"≤ {n:,}"
+                        if n == min(runs)
+                        else f"{n:,}"
+                    )
             lines.append("| " + " | ".join([d, f"{eps:g}", *cells]) + " |")
     return "\n".join(lines) + "\n"
 

@@ -329,3 +329,5 @@ def test_sample_size_table_needs_the_criterion_from_that_size_on():
     # default: signal at 20 but not at 50, so from 100 on; within 0.05 from 200 on.
     # MRMA: 0.49 at 50 is within 2 s.e. of 0.5, signal from 100; never within 0.05.
     assert "| d | 1 | 100 | 200 | 100 | > 200 |" in table
+    rows = [r for r in rows if r["n_clients"] != 50]
+    assert "| d | 1 | ≤ 20 | 200 | 100 | > 200 |" in plot.sample_size_table(rows)
