@@ -290,6 +290,12 @@ def _clients_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> s
     return "\n".join(lines) + "\n"
 
 
+def _size_cell(n: int | None, sizes: list[int]) -> str:
+    if n is None:
+        return f"> {max(sizes):,}"
+    return f"≤ {n:,}" if n == min(sizes) else f"{n:,}"
+
+
 def _smallest_n(holds: dict[int, bool]) -> int | None:
     """The smallest n from which on ``holds`` at every larger n too (None: not even
     at the largest)."""
@@ -311,6 +317,12 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
     the same clients. "≤ n" when it holds from the smallest size of the study on,
     "> n" when not even at the largest.
     """
+    missing = {*CLIENTS_METHODS} - {r["method"] for r in rows}
+    if missing:
+        raise ValueError(
+            f"the sample-size table needs the methods {sorted(missing)}: give the "
+            "study the baselines 'default' and 'majority'"
+        )
     heads = [
         f"{LABELS[m]}: {what}"
         for m in SAMPLE_SIZE_METHODS
@@ -338,15 +350,9 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
                 near = {
                     n: r["mean"] <= clean[n]["mean"] + margin for n, r in runs.items()
                 }
-                for holds in (signal, near):
-                    n = _smallest_n(holds)
-                    cells.append(
-                        f"> {max(runs):,}"
-                        if n is None
-                        else f"≤ {n:,}"
-                        if n == min(runs)
-                        else f"{n:,}"
-                    )
+                cells += [
+                    _size_cell(_smallest_n(h), list(runs)) for h in (signal, near)
+                ]
             lines.append("| " + " | ".join([d, f"{eps:g}", *cells]) + " |")
     return "\n".join(lines) + "\n"
 
