@@ -749,21 +749,20 @@ def write_wide_csv(
         for s, k in dict.fromkeys(pairs):
             rows = np.flatnonzero((curves.subjects == s) & (curves.curves == k))
             for c, name in enumerate(curves.channels):
-                line = np.full(times.size, np.nan)
-                for r in rows:
-                    value = curves.values[r, c]
-                    if math.isnan(value):
-                        continue
-                    if not math.isnan(line[column[r]]):
-                        raise ValueError(
-                            f"subject {curves.subject_ids[s]!r} curve {k} has two "
-                            f"values of channel {name!r} at time "
-                            f"{float(curves.times[r])!r}; the wide form holds one "
-                            "per time"
-                        )
-                    line[column[r]] = value
-                if np.all(np.isnan(line)):
+                seen = rows[~np.isnan(curves.values[rows, c])]
+                if seen.size == 0:
                     continue
+                again = np.ones(seen.size, dtype=bool)  # a slot filled before
+                again[np.unique(column[seen], return_index=True)[1]] = False
+                if np.any(again):
+                    raise ValueError(
+                        f"subject {curves.subject_ids[s]!r} curve {k} has two values "
+                        f"of channel {name!r} at time "
+                        f"{float(curves.times[seen[np.argmax(again)]])!r}; the wide "
+                        "form holds one per time"
+                    )
+                line = np.full(times.size, np.nan)
+                line[column[seen]] = curves.values[seen, c]
                 writer.writerow(
                     [curves.subject_ids[s], int(k)]
                     + ([name] if with_channel else [])

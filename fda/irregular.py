@@ -43,13 +43,16 @@ C. de Boor, *A Practical Guide to Splines*, revised ed., Springer 2001, ch. XIII
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array, check_int, check_real
 from ldpfda.fda.bspline import bspline_design, bspline_knots
+
+if TYPE_CHECKING:
+    from ldpfda.datasets.curves import LongCurves
 
 __all__ = [
     "GAP",
@@ -503,6 +506,20 @@ class IrregularProjection:
         uty = np.einsum("knp,kn->kp", u[:, :n, :], y) / np.sqrt(n)
         c = np.einsum("kqp,kq->kp", vt, uty / s_safe)
         return c, ok
+
+    def fit_subjects(
+        self, curves: LongCurves, column: int, *, min_points: int = 1
+    ) -> ClientFit:
+        """:meth:`fit_clients` of channel ``column`` of long curves: a client per
+        subject."""
+        return self.fit_clients(
+            curves.times,
+            curves.values[:, column],
+            curves.subjects,
+            curves.curves,
+            curves.n_subjects,
+            min_points=min_points,
+        )
 
     def fit_clients(
         self,

@@ -971,14 +971,7 @@ def _fit(
 ) -> ClientFit:
     """Every subject's coefficients of channel ``c`` (the curves' ``column``); a
     subject without a usable curve is a ``ValueError``."""
-    fit = spec.projection(c).fit_clients(
-        curves.times,
-        curves.values[:, column],
-        curves.subjects,
-        curves.curves,
-        curves.n_subjects,
-        min_points=spec.min_points,
-    )
+    fit = spec.projection(c).fit_subjects(curves, column, min_points=spec.min_points)
     if not fit.usable.all():
         i = int(np.argmin(fit.usable))
         raise ValueError(
