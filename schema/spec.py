@@ -29,7 +29,7 @@ import numbers
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -1044,10 +1044,11 @@ def init_spec(
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be a finite real number >= 0, got {margin!r}")
     names = tuple(calibration.channels)
-    per_channel = {"n_basis": n_basis, "order": order, "penalty": penalty}
-    per_channel["channel_units"] = channel_units
     sizes, orders, penalties, units = (
-        _per_channel(value, names, what) for what, value in per_channel.items()
+        _per_channel(value, names, what)
+        for what, value in dict(
+            n_basis=n_basis, order=order, penalty=penalty, channel_units=channel_units
+        ).items()
     )
     # Provisional channels with unit bounds: validated, and they give the bases.
     provisional = tuple(
@@ -1072,9 +1073,7 @@ def init_spec(
         _calibrated(draft, c, calibration, quantile, margin)
         for c in range(len(draft.channels))
     )
-    return FederationSpec(
-        draft.domain, channels, draft.labels, draft.release, draft.min_points
-    )
+    return replace(draft, channels=channels)
 
 
 def _calibrated(
@@ -1098,7 +1097,7 @@ def _calibrated(
             "give more varied calibration curves"
         )
     bounds = Bounds.coefficients(lo - margin * width, hi + margin * width)
-    return Channel(channel.name, channel.unit, channel.basis, bounds)
+    return replace(channel, bounds=bounds)
 
 
 # -- command line ----------------------------------------------------------------------
