@@ -588,6 +588,7 @@ def curve_inputs(
             "pass a spec or a featurizer with bounds fixed in advance"
         )
     featurizer: Featurizer
+    size, degree_order = _resolve_basis(n_basis, order, None)
     if kind == "FDataBasis":
         knots, basis_order = _basis_knots(X)
         basis_size = knots.size - 2 + basis_order
@@ -604,7 +605,6 @@ def curve_inputs(
         scaler = CoefficientScaler.from_public(draft.coefficients(public_curves))
         featurizer = BasisFeaturizer(knots, basis_order, scaler)
     elif kind == "FDataIrregular":
-        size, degree_order = _resolve_basis(n_basis, order, None)
         start, end = X.domain_range[0]
         featurizer = IrregularFeaturizer.calibrated(
             public_curves,
@@ -614,7 +614,6 @@ def curve_inputs(
             order=degree_order,
         )
     else:
-        size, degree_order = _resolve_basis(n_basis, order, None)
         _, grid = grid_channels(X, grid_points)
         featurizer = GridFeaturizer.calibrated(
             public_curves, grid, n_basis=size, order=degree_order

@@ -29,7 +29,7 @@ import numbers
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -601,15 +601,14 @@ def _expect(key: str, value: Any, kind: type) -> None:
         raise SpecTypeError(key, f"{key} must be a {kind.__name__}, got {_got(value)}")
 
 
-def _data(value: Any) -> Any:
-    """A part of the spec as TOML data: its fields that have a value, kebab-case keys,
-    lists for sequences."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [_data(v) for v in value]
-    if not is_dataclass(value):
-        return value
-    values = ((f.name, getattr(value, f.name)) for f in fields(value))
-    return {k.replace("_", "-"): _data(v) for k, v in values if v is not None}
+def _table(part: Any) -> dict[str, Any]:
+    """A part's fields that have a value, as TOML data: kebab-case keys, lists."""
+    values = ((f.name, getattr(part, f.name)) for f in fields(part))
+    return {
+        name.replace("_", "-"): list(value) if isinstance(value, tuple) else value
+        for name, value in values
+        if value is not None
+    }
 
 
 @dataclass(frozen=True)
@@ -678,7 +677,17 @@ class FederationSpec:
     def to_mapping(self) -> dict[str, Any]:
         """The content as plain TOML data (kebab-case keys, lists), as :meth:`dumps`
         writes it."""
-        return _data(self)
+        return {
+            "format-version": self.format_version,
+            "labels": list(self.labels),
+            "min-points": self.min_points,
+            "domain": _table(self.domain),
+            "release": _table(self.release),
+            "channels": [  # name and unit as given, basis and bounds as tables
+                {**vars(c), "basis": _table(c.basis), "bounds": _table(c.bounds)}
+                for c in self.channels
+            ],
+        }
 
     def dumps(self) -> str:
         """The spec as TOML text; :meth:`loads` of it gives this spec back exactly."""
