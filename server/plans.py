@@ -216,9 +216,9 @@ def ask_feedback(
     rows = 1 if k == 2 else k
     # One row per model: a K-class model's K x p coefficients flattened, K intercepts.
     coef = weak.coef.reshape(-1, rows * weak.coef.shape[1])
-    intercept = weak.intercept.reshape(coef.shape[0], rows)[
-        :, 0 if k == 2 else slice(None)
-    ]
+    intercept = weak.intercept.reshape(coef.shape[0], rows)
+    if k == 2:
+        intercept = intercept[:, 0]  # binary models travel with a scalar intercept
     groups = assign_groups(eval_ids.size, coef.shape[0], plan.server_rng)
     request = Request(rows={"coef": coef[groups], "intercept": intercept[groups]})
     query = catalog.evaluate_query(plan.settings, plan.n_features, k)
