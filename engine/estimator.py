@@ -394,12 +394,13 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
 
 
 class MRMAClassifier(_LocalDPClassifier):
-    r"""Binary classifier learned under local DP by model reversal and model averaging.
+    r"""Classifier learned under local DP by model reversal and model averaging.
 
     ``fit`` treats every row (sample) of ``X`` as one client: a random
     ``eval_fraction`` of them form the evaluation group, the rest the training group.
     Training clients release Laplace-perturbed scaled coefficients and a randomized
-    label; evaluation clients release one randomized "was the model wrong on me" bit.
+    label (K-ary randomized response for K > 2 classes); evaluation clients release
+    one randomized "was the model wrong on me" bit.
     No client's raw data reach the learned model other than through those releases,
     and each client spends at most ``epsilon``. The fitted model classifies new,
     non-private curves: :math:`\hat y = 1\{\bar b + \bar\beta^\top z(x) > 0\}`, with
@@ -453,9 +454,9 @@ class MRMAClassifier(_LocalDPClassifier):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    coef_ : ndarray of shape (1, p)
-    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (K,)
+    coef_ : ndarray of shape (1, p), or (K, p) for K > 2 classes
+    intercept_ : ndarray of shape (1,), or (K,)
     epsilon_ : float
         What every client was allowed to spend in this fit.
     featurizer_ : Featurizer
@@ -472,6 +473,9 @@ class MRMAClassifier(_LocalDPClassifier):
     """
 
     _protocol = "reference"
+    # K classes: labels by K-ary randomized response, K-row weak models, weights by
+    # estimated accuracy above 1/K (docs/estimators.md, "K classes" of MRMA).
+    _multiclass = True
     # MRMA estimates each weak model's error from a few randomized bits: on the 200
     # clients of the common checks, with 2 weak models, its training accuracy ranges
     # from 0.5 to 0.94 over seeds.
@@ -608,6 +612,7 @@ class MRMAClassifier(_LocalDPClassifier):
                 seed=derive_seed(seed, "clients"),
                 server_rng=rng,
                 keep_payload=False,
+                n_classes=int(data.classes.size),
             )
 
         return run

@@ -65,7 +65,8 @@ def run_protocol(
         moment when ``settings.public_features`` is True).
     n_classes : int
         K, the number of classes (public); labels are ``0 .. K - 1``. K > 2 needs the
-        moment protocol of a joint release (:class:`~ldpfda.server.plans.Plan`).
+        moment protocol of a joint release or MRMA on the reference release
+        (:class:`~ldpfda.server.plans.Plan`).
     """
     train_ids, eval_ids = all_ids(train), all_ids(evaluation)
     every = np.concatenate([train_ids, eval_ids])
@@ -86,7 +87,7 @@ def run_protocol(
     )
     result = run_plan(session, plan)
     if clean_train is not None:
-        result.baselines["non_private"] = fit_linear(*clean_train)
+        result.baselines["non_private"] = fit_linear(*clean_train, n_classes=n_classes)
     if not keep_payload:
         result.payload = result.payload.take(slice(0, 0))
     if test is not None:

@@ -85,16 +85,15 @@ def _privatize_mechanisms(
     settings: Settings, n_features: int, n_classes: int = 2
 ) -> list[Any]:
     """The mechanisms of a privatize release: the joint one, or Laplace on x and
-    randomized response on y (the reference release, two classes only)."""
+    randomized response on y (the reference release; K-ary for K > 2 classes)."""
     if settings.joint_release:
         mechanism = settings.vector_mechanism
         return [joint_mechanism(settings.epsilon, n_features, mechanism, n_classes)]
-    if n_classes != 2:
-        raise ValueError(
-            f"n_classes = {n_classes}: only the joint release (privacy.mechanism "
-            f"joint-*) has a K-class form, got mechanism {settings.mechanism!r}"
+    return list(
+        training_mechanisms(
+            settings.epsilon, n_features, settings.label_share, n_classes
         )
-    return list(training_mechanisms(settings.epsilon, n_features, settings.label_share))
+    )
 
 
 def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
@@ -123,13 +122,15 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
     """A client's one release of its features and label, as the settings name it.
 
     With K > 2 classes the request carries K (``n-classes``) and the reply the class
-    each client drew besides its vector.
+    each client drew besides its vector (joint release), or its label in
+    0 .. K - 1 by K-ary randomized response (reference release).
     """
     mechanisms = _privatize_mechanisms(settings, n_features, n_classes)
     low, high = mechanisms[0].output_range()
     request: tuple[ArraySpec, ...] = ()
+    reply: tuple[ArraySpec, ...]
     if settings.joint_release:
-        reply: tuple[ArraySpec, ...] = (
+        reply = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
@@ -140,23 +141,36 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
                 *reply,
             )
     else:
+        describe = "randomized label must be 0 or 1"
+        if n_classes > 2:
+            request = (ArraySpec("labels", N_CLASSES_KEY, "int64"),)
+            describe = f"randomized label must be in {{0, ..., {n_classes - 1}}}"
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
-            _categorical(
-                "payload", "labels", "int8", "label", "randomized label must be 0 or 1"
-            ),
+            _categorical("payload", "labels", "int8", "label", describe, n_classes),
         )
     return Query(
         PRIVATIZE, request, reply, cost=_constant([m.event() for m in mechanisms])
     )
 
 
-def evaluate_query(settings: Settings, n_features: int) -> Query:
-    """Whether the model sent to a client errs on it, by randomized response."""
+def evaluate_query(settings: Settings, n_features: int, n_classes: int = 2) -> Query:
+    """Whether the model sent to a client errs on it, by randomized response.
+
+    A K-class model (K > 2) travels as its K x p coefficients row after row and its
+    K intercepts; the client predicts the class of the largest score.
+    """
     request = (
         ArraySpec("model", "coef", "float64", (n_features,), lead=False),
         ArraySpec("model", "intercept", "float64"),
     )
+    if n_classes > 2:
+        request = (
+            ArraySpec(
+                "model", "coef", "float64", (n_classes * n_features,), lead=False
+            ),
+            ArraySpec("model", "intercept", "float64", (n_classes,), lead=False),
+        )
     describe = "feedback must be a bit (0 or 1)"
     reply = (_categorical("feedback", "bit", "int8", "bit", describe),)
     events = evaluation_events(epsilon=settings.epsilon)

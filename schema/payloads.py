@@ -76,7 +76,8 @@ class _ClientRows:
 @dataclass(frozen=True)
 class TrainingPayload(_ClientRows):
     """What training clients release: perturbed scaled coefficients ``features`` (n, p)
-    and randomized ``labels`` in {0, 1}; each client spent ``feature_epsilon`` and
+    and randomized ``labels`` in {0, 1} (in 0 .. K - 1 for ``n_classes`` K > 2, by
+    K-ary randomized response); each client spent ``feature_epsilon`` and
     ``label_epsilon`` on them."""
 
     client_ids: NDArray[np.int64]
@@ -84,6 +85,7 @@ class TrainingPayload(_ClientRows):
     labels: NDArray[np.int8]
     feature_epsilon: float
     label_epsilon: float
+    n_classes: int = 2
 
 
 @dataclass(frozen=True)

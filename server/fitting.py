@@ -24,6 +24,7 @@ from ldpfda.server.learners import (
 )
 from ldpfda.server.mrma import (
     average_models,
+    ensemble_errors,
     estimate_errors,
     fit_linear,
     fit_weak_models,
@@ -91,12 +92,14 @@ class ProtocolResult:
     method: str = "mrma"
     #: Whether the releases carried signal the model could use (:func:`_signal`).
     signal: dict[str, Any] = field(default_factory=dict)
+    #: K: an ``mrma`` run's ``weak`` holds K rows per model when K > 2.
+    n_classes: int = 2
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy
         (``models`` is empty but in an ``mrma`` run)."""
         models = []
-        for j in range(len(self.weak) if self.method == "mrma" else 0):
+        for j in range(self.estimated_errors.size if self.method == "mrma" else 0):
             item = {
                 "estimated_error": float(self.estimated_errors[j]),
                 "reversed": bool(self.reversed[j]),
@@ -179,6 +182,11 @@ def make_learner(
             )
         return MomentLinearClassifier(joint=True, gram=gram, mechanism=inner)
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
+    if payload.n_classes > 2:
+        raise ValueError(
+            f"K = {payload.n_classes} classes of the reference release take the "
+            f"'logistic' or 'svm' weak learner, got {name!r}"
+        )
     rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
     if name == "natarajan":
         return FlipCorrectedLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
@@ -199,7 +207,8 @@ def _fit(
         return fitted.to_linear_models(), fitted
     assert isinstance(payload, TrainingPayload)
     if estimator is None:
-        return fit_linear(payload.features, payload.labels), None
+        k = payload.n_classes
+        return fit_linear(payload.features, payload.labels, n_classes=k), None
     fitted = estimator.fit(payload.features, payload.labels)
     return fitted.to_linear_models(), fitted
 
@@ -348,6 +357,7 @@ def train_weak(
         subsample_size=settings.subsample_size,
         learner=settings.learner if estimator is None else as_weak_learner(estimator),
         rng=server_rng,
+        n_classes=payload.n_classes,
     )
 
 
@@ -364,20 +374,30 @@ def aggregate(
     """Server steps 3-6 of MRMA and the baselines, from the evaluation bits.
 
     ``bits[i]`` is the feedback of the evaluator in subgroup ``groups[i]``. The naive
-    baseline is one model of the run's weak learner on all training payloads.
+    baseline is one model of the run's weak learner on all training payloads. With
+    K > 2 classes (the payload's ``n_classes``) no model is reversed: a model at or
+    below chance weighs 0 (docs/estimators.md, "K classes" of MRMA), so ``mrma`` and
+    ``ma`` coincide.
     """
-    m = len(weak)
+    assert isinstance(payload, (TrainingPayload, JointPayload))  # MRMA's releases
+    k = payload.n_classes
+    m = len(weak) // (1 if k == 2 else k)
     estimates = estimate_errors(bits, groups, n_models=m, epsilon=settings.epsilon)
-    reversed_models, flipped = reverse_models(weak, estimates.clipped)
-    weights, kept, rule = mrma_weights(estimates.clipped, cutoff=settings.cutoff)
+    e = estimates.clipped
+    reversed_models, flipped = (
+        reverse_models(weak, e) if k == 2 else (weak, np.zeros(m, dtype=bool))
+    )
+    weights, kept, rule = mrma_weights(
+        e, cutoff=settings.cutoff, reversal=k == 2, n_classes=k
+    )
     norm = settings.normalize_models
-    final = average_models(reversed_models, weights, normalize=norm)
+    final = average_models(reversed_models, weights, normalize=norm, n_classes=k)
     ma_weights, _, _ = mrma_weights(
-        estimates.clipped, cutoff=settings.cutoff, reversal=False
+        e, cutoff=settings.cutoff, reversal=False, n_classes=k
     )
     baselines = {
-        "ma": average_models(weak, ma_weights, normalize=norm),
-        "averaging": average_models(weak, np.ones(m), normalize=norm),
+        "ma": average_models(weak, ma_weights, normalize=norm, n_classes=k),
+        "averaging": average_models(weak, np.ones(m), normalize=norm, n_classes=k),
         "naive": _fit(payload, settings, public)[0],
     }
     return ProtocolResult(
@@ -385,7 +405,7 @@ def aggregate(
         weak=weak,
         reversed_models=reversed_models,
         reversed=flipped,
-        estimated_errors=estimates.clipped,
+        estimated_errors=e,
         weights=weights,
         kept=kept,
         selection_rule=rule,
@@ -393,19 +413,21 @@ def aggregate(
         baselines=baselines,
         privacy=privacy,
         signal=_signal(final, rule=rule),
+        n_classes=k,
     )
 
 
 def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -> None:
     """Fill ``result.test_errors`` with every method's error on clean test data."""
     y = np.asarray(y)
+    k = result.n_classes
     errors = {result.method: model_error(result.final, x, y)}
     if result.method == "mrma":
-        weak_errors = result.weak.errors(x, y)
+        weak_errors = ensemble_errors(result.weak, x, y, k)
         result.weak_test_errors = weak_errors
         errors["weak"] = float(weak_errors.mean())
-        errors["mr"] = float(result.reversed_models.errors(x, y).mean())
-        errors["voting"] = float((majority_vote(result.weak, x) != y).mean())
+        errors["mr"] = float(ensemble_errors(result.reversed_models, x, y, k).mean())
+        errors["voting"] = float((majority_vote(result.weak, x, k) != y).mean())
     for name, model in result.baselines.items():
         errors[name] = model_error(model, x, y)
-    result.test_errors = {k: errors[k] for k in METHODS if k in errors}
+    result.test_errors = {m: errors[m] for m in METHODS if m in errors}

@@ -50,7 +50,7 @@ class Plan:
     (in a ``moment`` or ``label`` run both simply release), the public featurizer's
     output width, public, unlabeled scaled features (the moment classifier's second
     moment) and the number of classes K (public; K > 2 in the ``moment`` protocol of a
-    joint release only)."""
+    joint release and in the ``mrma`` protocol of the reference release)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -66,11 +66,19 @@ class Plan:
 
     def __post_init__(self) -> None:
         s = self.settings
-        if self.n_classes != 2 and not (s.joint_release and s.protocol == "moment"):
+        joint = s.joint_release and s.protocol == "moment"
+        reference = s.mechanism == "reference" and s.protocol == "mrma"
+        if self.n_classes != 2 and not (joint or reference):
             raise ValueError(
                 f"n_classes = {self.n_classes}: K > 2 classes need the moment protocol "
                 f"of a joint release (privacy.mechanism joint-*, server.method auto or "
-                f"moment), got mechanism {s.mechanism!r} with protocol {s.protocol!r}"
+                f"moment) or MRMA on the reference release, got mechanism "
+                f"{s.mechanism!r} with protocol {s.protocol!r}"
+            )
+        if self.n_classes != 2 and reference and s.learner not in ("logistic", "svm"):
+            raise ValueError(
+                f"n_classes = {self.n_classes}: K-class MRMA takes the weak learner "
+                f"'logistic' or 'svm', got {s.learner!r}"
             )
 
     @property
@@ -143,6 +151,7 @@ def _privatize(
         got.values["labels"][order].astype(np.int8),
         split.coefficients,
         split.label,
+        k,
     )
 
 
@@ -203,12 +212,16 @@ def ask_feedback(
 
     Returns the clients whose bit came back (by id), their bits and their subgroups.
     """
-    eval_ids = plan.eval_ids
-    groups = assign_groups(eval_ids.size, len(weak), plan.server_rng)
-    request = Request(
-        rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
-    )
-    query = catalog.evaluate_query(plan.settings, plan.n_features)
+    eval_ids, k = plan.eval_ids, plan.n_classes
+    rows = 1 if k == 2 else k
+    # One row per model: a K-class model's K x p coefficients flattened, K intercepts.
+    coef = weak.coef.reshape(-1, rows * weak.coef.shape[1])
+    intercept = weak.intercept.reshape(coef.shape[0], rows)
+    if k == 2:
+        intercept = intercept[:, 0]  # binary models travel with a scalar intercept
+    groups = assign_groups(eval_ids.size, coef.shape[0], plan.server_rng)
+    request = Request(rows={"coef": coef[groups], "intercept": intercept[groups]})
+    query = catalog.evaluate_query(plan.settings, plan.n_features, k)
     got = session.ask(
         catalog.EVALUATE,
         query,

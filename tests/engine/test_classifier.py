@@ -163,10 +163,12 @@ def test_bad_parameters_and_data_are_refused_by_name():
         LDPClassifier(mechanism="gauss", **VECTORS).fit(x, y)
     with pytest.raises(ValueError, match="input_type must be one of"):
         LDPClassifier(input_type="matrix").fit(x, y)
-    with pytest.raises(
-        ValueError, match=r"Only binary classification.*got 3: \[0, 1, 2\]"
-    ):
-        MRMAClassifier(**VECTORS).fit(x, np.arange(300) % 3)
+    # Three classes are MRMA's K-class run now (tests/server/test_mrma_classes.py).
+    three = MRMAClassifier(**VECTORS, n_estimators=5, subsample_size=20).fit(
+        x, np.arange(300) % 3
+    )
+    assert three.classes_.tolist() == [0, 1, 2]
+    assert three.predict_proba(x[:7]).shape == (7, 3)
     with pytest.raises(ValueError, match=r"at least 2 classes, got 1: \['a'\]"):
         LDPClassifier(**VECTORS).fit(x, np.full(300, "a"))
     with pytest.raises(ValueError, match="Unknown label type"):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from ldpfda.client.protocol import privatize_joint
-from ldpfda.experiments.kclass import compare, main, three_class_toy
+from ldpfda.experiments.kclass import (
+    MRMA_METHODS,
+    compare,
+    main,
+    mrma_ablation,
+    three_class_toy,
+)
 
 EPSILON, K, N = 3.0, 3, 1000
 
@@ -67,3 +73,15 @@ def test_the_driver_prints_its_table(capsys):
     assert main(["--epsilon", "5", "--repeats", "2", "--clients", "300"]) == 0
     out = capsys.readouterr().out
     assert "k-class" in out and "one-vs-rest" in out and out.count("\n") == 3
+
+
+def test_the_mrma_ablation_spends_epsilon_and_prints_its_table(capsys):
+    run = mrma_ablation(20.0, 0, n_clients=1000, n_eval=200, n_test=2000, seed=2)
+    assert run["max spent"] == run["min spent"] == 20.0
+    assert set(MRMA_METHODS) <= set(run)
+    # At eps 20 on 1000 clients the K-class rule is far from the majority class.
+    assert run["mrma"] < run["majority"] - 0.1
+    assert main(["--mrma", "--epsilon", "5", "--repeats", "1", "--clients", "300",
+                 "--eval", "100"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "negation" in out and out.count("\n") == 3
