@@ -117,6 +117,7 @@ def run_server(
             server_rng,
             public,
             planned=planned_ids(settings),
+            n_classes=data.n_classes,
         )
         result = run_plan(session, plan)
         with session.timed("server_score_s"):
