@@ -31,7 +31,13 @@ THREE = {
     "data.n-classes": 3,
     "data.n-train": 150,
     "data.n-test": 300,
+    "fda.calibration-size": 200,
 }
+
+#: The spec of the node tests with three conditions as its label set.
+THREE_LABELS = SPEC.replace(
+    'labels = ["healthy", "blunted"]', 'labels = ["healthy", "blunted", "delayed"]'
+)
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +117,8 @@ def test_a_node_refuses_a_number_of_classes_its_spec_does_not_declare(
     from ldpfda.datasets.readers import write_long_csv
     from ldpfda.datasets.wearable import make_wearable
 
-    spec_text = SPEC.replace(
-        'labels = ["healthy", "blunted"]', 'labels = ["healthy", "blunted", "delayed"]'
-    )
     spec_path = tmp_path / "three.toml"
-    spec_path.write_text(spec_text, encoding="utf-8")
+    spec_path.write_text(THREE_LABELS, encoding="utf-8")
     spec = FederationSpec.load(spec_path)
     data = write_long_csv(
         tmp_path / "me.csv", make_wearable(1, first_subject=3, n_classes=3, seed=11)
@@ -136,6 +139,30 @@ def test_a_node_refuses_a_number_of_classes_its_spec_does_not_declare(
         else:
             assert reply.has_error() and reply.error.code == code
             assert "3 labels" in reply.error.reason
+
+
+def test_a_run_under_a_three_label_spec_fits_three_classes(tmp_path, run_config):
+    # K is the spec's label set: every host releases its class-signed vector and the
+    # server fits one row per label (the second moment from the releases, no test
+    # file: the featurizing of the hosts' own files is what this run is about).
+    from .test_node_spec import _spec_run
+
+    fast = {"data.public-features": False, "flower.test-data": ""}
+    result, report = _spec_run(
+        tmp_path,
+        run_config,
+        spec=THREE_LABELS,
+        n_classes=3,
+        other_spec_for={5},
+        public=False,
+        extra=fast,
+    )
+    assert result.payload.n_classes == 3 and len(result.payload) == 59
+    assert set(np.unique(result.payload.classes)) == {0, 1, 2}
+    assert result.final.coef.shape == (3, 8)
+    assert [r["kind"] for r in report["participation"]["rejections"]] == ["spec"]
+    assert result.privacy["max_spent"] == 5.0
+    assert np.shape(report["final_model"]["coef"]) == (3, 8)
 
 
 # -- helpers ---------------------------------------------------------------------------
