@@ -381,12 +381,18 @@ class Settings:
                 f"n_classes > 2 needs dataset 'wearable' (the designs are binary), "
                 f"got n_classes={self.n_classes} with dataset {self.dataset!r}",
             )
-        if not (self.joint_release and self.protocol == "moment"):
+        self.check_n_classes(self.n_classes)
+
+    def check_n_classes(self, n_classes: int) -> None:
+        """Refuse K > 2 classes (the data's or a spec's) in a run of these settings
+        without the K-class default: the moment protocol of a joint release."""
+        if n_classes != 2 and not (self.joint_release and self.protocol == "moment"):
             raise SettingError(
                 "n_classes",
-                f"n_classes > 2 needs the moment protocol of a joint release "
-                f"(privacy.mechanism joint-*, server.method auto or moment), got "
-                f"mechanism {self.mechanism!r} with protocol {self.protocol!r}",
+                f"n_classes = {n_classes}: K > 2 classes need the moment protocol "
+                f"of a joint release (privacy.mechanism joint-*, server.method auto "
+                f"or moment), got mechanism {self.mechanism!r} with protocol "
+                f"{self.protocol!r}",
             )
 
     def _check_mrma(self) -> None:

@@ -65,13 +65,7 @@ class Plan:
     n_classes: int = 2
 
     def __post_init__(self) -> None:
-        s = self.settings
-        if self.n_classes != 2 and not (s.joint_release and s.protocol == "moment"):
-            raise ValueError(
-                f"n_classes = {self.n_classes}: K > 2 classes need the moment protocol "
-                f"of a joint release (privacy.mechanism joint-*, server.method auto or "
-                f"moment), got mechanism {s.mechanism!r} with protocol {s.protocol!r}"
-            )
+        self.settings.check_n_classes(self.n_classes)
 
     @property
     def every_client(self) -> NDArray[np.int64]:
