@@ -139,6 +139,13 @@ def test_a_node_refuses_a_number_of_classes_its_spec_does_not_declare(
         else:
             assert reply.has_error() and reply.error.code == code
             assert "3 labels" in reply.error.reason
+    # A label outside the spec's names is the data code, for K classes as for two.
+    three = make_wearable(12, n_classes=4, seed=11)
+    outside = int(np.flatnonzero(three.labels == 3)[0])
+    write_long_csv(data, three.subject(outside))
+    reply = _privatize(_context(config, node), 3, spec.hash)
+    assert reply.has_error() and reply.error.code == ERROR_DATA
+    assert "advanced" not in reply.error.reason
 
 
 def test_a_run_under_a_three_label_spec_fits_three_classes(tmp_path, run_config):
