@@ -72,6 +72,11 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
     from ldpfda.schema.spec import FederationSpec
 
     spec = FederationSpec.load(options.spec)
+    if settings.n_classes not in (2, len(spec.labels)):
+        raise ValueError(
+            f"data.n-classes = {settings.n_classes}, but the spec {options.spec} has "
+            f"{len(spec.labels)} labels: with flower.spec its label set fixes K"
+        )
     public = None
     if needs_public:
         if not options.public_data:

@@ -172,19 +172,26 @@ def test_a_run_under_a_three_label_spec_fits_three_classes(tmp_path, run_config)
     assert np.shape(report["final_model"]["coef"]) == (3, 8)
 
 
-def test_a_three_label_spec_under_mrma_stops_before_waiting_for_nodes(
-    run_config, tmp_path
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"privacy.mechanism": "reference"}, "K > 2 classes need the moment protocol"),
+        ({"data.dataset": "wearable", "data.n-classes": 4}, "its label set fixes K"),
+    ],
+)
+def test_a_three_label_spec_run_that_cannot_fit_it_stops_before_asking_nodes(
+    run_config, tmp_path, changes, match
 ):
     spec_path = tmp_path / "three.toml"
     spec_path.write_text(THREE_LABELS, encoding="utf-8")
     config = run_config(
         SMALL,
-        {"privacy.mechanism": "reference", "data.public-features": False},
+        {"data.public-features": False, **changes},
         {"flower.spec": str(spec_path), "flower.wait-timeout": 0.1},
     )
     settings, options = parse_run_config(config)
     grid = FakeGrid(client_app, config, [])
-    with pytest.raises(ValueError, match="K > 2 classes need the moment protocol"):
+    with pytest.raises(ValueError, match=match):
         run_server(grid, settings, options, run_id=7)
     assert grid.sent == []
 
