@@ -46,6 +46,7 @@ from ldpfda.client.ledger import LedgerError
 from ldpfda.client.node import (
     DataError,
     SpecRefusal,
+    check_classes,
     check_spec,
     client_data,
     client_setup,
@@ -82,11 +83,13 @@ QUERIES = (
 )
 
 
-def node_query(name: str, settings: Any, n_features: int) -> Query:
+def node_query(name: str, settings: Any, n_features: int, n_classes: int = 2) -> Query:
     """The schema of query ``name`` for the node's run (what it reads and sends)."""
     builders = {
         catalog.IDENTIFY: lambda: catalog.identify_query(),
-        catalog.PRIVATIZE: lambda: catalog.privatize_query(settings, n_features),
+        catalog.PRIVATIZE: lambda: catalog.privatize_query(
+            settings, n_features, n_classes
+        ),
         catalog.EVALUATE: lambda: catalog.evaluate_query(settings, n_features),
         catalog.FEATURES: lambda: catalog.features_query(n_features),
         catalog.LABEL: lambda: catalog.label_query(settings),
@@ -122,6 +125,19 @@ def _reply_content(
     return RecordDict(content)
 
 
+def query_classes(name: str, message: Message) -> int:
+    """K of a query: a privatize request's ``n-classes``, else 2."""
+    spec = catalog.CLASSES_SPEC
+    record = message.content.array_records.get(spec.record)
+    if name != catalog.PRIVATIZE or record is None or spec.key not in record:
+        return 2
+    arrays = _request_arrays(message, (spec,))
+    try:
+        return catalog.request_classes(Request.of_client(arrays, (spec,)))
+    except ReplyError as exc:
+        raise ValueError(f"malformed request: {exc}") from exc
+
+
 def _spec_hash(message: Message) -> str | None:
     """The federation spec a request is made under (None if it names none)."""
     record = message.content.config_records.get(SPEC_RECORD)
@@ -136,13 +152,15 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
     """
     setup = client_setup(context)
     check_spec(setup, _spec_hash(message))
+    n_classes = query_classes(name, message)
     if name != catalog.IDENTIFY:
         setup.policy.check_run(setup.settings)
         features, labels = client_data(context, setup)
+        check_classes(setup, n_classes, labels)
     else:
         features = np.zeros((1, 0))
         labels = np.zeros(1, dtype=np.int8)
-    query = node_query(name, setup.settings, features.shape[1])
+    query = node_query(name, setup.settings, features.shape[1], n_classes)
     try:
         request = Request.of_client(
             _request_arrays(message, query.request), query.request

@@ -41,6 +41,7 @@ __all__ = [
     "ClientSetup",
     "DataError",
     "SpecRefusal",
+    "check_classes",
     "check_spec",
     "client_data",
     "client_setup",
@@ -99,6 +100,22 @@ def check_spec(setup: ClientSetup, spec_hash: str | None) -> None:
         raise SpecRefusal(
             f"the query is made under federation spec {theirs}, this node holds "
             f"spec {ours}"
+        )
+
+
+def check_classes(setup: ClientSetup, n_classes: int, labels: NDArray) -> None:
+    """Refuse a query for K classes when the node's spec declares another number of
+    labels (``ERROR_SPEC``), or when the node's label is not one of ``0 .. K - 1``
+    (``ERROR_DATA``; the label stays in the node's log)."""
+    if setup.spec is not None and len(setup.spec.labels) != n_classes:
+        raise SpecRefusal(
+            f"the query is for {n_classes} classes, this node's federation spec "
+            f"declares {len(setup.spec.labels)} labels"
+        )
+    if np.any((labels < 0) | (labels >= n_classes)):
+        raise DataError(
+            f"the node's label {labels.tolist()} is not one of the query's "
+            f"{n_classes} classes"
         )
 
 

@@ -248,20 +248,21 @@ _cache: collections.OrderedDict[tuple[int, ...], Any] = collections.OrderedDict(
 
 
 def wearable_features(
-    n_basis: int, order: int, seed: int, first: int, n: int
+    n_basis: int, order: int, seed: int, first: int, n: int, n_classes: int = 2
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
     """Features and labels of ``make_wearable`` subjects ``first .. first + n - 1`` of
-    ``seed``, under the wearable spec with ``n_basis`` B-splines of ``order``.
+    ``seed`` (labelled by its first ``n_classes`` conditions), under the wearable spec
+    with ``n_basis`` B-splines of ``order``.
 
     Drawn and featurized :data:`WEARABLE_BLOCK` subjects at a time. The arrays are
     read-only and kept for the next call (up to 512 MB, least recently used first
     out).
     """
-    key = (n_basis, order, seed, first, n)
+    key = (n_basis, order, seed, first, n, n_classes)
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
-    result = _draw_wearable(n_basis, order, seed, first, n)
+    result = _draw_wearable(n_basis, order, seed, first, n, n_classes)
     _cache[key] = result
     while len(_cache) > 1 and sum(f.nbytes for f, _ in _cache.values()) > _CACHE_BYTES:
         _cache.popitem(last=False)
@@ -269,18 +270,20 @@ def wearable_features(
 
 
 def _draw_wearable(
-    n_basis: int, order: int, seed: int, first: int, n: int
+    n_basis: int, order: int, seed: int, first: int, n: int, n_classes: int
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
     from ldpfda.datasets.wearable import make_wearable
     from ldpfda.datasets.wearable_spec import wearable_spec
 
-    featurizer = wearable_spec(n_basis, order).featurizer()
+    featurizer = wearable_spec(n_basis, order, n_classes).featurizer()
     features = np.empty((n, featurizer.n_features_out))
     labels = np.empty(n, dtype=np.int8)
     for start in range(0, n, WEARABLE_BLOCK):
         size = min(WEARABLE_BLOCK, n - start)
         block = featurizer.featurize(
-            make_wearable(size, seed=seed, first_subject=first + start)
+            make_wearable(
+                size, seed=seed, first_subject=first + start, n_classes=n_classes
+            )
         )
         features[start : start + size] = block.features
         labels[start : start + size] = block.labels
@@ -291,11 +294,11 @@ def _draw_wearable(
 
 def _wearable_repeat(settings: Settings, repeat: int, *, with_test: bool) -> RepeatData:
     seed = derive_seed(settings.seed, "data", repeat)
-    basis = (settings.n_basis, settings.order)
-    train = wearable_features(*basis, seed, 0, settings.n_train)
-    evaluation = wearable_features(*basis, seed, settings.n_train, settings.n_eval)
+    basis, k = (settings.n_basis, settings.order), settings.n_classes
+    train = wearable_features(*basis, seed, 0, settings.n_train, k)
+    evaluation = wearable_features(*basis, seed, settings.n_train, settings.n_eval, k)
     test = None
     if with_test:
         test_seed = derive_seed(settings.seed, "test")
-        test = wearable_features(*basis, test_seed, 0, settings.n_test)
+        test = wearable_features(*basis, test_seed, 0, settings.n_test, k)
     return RepeatData(_wearable_featurizer(settings), train, evaluation, test)

@@ -34,6 +34,7 @@ text, which this command writes::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import replace
@@ -76,9 +77,15 @@ def _outwards(values: np.ndarray, direction: int) -> tuple[float, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def wearable_spec(n_basis: int = N_BASIS, order: int = ORDER) -> FederationSpec:
+def wearable_spec(
+    n_basis: int = N_BASIS, order: int = ORDER, n_classes: int = 2
+) -> FederationSpec:
     """The wearable spec with ``n_basis`` B-splines of ``order``: the shipped
-    :data:`WEARABLE_SPEC` for the default basis, else :func:`calibrated_spec`."""
+    :data:`WEARABLE_SPEC` for the default basis, else :func:`calibrated_spec`. With
+    ``n_classes`` K > 2 its labels are the first K conditions, its bounds the same."""
+    if n_classes != 2:
+        spec = wearable_spec(n_basis, order)
+        return dataclasses.replace(spec, labels=CONDITIONS[:n_classes])
     if (n_basis, order) == (N_BASIS, ORDER):
         return FederationSpec.loads(WEARABLE_SPEC)
     return calibrated_spec(n_basis, order)

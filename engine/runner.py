@@ -136,4 +136,5 @@ def run_repeat(settings: Settings, repeat: int = 0) -> ProtocolResult:
         test=test,
         clean_train=clean,
         public=public,
+        n_classes=settings.n_classes,
     )

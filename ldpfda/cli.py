@@ -292,8 +292,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
             f"{first.n_test} test points, {first.repeats} repeats, seed {first.seed}"
         )
     elif first.protocol == "moment":
+        signed = (
+            "y~(1, x)" if first.n_classes == 2 else "a drawn class j and y~_j(1, x)"
+        )
         release = (
-            f"y~(1, x) with the {first.vector_mechanism} mechanism"
+            f"{signed} with the {first.vector_mechanism} mechanism"
             if first.joint_release
             else "the reference release"
         )
@@ -359,7 +362,7 @@ def _no_signal_lines(summaries: list[dict[str, Any]]) -> list[str]:
 def _wearable_line(settings: Settings) -> str:
     from ldpfda.datasets.wearable_spec import wearable_spec
 
-    spec = wearable_spec(settings.n_basis, settings.order)
+    spec = wearable_spec(settings.n_basis, settings.order, settings.n_classes)
     return (
         f"wearable: a day of heart rate per subject (make_wearable), featurized by the "
         f"wearable spec {spec.short_hash} ({spec.n_features} B-splines of order "

@@ -66,7 +66,10 @@ FUNCTIONAL_GRID_POINTS = 100
 #: Samples in a day of the sparsest device of the wearable generator (one every 10
 #: minutes): more basis functions than that would be fit from the penalty alone.
 WEARABLE_MAX_BASIS = 144
+#: Conditions of the wearable generator (``len(datasets.wearable.CONDITIONS)``; tested).
+WEARABLE_MAX_CLASSES = 5
 _LIMITS = {
+    "n_classes": "the wearable generator's conditions",
     "n_train": "the most clients of a group the in-process engine simulates, "
     "about 4 GB",
     "n_eval": "the most clients of a group the in-process engine simulates, about 4 GB",
@@ -221,6 +224,12 @@ class Settings:
         "featurized by the shipped wearable spec, fda.n-basis and fda.order its basis)",
         choices=DATASETS,
     )
+    n_classes: int = setting(
+        2,
+        "data",
+        "classes K of the embedded dataset: 2, or with dataset 'wearable' its first "
+        "3 to 5 conditions (K > 2: the moment protocol of a joint release)",
+    )
     public_features: bool = setting(
         True,
         "data",
@@ -304,6 +313,8 @@ class Settings:
                 )
         choice("dataset")
         self._check_dataset()
+        integer("n_classes", 2, WEARABLE_MAX_CLASSES)
+        self._check_classes()
         integer("n_train", 2, MAX_CLIENTS)
         integer("n_eval", 1, MAX_CLIENTS)
         if self.protocol == "mrma":
@@ -359,6 +370,43 @@ class Settings:
                     "device-off gaps with a roughness penalty, which needs a "
                     f"second derivative; got {self.order}",
                 )
+
+    def _check_classes(self) -> None:
+        """K > 2 classes: the wearable dataset's conditions, the K-class default."""
+        if self.n_classes == 2:
+            return
+        if self.dataset != "wearable":
+            raise SettingError(
+                "n_classes",
+                f"n_classes > 2 needs dataset 'wearable' (the designs are binary), "
+                f"got n_classes={self.n_classes} with dataset {self.dataset!r}",
+            )
+        self.check_n_classes(self.n_classes)
+
+    def check_n_classes(self, n_classes: int, *, flower: bool = False) -> None:
+        """Refuse K > 2 classes (the data's or a spec's) in a run of these settings
+        without a K-class method: the moment protocol of a joint release, or, in
+        process (not yet on Flower: ``flower``), MRMA on the reference release with a
+        logistic or svm weak learner."""
+        if n_classes == 2:
+            return
+        joint = self.joint_release and self.protocol == "moment"
+        reference = self.mechanism == "reference" and self.protocol == "mrma"
+        if not (joint or (reference and not flower)):
+            mrma = "" if flower else " or MRMA on the reference release"
+            raise SettingError(
+                "n_classes",
+                f"n_classes = {n_classes}: K > 2 classes need the moment protocol "
+                f"of a joint release (privacy.mechanism joint-*, server.method auto "
+                f"or moment){mrma}, got mechanism {self.mechanism!r} with protocol "
+                f"{self.protocol!r}",
+            )
+        if reference and self.learner not in ("logistic", "svm"):
+            raise SettingError(
+                "n_classes",
+                f"n_classes = {n_classes}: K-class MRMA takes the weak learner "
+                f"'logistic' or 'svm', got {self.learner!r}",
+            )
 
     def _check_mrma(self) -> None:
         """Sizes only MRMA uses: its subsamples and its evaluation subgroups."""

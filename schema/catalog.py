@@ -27,6 +27,7 @@ from ldpfda.schema.releases import (
 )
 
 __all__ = [
+    "CLASSES_SPEC",
     "EVALUATE",
     "FEATURES",
     "IDENTIFY",
@@ -56,6 +57,8 @@ P2P_FORWARD = "p2p_forward"
 
 #: The request key of a K-class privatize query: K.
 N_CLASSES_KEY = "n-classes"
+#: Where a K-class privatize request carries K.
+CLASSES_SPEC = ArraySpec("joint", N_CLASSES_KEY, "int64")
 
 #: The featurizer's box, with room for the last bit of its rounding.
 FEATURE_BOX = (-1.0 - 1e-12, 1.0 + 1e-12)
@@ -134,7 +137,7 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
-            request = (ArraySpec("joint", N_CLASSES_KEY, "int64"),)
+            request = (CLASSES_SPEC,)
             describe = f"drawn class must be in {{0, ..., {n_classes - 1}}}"
             reply = (
                 _categorical("payload", "class", "int64", "label", describe, n_classes),

@@ -24,7 +24,8 @@ __all__ = ["RunData", "run_data"]
 @dataclass
 class RunData:
     """What the server needs of the run's data: the featurizer (its width), the
-    public features of the moment fit, the test set and the spec's hash."""
+    public features of the moment fit, the test set, the spec's hash and the number of
+    classes K (the spec's labels, else ``data.n-classes``)."""
 
     featurizer: Any
     public: NDArray[np.float64] | None
@@ -32,6 +33,7 @@ class RunData:
     spec_hash: str | None = None
     #: Where the moment classifier's feature second moment comes from, for the report.
     moment_source: str = "releases"
+    n_classes: int = 2
 
     def second_moment(self) -> dict[str, Any]:
         """The report's ``second_moment`` block: its source and how many public
@@ -65,14 +67,15 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
         if needs_public:
             public = public_features(settings, options.repeat, featurizer=featurizer)
         source = "the embedded design's public calibration draws"
-        return RunData(featurizer, public, test_set(settings, options), None, source)
+        test = test_set(settings, options)
+        return RunData(featurizer, public, test, None, source, settings.n_classes)
     from ldpfda.schema.spec import FederationSpec
 
     spec = FederationSpec.load(options.spec)
-    if len(spec.labels) != 2:
+    if settings.n_classes not in (2, len(spec.labels)):
         raise ValueError(
-            f"{options.spec}: the run's protocols take 2 labels, the spec has "
-            f"{len(spec.labels)}: {spec.labels}"
+            f"data.n-classes = {settings.n_classes}, but the spec {options.spec} has "
+            f"{len(spec.labels)} labels: with flower.spec its label set fixes K"
         )
     public = None
     if needs_public:
@@ -88,4 +91,5 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
     own_test = options.test_data not in ("", "design")
     test = _featurize(spec, options.test_data) if own_test else None
     source = f"flower.public-data ({options.public_data})"
-    return RunData(spec.featurizer(), public, test, spec.hash, source)
+    k = len(spec.labels)
+    return RunData(spec.featurizer(), public, test, spec.hash, source, k)

@@ -65,21 +65,7 @@ class Plan:
     n_classes: int = 2
 
     def __post_init__(self) -> None:
-        s = self.settings
-        joint = s.joint_release and s.protocol == "moment"
-        reference = s.mechanism == "reference" and s.protocol == "mrma"
-        if self.n_classes != 2 and not (joint or reference):
-            raise ValueError(
-                f"n_classes = {self.n_classes}: K > 2 classes need the moment protocol "
-                f"of a joint release (privacy.mechanism joint-*, server.method auto or "
-                f"moment) or MRMA on the reference release, got mechanism "
-                f"{s.mechanism!r} with protocol {s.protocol!r}"
-            )
-        if self.n_classes != 2 and reference and s.learner not in ("logistic", "svm"):
-            raise ValueError(
-                f"n_classes = {self.n_classes}: K-class MRMA takes the weak learner "
-                f"'logistic' or 'svm', got {s.learner!r}"
-            )
+        self.settings.check_n_classes(self.n_classes)
 
     @property
     def every_client(self) -> NDArray[np.int64]:

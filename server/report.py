@@ -127,10 +127,12 @@ def write_run(
     payload: Mapping[str, NDArray],
     status: Status,
 ) -> None:
-    """Write ``model.npz``, ``payload.npz`` and the report (:func:`write_report`)."""
+    """Write ``model.npz`` (a K-class model: its K rows), ``payload.npz`` and the
+    report (:func:`write_report`)."""
     out = status.directory
     out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "model.npz", coef=final.coef[0], intercept=final.intercept)
+    coef = final.coef[0] if len(final) == 1 else final.coef
+    np.savez(out / "model.npz", coef=coef, intercept=final.intercept)
     # savez would take a key "allow_pickle" as its flag; payload keys are array names.
     np.savez(out / "payload.npz", **cast(Mapping[str, Any], payload))
     write_report(report, status)

@@ -100,6 +100,7 @@ def run_server(
     total = settings.n_train + settings.n_eval
     try:
         data = run_data(settings, options)
+        settings.check_n_classes(data.n_classes, flower=True)  # before any node
         featurizer, public = data.featurizer, data.public
         clients, session = connect(
             grid, settings, options, status, spec_hash=data.spec_hash
@@ -117,6 +118,7 @@ def run_server(
             server_rng,
             public,
             planned=planned_ids(settings),
+            n_classes=data.n_classes,
         )
         result = run_plan(session, plan)
         with session.timed("server_score_s"):

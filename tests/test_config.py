@@ -369,6 +369,28 @@ def test_the_grid_limits_match_the_designs():
     assert WEARABLE_MAX_BASIS == DAY_MINUTES / 10.0
 
 
+def test_more_than_two_classes_are_the_wearable_conditions_of_the_default():
+    from ldpfda.config import WEARABLE_MAX_CLASSES, SettingError
+    from ldpfda.datasets.wearable import CONDITIONS
+
+    assert WEARABLE_MAX_CLASSES == len(CONDITIONS)
+    assert Settings(dataset="wearable", n_classes=5).n_classes == 5
+    for changes, match in [
+        ({"dataset": "wearable", "n_classes": 6}, "<= 5"),
+        ({"dataset": "wearable", "n_classes": 1}, ">= 2"),
+        ({"n_classes": 3}, "dataset 'wearable'"),
+        ({"dataset": "wearable", "n_classes": 3, "method": "mrma"}, "moment"),
+    ]:
+        with pytest.raises(SettingError, match=match) as info:
+            Settings(**changes)
+        assert info.value.name == "n_classes", changes
+    # K-class MRMA runs in process; on Flower only the K-class default does so far.
+    reference = Settings(dataset="wearable", n_classes=3, mechanism="reference")
+    with pytest.raises(SettingError, match="joint") as info:
+        reference.check_n_classes(3, flower=True)
+    assert info.value.name == "n_classes"
+
+
 def test_wearable_has_no_multi_server_populations():
     with pytest.raises(ValueError, match="server_id"):
         Settings(dataset="wearable", server_id=0)

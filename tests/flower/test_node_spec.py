@@ -167,19 +167,29 @@ def test_a_spec_the_node_cannot_read_is_refused_with_the_spec_code(
 # -- a whole run under the spec --------------------------------------------------------
 
 
-def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True, extra=None):
+def _spec_run(
+    tmp_path,
+    run_config,
+    *,
+    other_spec_for=(),
+    public=True,
+    extra=None,
+    spec=SPEC,
+    n_classes=2,
+):
+    """A run of 60 hosts under ``spec``; their subjects have ``n_classes`` labels."""
     from ldpfda.server.server_app import parse_run_config, run_server
 
     from .support import FakeGrid
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     spec_path = tmp_path / "federation.toml"
-    spec_path.write_text(SPEC, encoding="utf-8")
+    spec_path.write_text(spec, encoding="utf-8")
     other = tmp_path / "other.toml"
-    other.write_text(SPEC.replace("n-basis = 8", "n-basis = 9"), encoding="utf-8")
+    other.write_text(spec.replace("n-basis = 8", "n-basis = 9"), encoding="utf-8")
     # Every host's own subject on its own device clock; public and test curves are
     # other subjects of the same kind, on the server.
-    subjects = make_wearable(60, seed=11)
+    subjects = make_wearable(60, n_classes=n_classes, seed=11)
     nodes = []
     for i in range(60):
         path = write_long_csv(tmp_path / f"host-{i}.csv", subjects.subject(i))
@@ -199,11 +209,8 @@ def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True, extra=Non
                 tmp_path / "public.csv", make_wearable(300, first_subject=10**5, seed=5)
             )
         )
-    server["flower.test-data"] = str(
-        write_long_csv(
-            tmp_path / "test.csv", make_wearable(500, first_subject=10**6, seed=5)
-        )
-    )
+    test = make_wearable(500, first_subject=10**6, n_classes=n_classes, seed=5)
+    server["flower.test-data"] = str(write_long_csv(tmp_path / "test.csv", test))
     config = run_config(
         SMALL,
         {"data.n-train": 40, "data.n-eval": 20, "privacy.epsilon": 5.0},
