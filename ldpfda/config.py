@@ -387,18 +387,25 @@ class Settings:
         """Refuse K > 2 classes (the data's or a spec's) in a run of these settings
         without a K-class method: the moment protocol of a joint release, or, in
         process (not yet on Flower: ``flower``), MRMA on the reference release with a
-        logistic or svm weak learner."""
+        logistic or svm weak learner and the label-only modes ``label-uniform`` and
+        ``label-cluster`` (``label-p2p`` relays bits)."""
         if n_classes == 2:
             return
         joint = self.joint_release and self.protocol == "moment"
         reference = self.mechanism == "reference" and self.protocol == "mrma"
-        if not (joint or (reference and not flower)):
-            mrma = "" if flower else " or MRMA on the reference release"
+        labels = self.mechanism in ("label-uniform", "label-cluster")
+        if not (joint or ((reference or labels) and not flower)):
+            more = (
+                ""
+                if flower
+                else ", MRMA on the reference release or the label-only modes "
+                "label-uniform and label-cluster (label-p2p relays bits)"
+            )
             raise SettingError(
                 "n_classes",
                 f"n_classes = {n_classes}: K > 2 classes need the moment protocol "
                 f"of a joint release (privacy.mechanism joint-*, server.method auto "
-                f"or moment){mrma}, got mechanism {self.mechanism!r} with protocol "
+                f"or moment){more}, got mechanism {self.mechanism!r} with protocol "
                 f"{self.protocol!r}",
             )
         if reference and self.learner not in ("logistic", "svm"):

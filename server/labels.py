@@ -43,7 +43,6 @@ from ldpfda.schema.releases import uniform_priors
 from ldpfda.server.fitting import ProtocolResult, single_model_result
 
 __all__ = [
-    "N_CLASSES",
     "cluster_features",
     "label_result",
     "merge_small_clusters",
@@ -53,8 +52,6 @@ __all__ = [
     "select_pilots",
 ]
 
-#: The platform's labels are binary.
-N_CLASSES = 2
 #: Floors of the ``label-cluster`` priors: positive, so that every prior is > 0 and
 #: every client spends exactly epsilon (a zero entry would force lambda = 1).
 PRIOR_FLOORS = tuple(f for f in DEFAULT_FLOORS if f > 0)
@@ -165,7 +162,8 @@ def label_result(
 ) -> ProtocolResult:
     """The analyst of a label-only run: the corrected logistic regression of
     ``settings.correction``, ``C`` chosen from ``DEFAULT_CS`` on a held-out split seeded
-    from ``rng``; its binary model is class 1 minus class 0 of the multinomial fit."""
+    from ``rng``, with K = the priors' width; its binary model is class 1 minus class 0
+    of the multinomial fit, a K-class one (K > 2) the fit's K rows."""
     cls = (
         ForwardCorrectedLogisticRegression
         if settings.correction == "forward"
@@ -179,12 +177,17 @@ def label_result(
         resample_probabilities=payload.resample_probabilities,
     )
     coef, intercept = estimator.coef_, estimator.intercept_
-    return single_model_result(
-        LinearModels(coef[1:] - coef[:1], intercept[1:] - intercept[:1]),
-        method="label",
-        payload=payload,
-        privacy=privacy,
+    k = payload.priors.shape[1]
+    model = (
+        LinearModels(coef[1:] - coef[:1], intercept[1:] - intercept[:1])
+        if k == 2
+        else LinearModels(coef, intercept)
     )
+    result = single_model_result(
+        model, method="label", payload=payload, privacy=privacy
+    )
+    result.n_classes = k
+    return result
 
 
 def prior_rr_rounds(
@@ -193,6 +196,7 @@ def prior_rr_rounds(
     x: NDArray[np.float64],
     server_rng: np.random.Generator,
     release: Callable[..., NDArray[np.int64]],
+    n_classes: int = 2,
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
     r"""``label-uniform`` and ``label-cluster``: who releases with which prior, when.
 
@@ -202,14 +206,15 @@ def prior_rr_rounds(
     (``"label-others"``) with their cluster's prior from the pilots that answered:
     :func:`pilot_histograms`, then :func:`~ldpfda.labeldp.selection.choose_resampling`
     picks the truncation and a positive floor (floor 1 is the uniform prior) for the
-    others, with :math:`(p + 1) K` learner parameters. Its criterion scores one
+    others, with :math:`(p + 1) K` learner parameters (K = ``n_classes``: priors and
+    pilot histograms have K entries). Its criterion scores one
     :math:`\lambda` from the smallest prior overall, never below a client's own
     :math:`\lambda_i` (conservative); its ``beta`` is not used, as the learners fit
     through the exact channel. ``release(stage, index, priors)`` asks clients
     ``index`` for their labels (-1 if none). Returns every client's label, its prior
     and what the report says about the mode.
     """
-    priors = uniform_priors(ids.size, N_CLASSES)
+    priors = uniform_priors(ids.size, n_classes)
     info: dict[str, Any] = {"mechanism": settings.mechanism}
     if settings.mechanism == "label-uniform":
         return release("label", np.arange(ids.size), priors), priors, info
@@ -224,7 +229,7 @@ def prior_rr_rounds(
         labels[answered],
         clusters[answered],
         n_clusters=n_clusters,
-        n_classes=N_CLASSES,
+        n_classes=n_classes,
         epsilon=settings.epsilon,
     )
     rest = np.flatnonzero(~pilots)
@@ -233,7 +238,7 @@ def prior_rr_rounds(
         hist,
         sizes,
         epsilon_resample=settings.epsilon,
-        n_effective=max(int(sizes.sum()), 1) / ((x.shape[1] + 1) * N_CLASSES),
+        n_effective=max(int(sizes.sum()), 1) / ((x.shape[1] + 1) * n_classes),
         floors=PRIOR_FLOORS,
     )
     q = cluster_distributions(

@@ -32,7 +32,6 @@ from ldpfda.schema.queries import Request
 from ldpfda.schema.releases import p2p_event, uniform_priors
 from ldpfda.server.fitting import ProtocolResult, aggregate, moment_result, train_weak
 from ldpfda.server.labels import (
-    N_CLASSES,
     cluster_features,
     label_result,
     p2p_blocks,
@@ -50,7 +49,8 @@ class Plan:
     (in a ``moment`` or ``label`` run both simply release), the public featurizer's
     output width, public, unlabeled scaled features (the moment classifier's second
     moment) and the number of classes K (public; K > 2 in the ``moment`` protocol of a
-    joint release and in the ``mrma`` protocol of the reference release)."""
+    joint release, in the ``mrma`` protocol of the reference release and in the
+    label-only modes ``label-uniform`` and ``label-cluster``)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -241,7 +241,7 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
     ) -> NDArray[np.int64]:
         asked = ids[index]
-        query = catalog.label_query(s, N_CLASSES)
+        query = catalog.label_query(s, plan.n_classes)
         request = Request(rows={"q": prior_rows})
         answers = session.ask(
             stage, query, asked, request, what="labelling", planned=planned
@@ -253,7 +253,9 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         if s.mechanism == "label-p2p":
             labels, priors, info = _p2p_rounds(session, plan, ids, x)
         else:
-            labels, priors, info = prior_rr_rounds(s, ids, x, plan.server_rng, release)
+            labels, priors, info = prior_rr_rounds(
+                s, ids, x, plan.server_rng, release, plan.n_classes
+            )
         keep = np.flatnonzero(labels >= 0)
         payload = LabelPayload(
             ids[keep], x[keep], labels[keep], priors[keep], s.epsilon
@@ -340,4 +342,4 @@ def _p2p_rounds(
         "min_cluster_size": int(sizes.min()),
         "forwarded_clients": int(index.size),
     }
-    return labels, uniform_priors(ids.size, N_CLASSES), info
+    return labels, uniform_priors(ids.size, 2), info
