@@ -93,3 +93,16 @@ def test_peer_to_peer_refuses_more_than_two_classes():
     with pytest.raises(ValueError, match="label-p2p relays bits"):
         Plan(settings, ids, ids + 20, 4, rng, n_classes=3)
     assert Plan(settings, ids, ids + 20, 4, rng).n_classes == 2
+
+
+def test_k_label_settings_run_in_process_and_stay_binary_on_flower():
+    from ldpfda.config import SettingError
+
+    for mechanism in ("label-uniform", "label-cluster"):
+        settings = Settings(dataset="wearable", n_classes=3, mechanism=mechanism)
+        assert settings.n_classes == 3
+        with pytest.raises(SettingError, match="joint") as info:
+            settings.check_n_classes(3, flower=True)
+        assert info.value.name == "n_classes"
+    with pytest.raises(SettingError, match="label-p2p relays bits"):
+        Settings(dataset="wearable", n_classes=3, mechanism="label-p2p")
