@@ -10,7 +10,6 @@ the others find it running) and waits for all; the runs go on side by side.
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import time
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ import numpy as np
 import pytest
 
 from ldpfda.config import Settings
-from ldpfda.datasets.readers import write_long_csv, write_npz, write_wide_csv
-from ldpfda.datasets.wearable import make_wearable
 from ldpfda.datasets.wearable_spec import WEARABLE_SPEC
 from ldpfda.engine import run_repeat
 from ldpfda.engine.inprocess import ArrayClients
@@ -42,38 +39,25 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 #: The run on the hosts' own files: clients 0-7 train, 8-11 evaluate.
 FILES_RUN, FILE_NODES = "wearable-files", 12
-#: A wide CSV names its channel in a column of its own (the spec matches by name).
-WRITERS = (
-    functools.partial(write_wide_csv, channel_column=True),
-    write_long_csv,
-    write_npz,
-)
 
 
 def _own_files(folder: Path) -> dict[str, Any]:
-    """The spec, one wearable subject's file per node, the server's public and test
-    files; the run config of a simulation on them."""
-    folder.mkdir()
+    """The spec, one wearable subject's file per node (``ldpfda deploy
+    example-data``), the server's public and test files; the run config on them."""
+    from operate import write_example_data
+
+    files = write_example_data(folder, FILE_NODES, seed=31, public=300, test=500)
     spec = folder / "wearable.toml"
     spec.write_text(WEARABLE_SPEC, encoding="utf-8")
-    nodes = folder / "nodes"
-    nodes.mkdir()
-    subjects = make_wearable(FILE_NODES, seed=31)
-    for i in range(FILE_NODES):
-        writer = WRITERS[i % len(WRITERS)]
-        suffix = ".npz" if writer is write_npz else ".csv"
-        writer(nodes / f"client-{i}{suffix}", subjects.subject(i))
-    public = make_wearable(300, first_subject=10**5, seed=32)
-    test = make_wearable(500, first_subject=10**6, seed=33)
     return {
         "data.dataset": "wearable",
         "data.n-train": 8,
         "data.n-eval": 4,
         "privacy.epsilon": 5.0,
         "flower.spec": str(spec),
-        "flower.node-data": str(nodes),
-        "flower.public-data": str(write_long_csv(folder / "public.csv", public)),
-        "flower.test-data": str(write_long_csv(folder / "test.csv", test)),
+        "flower.node-data": str(files["nodes"]),
+        "flower.public-data": str(files["public"]),
+        "flower.test-data": str(files["test"]),
     }
 
 
