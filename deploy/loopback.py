@@ -261,9 +261,10 @@ class _Process:
             self.popen.wait(timeout=15)
 
 
-#: Flower's exit code of a SuperNode that could not join (SUPERNODE_CONNECTION_ERROR):
-#: its key is not registered yet, or the SuperLink still holds its old self online.
-CONNECTION_ERROR = 305
+#: What a SuperNode logs when it exits with Flower's code 305 (it could not join: its
+#: key is not registered yet, or the SuperLink still holds its old self online). The
+#: process itself exits with status 1, as for every Flower error.
+CONNECTION_ERROR = "Exit Code: 305"
 
 
 def node_ready(log: str) -> int | None:
@@ -281,7 +282,8 @@ def join_with_backoff(
 ) -> tuple[_Process, int]:
     """Start a SuperNode with ``spawn()`` until it is ready; it and its node id.
 
-    A start that exits with Flower's code 305 is tried again after a back-off that
+    ``spawn`` starts the node with a log of its own. A start that exits with Flower's
+    code 305 (:data:`CONNECTION_ERROR` in its log) is tried again after a back-off that
     doubles from ``first_delay`` up to ``max_delay`` seconds: many nodes starting
     at once, or a node restarted before the SuperLink has seen its old self go, get
     it. Any other exit is a ``RuntimeError`` naming the log; ``TimeoutError`` if the
@@ -299,9 +301,9 @@ def join_with_backoff(
                 process.stop()
                 raise TimeoutError(f"{process.name} did not join in {timeout:g} s")
             time.sleep(0.2)
-        if code != CONNECTION_ERROR:
+        if CONNECTION_ERROR not in process.log.read_text(errors="replace"):
             raise RuntimeError(
-                f"{process.name} exited with code {code}; see {process.log}"
+                f"{process.name} exited with status {code}; see {process.log}"
             )
         if time.monotonic() + delay >= deadline:
             raise TimeoutError(

@@ -144,7 +144,7 @@ def start_nodes(
             nonlocal attempt
             attempt += 1
             log = logs / f"supernode-{i}.log"
-            with log.open("ab") as handle:
+            with log.open("wb") as handle:  # the last start's log
                 popen = subprocess.Popen(
                     command,
                     stdout=handle,

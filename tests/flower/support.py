@@ -24,8 +24,10 @@ from flwr.supercore.task_identity import TaskIdentity
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Small settings of a quick in-memory run (kebab-case run-config keys).
+#: Small settings of a quick in-memory run (kebab-case run-config keys), on the vector
+#: design (the app's default dataset is the wearable one).
 SMALL: dict[str, Any] = {
+    "data.dataset": "vector",
     "data.n-train": 30,
     "data.n-eval": 20,
     "mrma.num-weak-models": 5,
