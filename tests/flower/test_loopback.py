@@ -539,6 +539,7 @@ def test_the_walkthrough_runs_as_written_with_tls_and_authentication(deployment)
     assert "4 SuperNodes ready" in _block_output(run, "deploy nodes")
     assert len(run.pids) == 1 + 4
     assert not run.left_running, "the walkthrough stops every process by PID"
+    print(f"walkthrough: {run.wall_time_s:.0f} s, every block")
 
 
 def test_walkthrough_nodes_release_their_own_files_on_their_own_timestamps(
