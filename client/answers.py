@@ -22,7 +22,7 @@ from ldpfda.client.labeldp_protocol import (
 )
 from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
 from ldpfda.config import Settings
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -118,7 +118,9 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
     if s.label_release:
         raise Refusal(ERROR_REQUEST, "label-only runs ask for features and labels")
     x, y, ids, ledger = batch.features, batch.labels, batch.ids, batch.ledger
+    k = catalog.request_classes(request)
     if s.joint_release:
+        name = (SignedFeatureMechanism if k == 2 else ClassSignedFeatureMechanism).name
         joint = privatize_joint(
             x,
             y,
@@ -127,9 +129,12 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
             epsilon=s.epsilon,
             mechanism=s.vector_mechanism,
             ledger=ledger,
-            release=release_index(ledger, SignedFeatureMechanism.name),
+            release=release_index(ledger, name),
+            n_classes=k,
         )
-        return {"releases": joint.releases}
+        if joint.classes is None:
+            return {"releases": joint.releases}
+        return {"class": joint.classes, "releases": joint.releases}
     payload = privatize(
         x,
         y,
@@ -139,23 +144,27 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
         label_share=s.label_share,
         ledger=ledger,
         release=release_index(ledger, LaplaceMechanism.name),
+        n_classes=k,
     )
     return {"features": payload.features, "labels": payload.labels}
 
 
 def _evaluate(batch: ClientBatch, request: Request, s: Settings) -> dict[str, NDArray]:
-    n = batch.ids.size
+    n, p = batch.features.shape
     coef = request.per_client("coef", n)
-    intercept = request.per_client("intercept", n).reshape(-1)
-    if coef.shape != batch.features.shape or intercept.shape != (n,):
-        p = batch.features.shape[1]
+    intercept = request.per_client("intercept", n).reshape(n, -1)
+    # A K-class model (K > 2) comes as K intercepts and its K x p coefficients.
+    k = intercept.shape[1] if intercept.shape[1] > 2 else 2
+    rows = 1 if k == 2 else k
+    if coef.shape != (n, rows * p) or intercept.shape != (n, rows):
         raise ValueError(
-            f"the model must have coef of shape ({p},) and intercept of shape (1,), "
-            f"got {coef.shape[1:]} and {intercept.shape[1:] or (1,)}"
+            f"the model must have coef of shape ({p},) and intercept of shape (1,) "
+            f"(a K-class one: K * {p} and K), got {coef.shape[1:]} and "
+            f"{intercept.shape[1:]}"
         )
     bits = answer_evaluation(
-        coef,
-        intercept,
+        coef.reshape(n, k, p) if k > 2 else coef,
+        intercept if k > 2 else intercept.reshape(-1),
         batch.features,
         batch.labels,
         client_ids=batch.ids,
@@ -163,6 +172,7 @@ def _evaluate(batch: ClientBatch, request: Request, s: Settings) -> dict[str, ND
         epsilon=s.epsilon,
         ledger=batch.ledger,
         release=release_index(batch.ledger, FeedbackBit.name),
+        n_classes=k,
     )
     return {"bit": bits}
 

@@ -208,11 +208,6 @@ def client_data(
         raise DataError(f"{type(exc).__name__}: {exc}") from exc
 
 
-#: Share of clipped coordinates above which a node warns that its data and the spec's
-#: bounds do not fit (its release then carries little of its curve).
-CLIP_WARNING = 0.25
-
-
 def _spec_data(path: str, spec: Any) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
     """Features and label of the node's own file, featurized by its spec. What the
     node observed, how many values lie outside the spec's value range and how much
@@ -222,12 +217,9 @@ def _spec_data(path: str, spec: Any) -> tuple[NDArray[np.float64], NDArray[np.in
         raise ValueError(
             f"a node holds one client's data; {path} has {curves.n_subjects} subjects"
         )
-    outside = {}
-    for k, channel in enumerate(spec.channels):
-        low, high = channel.bounds.value_low, channel.bounds.value_high
-        values = curves.values[:, k][~np.isnan(curves.values[:, k])]
-        if low is not None and high is not None and values.size:
-            outside[channel.name] = float(np.mean((values < low) | (values > high)))
+    from ldpfda.schema.spec import CLIP_WARNING
+
+    outside = spec.outside_range(curves)
     clipped = float(got.clipped[0])
     misfit = clipped > CLIP_WARNING or any(v > CLIP_WARNING for v in outside.values())
     (logger.warning if misfit else logger.info)(

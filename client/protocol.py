@@ -13,8 +13,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
+from ldpfda._validation import (
+    check_binary_labels,
+    check_class_labels,
+    check_epsilon,
+    check_finite_array,
+)
 from ldpfda.fda.features import Featurizer
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -39,11 +45,15 @@ JOINT_STREAM = "privatize/joint"
 
 
 def _client_inputs(
-    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike
+    features: ArrayLike, labels: ArrayLike, client_ids: ArrayLike, n_classes: int = 2
 ) -> tuple[NDArray[np.float64], NDArray[np.int8], NDArray[np.int64]]:
-    """Validated (scaled features, binary labels, client ids) of one batch."""
+    """Validated (scaled features, labels in 0 .. K - 1, client ids) of one batch."""
     x = _scaled_features(features)
-    y = check_binary_labels(labels)
+    y = (
+        check_binary_labels(labels)
+        if n_classes == 2
+        else check_class_labels(labels, n_classes)
+    )
     if y.size != x.shape[0]:
         raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
     return x, y, _client_ids(client_ids, x.shape[0])
@@ -79,6 +89,7 @@ def privatize(
     label_share: float | None = None,
     ledger: PrivacyLedger | None = None,
     release: int = 0,
+    n_classes: int = 2,
 ) -> TrainingPayload:
     r"""Perturb each client's scaled coefficients with Laplace noise, its label with RR.
 
@@ -105,11 +116,14 @@ def privatize(
     release : int
         Index of this release for these clients in the run. Each index has its own
         noise stream, so a client allowed a second release never reuses its noise.
+    n_classes : int
+        K: labels in 0 .. K - 1, released by K-ary randomized response at the label
+        share (:class:`~ldpfda.privacy.KaryRandomizedResponse`) when K > 2.
     """
-    x, y, ids = _client_inputs(features, labels, client_ids)
+    x, y, ids = _client_inputs(features, labels, client_ids, n_classes)
     epsilon = check_epsilon(epsilon)
     feature_mechanism, label_mechanism = training_mechanisms(
-        epsilon, x.shape[1], label_share
+        epsilon, x.shape[1], label_share, n_classes
     )
     if ledger is not None:
         ledger.charge_all([feature_mechanism.event(), label_mechanism.event()], ids)
@@ -124,6 +138,7 @@ def privatize(
         ).astype(np.int8),
         feature_epsilon=feature_mechanism.epsilon,
         label_epsilon=label_mechanism.epsilon,
+        n_classes=n_classes,
     )
 
 
@@ -137,8 +152,15 @@ def privatize_joint(
     mechanism: str = "hybrid",
     ledger: PrivacyLedger | None = None,
     release: int = 0,
+    n_classes: int = 2,
 ) -> JointPayload:
     r"""Each client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once.
+
+    With ``n_classes`` K > 2 each client draws a class j uniformly from its stream and
+    releases j and :math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\}
+    - 1`, at the whole ``epsilon``
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`): the payload's
+    ``classes`` are the draws, its ``releases`` the vectors.
 
     The whole ``epsilon`` goes into one release of
     :class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with the vector ``mechanism``
@@ -153,7 +175,7 @@ def privatize_joint(
     features : array of shape (n, p)
         Coefficients already rescaled into [-1, 1].
     labels : array of shape (n,)
-        True labels in {0, 1}.
+        True labels in {0, 1} (in 0 .. K - 1 for K classes).
     client_ids : array of shape (n,)
     seed : int
         The run seed.
@@ -163,6 +185,8 @@ def privatize_joint(
     ledger : PrivacyLedger, optional
     release : int
         Index of this release for these clients in the run (see :func:`privatize`).
+    n_classes : int
+        K, the number of classes (public: the federation's label set).
 
     References
     ----------
@@ -170,11 +194,14 @@ def privatize_joint(
     differential privacy", ICDE 2019; J. C. Duchi, M. I. Jordan, M. J. Wainwright,
     JASA 2018.
     """
-    x, y, ids = _client_inputs(features, labels, client_ids)
-    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism)
+    x, y, ids = _client_inputs(features, labels, client_ids, n_classes)
+    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism, n_classes)
     if ledger is not None:
         ledger.charge(mech.event(), ids)
     stream = ClientStreams(seed, ids).stream(f"{JOINT_STREAM}#{release}")
+    if isinstance(mech, ClassSignedFeatureMechanism):
+        classes, z = mech.release(x, y, stream)
+        return JointPayload(ids, z, mech.epsilon, mechanism, classes, n_classes)
     return JointPayload(ids, mech.release(x, y, stream), mech.epsilon, mechanism)
 
 
@@ -199,6 +226,7 @@ def answer_evaluation(
     epsilon: float,
     ledger: PrivacyLedger | None = None,
     release: int = 0,
+    n_classes: int = 2,
 ) -> NDArray[np.int8]:
     r"""Each evaluation client says, by randomized response, if a model erred on it.
 
@@ -207,8 +235,15 @@ def answer_evaluation(
     own model (row ``i`` of ``coef``/``intercept``, or one model for all) and releases
     :math:`w_i` through :class:`~ldpfda.privacy.FeedbackBit` with its whole
     ``epsilon``. ``release`` indexes the client's releases as in :func:`privatize`.
+
+    With ``n_classes`` K > 2 a model is K score rows: ``coef`` of shape (K, p) or
+    (n, K, p), ``intercept`` (K,) or (n, K), and
+    :math:`w_i = 1\{\arg\max_k (b_{ik} + \beta_{ik}^\top x_i) \ne y_i\}`.
     """
-    x, y, ids = _client_inputs(features, labels, client_ids)
+    x, y, ids = _client_inputs(features, labels, client_ids, n_classes)
+    if n_classes > 2:
+        wrong = _multiclass_wrong(coef, intercept, x, y, n_classes)
+        return _feedback(wrong, ids, seed, epsilon, ledger, release)
     n, p = x.shape
     w = check_finite_array(coef, "coef")
     b = check_finite_array(intercept, "intercept")
@@ -224,10 +259,43 @@ def answer_evaluation(
             f"coef must have shape ({p},) or ({n}, {p}) and intercept ({n},), got "
             f"{w.shape} and {b.shape}"
         )
+    predicted = (np.einsum("ij,ij->i", x, w) + b > 0).astype(np.int8)
+    return _feedback(
+        (predicted != y).astype(np.int8), ids, seed, epsilon, ledger, release
+    )
+
+
+def _multiclass_wrong(
+    coef: ArrayLike,
+    intercept: ArrayLike,
+    x: NDArray[np.float64],
+    y: NDArray[np.int8],
+    k: int,
+) -> NDArray[np.int8]:
+    """1{the K-row model errs on the client}, every client of the batch."""
+    n, p = x.shape
+    w = check_finite_array(coef, "coef")
+    b = check_finite_array(intercept, "intercept")
+    if w.shape not in ((k, p), (n, k, p)) or b.shape not in ((k,), (n, k)):
+        raise ValueError(
+            f"a {k}-class model must have coef of shape ({k}, {p}) or ({n}, {k}, {p}) "
+            f"and intercept ({k},) or ({n}, {k}), got {w.shape} and {b.shape}"
+        )
+    scores = np.einsum("ij,ikj->ik", x, np.broadcast_to(w, (n, k, p))) + b
+    return (scores.argmax(axis=1) != y).astype(np.int8)
+
+
+def _feedback(
+    wrong: NDArray[np.int8],
+    ids: NDArray[np.int64],
+    seed: int,
+    epsilon: float,
+    ledger: PrivacyLedger | None,
+    release: int,
+) -> NDArray[np.int8]:
+    """The feedback bits of ``wrong``, charged to ``ledger`` first."""
     mechanism = FeedbackBit(epsilon=epsilon)
     if ledger is not None:
         ledger.charge(mechanism.event(), ids)
-    predicted = (np.einsum("ij,ij->i", x, w) + b > 0).astype(np.int8)
-    wrong = (predicted != y).astype(np.int8)
     stream = ClientStreams(seed, ids).stream(f"{FEEDBACK_STREAM}#{release}")
     return mechanism.randomise(wrong, stream).astype(np.int8)

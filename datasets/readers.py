@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,22 +240,16 @@ def _given(cells: list[str], j: int, where: str, column: str, what: str) -> str:
     return cells[j]
 
 
-def _label_index(
+def _label_reader(
     path: Path, header: list[str], column: str, layout: str, unlabelled: str | None
-) -> int | None:
-    """The label column; None for a file without one when ``unlabelled`` is given."""
+) -> Callable[[list[str], str], str]:
+    """The label text of a record (at ``where``); ``unlabelled`` for every record of
+    a file without a label column, when it is given."""
     if unlabelled is not None and column not in header:
-        return None
-    return _required(path, header, column, layout)
-
-
-def _label(
-    cells: list[str], j: int | None, where: str, column: str, unlabelled: str | None
-) -> str:
-    if j is None:
-        assert unlabelled is not None
-        return unlabelled
-    return _given(cells, j, where, column, "label")
+        text = _label_text(unlabelled)
+        return lambda cells, where: text
+    j = _required(path, header, column, layout)
+    return lambda cells, where: _label_text(_given(cells, j, where, column, "label"))
 
 
 def read_wide_csv(
@@ -281,7 +275,7 @@ def read_wide_csv(
     path = Path(path)
     rows = _rows(path, delimiter)
     header = _header(path, rows)
-    lab = _label_index(path, header, label_column, "wide", unlabelled)
+    label_of = _label_reader(path, header, label_column, "wide", unlabelled)
     named = (label_column, subject_column, curve_column, channel_column)
     sub, cur, cha = (header.index(c) if c in header else None for c in named[1:])
     if sub is None and (cur is not None or cha is not None):
@@ -306,13 +300,13 @@ def read_wide_csv(
     counts: dict[tuple[int, int], int] = {}
     for row, cells in body:
         where = f"{path.name} row {row}"
-        label = _label(cells, lab, where, label_column, unlabelled)
+        label = label_of(cells, where)
         sid = (
             f"row {row}"
             if sub is None
             else _given(cells, sub, where, subject_column, "subject")
         )
-        s = builder.subject(sid, _label_text(label), where)
+        s = builder.subject(sid, label, where)
         c = 0 if cha is None else channels.index(cells[cha])
         if cur is not None:
             curve = builder.curve(s, cells[cur])
@@ -386,7 +380,7 @@ def read_long_csv(
     header = _header(path, rows)
     sub = _required(path, header, subject_column, "long")
     tim = _required(path, header, time_column, "long")
-    lab = _label_index(path, header, label_column, "long", unlabelled)
+    label_of = _label_reader(path, header, label_column, "long", unlabelled)
     cur = header.index(curve_column) if curve_column in header else None
     cha = header.index(channel_column) if channel_column in header else None
     if cha is not None:
@@ -409,8 +403,7 @@ def read_long_csv(
     for row, cells in body:
         where = f"{path.name} row {row}"
         sid = _given(cells, sub, where, subject_column, "subject")
-        label = _label(cells, lab, where, label_column, unlabelled)
-        s = builder.subject(sid, _label_text(label), where)
+        s = builder.subject(sid, label_of(cells, where), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
         t = _number(cells[tim], f"{where}, column {time_column!r}", missing_ok=False)
         values = [
@@ -749,21 +742,20 @@ def write_wide_csv(
         for s, k in dict.fromkeys(pairs):
             rows = np.flatnonzero((curves.subjects == s) & (curves.curves == k))
             for c, name in enumerate(curves.channels):
-                line = np.full(times.size, np.nan)
-                for r in rows:
-                    value = curves.values[r, c]
-                    if math.isnan(value):
-                        continue
-                    if not math.isnan(line[column[r]]):
-                        raise ValueError(
-                            f"subject {curves.subject_ids[s]!r} curve {k} has two "
-                            f"values of channel {name!r} at time "
-                            f"{float(curves.times[r])!r}; the wide form holds one "
-                            "per time"
-                        )
-                    line[column[r]] = value
-                if np.all(np.isnan(line)):
+                seen = rows[~np.isnan(curves.values[rows, c])]
+                if seen.size == 0:
                     continue
+                again = np.ones(seen.size, dtype=bool)  # a slot filled before
+                again[np.unique(column[seen], return_index=True)[1]] = False
+                if np.any(again):
+                    raise ValueError(
+                        f"subject {curves.subject_ids[s]!r} curve {k} has two values "
+                        f"of channel {name!r} at time "
+                        f"{float(curves.times[seen[np.argmax(again)]])!r}; the wide "
+                        "form holds one per time"
+                    )
+                line = np.full(times.size, np.nan)
+                line[column[seen]] = curves.values[seen, c]
                 writer.writerow(
                     [curves.subject_ids[s], int(k)]
                     + ([name] if with_channel else [])

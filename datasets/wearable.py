@@ -105,7 +105,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -328,22 +328,13 @@ class WearableParams:
 
     def generate(self) -> LongCurves:
         """The subjects in long form (see :func:`make_wearable`)."""
-        days = self.n_days
-        subjects, curves, times, values, labels = [], [], [], [], []
-        done = 0
-        for block in _blocks(self, self.irregular):
-            subjects.append(done + block.row // days)
-            curves.append(block.row % days)
-            times.append(block.times)
-            values.append(block.values)
-            labels.append(block.labels)
-            done += block.labels.size
+        block = _simulate_all(self, self.irregular)
         return LongCurves(
-            subjects=np.concatenate(subjects).astype(np.int64),
-            curves=np.concatenate(curves).astype(np.int64),
-            times=np.concatenate(times),
-            values=np.concatenate(values),
-            labels=np.concatenate(labels),
+            subjects=(block.row // self.n_days).astype(np.int64),
+            curves=(block.row % self.n_days).astype(np.int64),
+            times=block.times,
+            values=block.values,
+            labels=block.labels,
             subject_ids=_subject_ids(self),
             channels=self.channels,
             label_names=self.label_names,
@@ -351,31 +342,17 @@ class WearableParams:
 
     def grid(self) -> WearableGrid:
         """The subjects on the regular 5-minute grid (see :func:`wearable_grid`)."""
-        rows = self.n_subjects * self.n_days
-        values = np.full((rows, N_SLOTS, len(self.channels)), np.nan)
-        onset, duration, labels = [], [], []
-        done = 0
-        for block in _blocks(self, irregular=False):
-            values[done + block.row, block.slot] = block.values
-            onset.append(block.onset)
-            duration.append(block.duration)
-            labels.append(block.labels)
-            done += block.onset.size
+        block = _simulate_all(self, irregular=False)
+        values = np.full((block.onset.size, N_SLOTS, len(self.channels)), np.nan)
+        values[block.row, block.slot] = block.values
         times = np.arange(N_SLOTS, dtype=np.float64) * SLOT_MINUTES
-        asleep = (
-            _sleep(
-                times[None, :],
-                np.concatenate(onset)[:, None],
-                np.concatenate(duration)[:, None],
-            )
-            > 0.5
-        )
+        sleep = _sleep(times[None, :], block.onset[:, None], block.duration[:, None])
         shape = (self.n_subjects, self.n_days, N_SLOTS)
         return WearableGrid(
             values=values.reshape(*shape, len(self.channels)),
             times=times,
-            labels=np.concatenate(labels),
-            asleep=asleep.reshape(shape),
+            labels=block.labels,
+            asleep=(sleep > 0.5).reshape(shape),
             subject_ids=_subject_ids(self),
             channels=self.channels,
             label_names=self.label_names,
@@ -758,15 +735,21 @@ def _simulate(params: WearableParams, r: _Rows, irregular: bool) -> _Block:
     return _Block(labels, row, slot, tt, np.stack(channels, axis=-1), onset, duration)
 
 
-def _blocks(params: WearableParams, irregular: bool) -> list[_Block]:
+def _simulate_all(params: WearableParams, irregular: bool) -> _Block:
+    """Every subject-day, simulated in blocks, joined: rows count from the first."""
     # About 1000 subject-days at a time keep the minute-grid arrays near 10 MB each.
     size = max(1, 1024 // params.n_days)
-    out = []
+    blocks: list[_Block] = []
+    done = 0
     for first in range(0, params.n_subjects, size):
         n = min(size, params.n_subjects - first)
         rows = _Rows(params, params.first_subject + first, n)
-        out.append(_simulate(params, rows, irregular))
-    return out
+        block = _simulate(params, rows, irregular)
+        blocks.append(replace(block, row=block.row + done))
+        done += block.onset.size
+    return _Block(
+        *(np.concatenate([getattr(b, f.name) for b in blocks]) for f in fields(_Block))
+    )
 
 
 def _subject_ids(params: WearableParams) -> tuple[str, ...]:

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ldpfda.datasets.wearable import CONDITIONS, DAY_MINUTES, make_wearable
-from ldpfda.schema.spec import Bounds, Channel, FederationSpec, init_spec
+from ldpfda.schema.spec import Bounds, FederationSpec, init_spec
 
 __all__ = [
     "CALIBRATION_SUBJECTS",
@@ -101,17 +102,9 @@ def calibrated_spec(n_basis: int = N_BASIS, order: int = ORDER) -> FederationSpe
         min_points=MIN_POINTS,
         quantile=QUANTILE,
     )
-    channel = draft.channels[0]
     low, high = draft.coefficient_bounds(0)
-    rounded = Channel(
-        channel.name,
-        channel.unit,
-        channel.basis,
-        Bounds.coefficients(_outwards(low, -1), _outwards(high, +1)),
-    )
-    return FederationSpec(
-        draft.domain, (rounded,), draft.labels, draft.release, draft.min_points
-    )
+    bounds = Bounds.coefficients(_outwards(low, -1), _outwards(high, +1))
+    return replace(draft, channels=(replace(draft.channels[0], bounds=bounds),))
 
 
 def wearable_spec_text(n_basis: int = N_BASIS, order: int = ORDER) -> str:

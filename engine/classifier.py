@@ -1,7 +1,9 @@
 r"""A scikit-learn classifier trained by the platform's default protocol.
 
 Every client releases :math:`\tilde y\,(1, x)` once at its whole epsilon and the server
-fits the moment classifier (``Settings()``, ``privacy.mechanism = "joint-hybrid"``).
+fits the moment classifier (``Settings()``, ``privacy.mechanism = "joint-hybrid"``);
+with K > 2 classes every client releases a drawn class j and
+:math:`\tilde y_j\,(1, x)` once, and the server fits the K-class moment classifier.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class _Computed:
 
 
 class LDPClassifier(_LocalDPClassifier):
-    r"""Binary classifier learned under local DP by the platform's default protocol.
+    r"""Classifier (two or K classes) learned under local DP by the default protocol.
 
     ``fit`` treats every row (sample) of ``X`` as one client. Each client computes its
     scaled features :math:`x \in [-1, 1]^p` (B-spline coefficients of its curve,
@@ -66,6 +68,17 @@ class LDPClassifier(_LocalDPClassifier):
     the mechanism's noise removed. Every client spends exactly ``epsilon``
     (``result_.privacy``). The fitted model classifies new, non-private data:
     :math:`\hat y = 1\{\hat\theta_0 + \hat\theta_{1:}^\top x > 0\}`.
+
+    With K > 2 classes (labels of any type, sorted into ``classes_``) every client
+    draws a class j uniformly at random, independently of its data, and releases j
+    and :math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\} - 1`, once at
+    its whole ``epsilon``
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`). The mean of the
+    releases that drew k estimates :math:`c_k = E[\tilde y_k w]` without bias, the
+    server solves :math:`\hat\Theta = (G^2 + \mu I)^{-1} G \hat C` with one
+    empirical-Bayes :math:`\mu` for all classes
+    (:class:`~ldpfda.server.learners.MomentMulticlassClassifier`) and predicts the
+    class of the largest score (``docs/estimators.md``, "K classes").
 
     Parameters
     ----------
@@ -100,9 +113,9 @@ class LDPClassifier(_LocalDPClassifier):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    coef_ : ndarray of shape (1, p)
-    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (K,)
+    coef_ : ndarray of shape (1, p), or (K, p) for K > 2 classes
+    intercept_ : ndarray of shape (1,), or (K,)
     epsilon_ : float
         What every client spent in this fit.
     featurizer_ : Featurizer
@@ -130,6 +143,7 @@ class LDPClassifier(_LocalDPClassifier):
     """
 
     _protocol = "default"
+    _multiclass = True
 
     def __init__(
         self,
@@ -219,6 +233,7 @@ class LDPClassifier(_LocalDPClassifier):
                 server_rng=np.random.default_rng(derive_seed(seed, "server")),
                 keep_payload=False,
                 public=data.public,
+                n_classes=int(data.classes.size),
             )
 
         return run

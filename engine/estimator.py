@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
+from scipy.special import expit, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import Tags
 from sklearn.utils.multiclass import check_classification_targets
@@ -74,17 +74,30 @@ class _Prepared:
         return int(self.features.shape[0])
 
 
-def _binary_classes(y: NDArray[Any]) -> NDArray[Any]:
+def _classes(y: NDArray[Any], multiclass: bool) -> NDArray[Any]:
+    """The sorted classes of ``y``: two, or (``multiclass``) at least two."""
     classes = np.unique(y)
-    if classes.size != 2:
+    if classes.size < 2 or (classes.size > 2 and not multiclass):
         found = classes.tolist()
         shown = found if len(found) <= 10 else [*found[:10], "..."]
-        later = " (the K-class protocol is not available yet)" if len(found) > 2 else ""
+        if multiclass:
+            raise ValueError(
+                f"y must have at least 2 classes, got {classes.size}: {shown}"
+            )
+        later = " (LDPClassifier runs the K-class protocol)" if len(found) > 2 else ""
         raise ValueError(
             f"Only binary classification is supported. y must have exactly 2 classes, "
             f"got {classes.size}: {shown}{later}"
         )
     return classes
+
+
+def _indices(y: NDArray[Any], classes: NDArray[Any]) -> NDArray[np.int8]:
+    """Each label's position in ``classes`` (binary: 1 for ``classes[1]``)."""
+    if classes.size == 2:
+        return (y == classes[1]).astype(np.int8)
+    index = {value: i for i, value in enumerate(classes.tolist())}
+    return np.array([index[v] for v in y.tolist()], dtype=np.int8)
 
 
 def _check_client_ids(client_ids: ArrayLike | None, n: int) -> NDArray[np.int64]:
@@ -115,6 +128,8 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
     #: Whether a few hundred clients fall short of the 0.83 training accuracy the
     #: common checks ask of a classifier on make_blobs (scikit-learn's poor_score).
     _poor_score: ClassVar[bool] = False
+    #: Whether the protocol takes K > 2 classes.
+    _multiclass: ClassVar[bool] = False
     epsilon: float | None
     input_type: str
     spec: FederationSpec | str | None
@@ -129,8 +144,8 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         assert tags.classifier_tags is not None
-        # Two classes only: the K-class protocol is a later issue.
-        tags.classifier_tags.multi_class = False
+        # MRMA is binary; the default protocol has a K-class release.
+        tags.classifier_tags.multi_class = self._multiclass
         tags.classifier_tags.poor_score = self._poor_score
         return tags
 
@@ -165,12 +180,13 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
         spec: FederationSpec | None,
         spec_labels: NDArray[np.int64] | None,
     ) -> tuple[NDArray[np.int8], NDArray[Any]]:
-        """Labels in {0, 1} and the two classes (the spec's labels if it has one)."""
-        if spec is not None and len(spec.labels) != 2:
+        """Labels in 0 .. K - 1 and the K classes (the spec's labels if it has one);
+        K = 2 unless the protocol takes more."""
+        if spec is not None and len(spec.labels) != 2 and not self._multiclass:
             raise ValueError(
                 f"Only binary classification is supported. The spec declares "
-                f"{len(spec.labels)} labels {spec.labels} (the K-class protocol is "
-                "not available yet)"
+                f"{len(spec.labels)} labels {spec.labels} ({type(self).__name__} is "
+                "binary; LDPClassifier runs the K-class protocol)"
             )
         if y is None and spec is not None and spec_labels is not None:
             return spec_labels.astype(np.int8), np.asarray(spec.labels)
@@ -194,10 +210,10 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
                     f"y holds label(s) {bad} that are not in the spec's labels "
                     f"{spec.labels}"
                 )
-            return (names == classes[1]).astype(np.int8), classes
+            return _indices(names, classes), classes
         check_classification_targets(y)
-        classes = _binary_classes(y)
-        return (y == classes[1]).astype(np.int8), classes
+        classes = _classes(y, self._multiclass)
+        return _indices(y, classes), classes
 
     def _prepare(
         self,
@@ -352,29 +368,39 @@ class _LocalDPClassifier(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X: Any) -> NDArray[np.float64]:
         r"""Scores :math:`b + \beta^\top z(x)` of new, non-private data (positive
-        means ``classes_[1]``), in the form the model was fitted on."""
+        means ``classes_[1]``), in the form the model was fitted on; with K > 2
+        classes one score per class, shape (n, K)."""
         z = self._features(X)
+        if self.coef_.shape[0] > 1:
+            return z @ self.coef_.T + self.intercept_
         return z @ self.coef_[0] + self.intercept_[0]
 
     def predict_proba(self, X: Any) -> NDArray[np.float64]:
-        """Logistic link of the score, shape (n, 2): a monotone score, not a
-        calibrated probability."""
-        p1 = expit(self.decision_function(X))
+        """Logistic link of the score, shape (n, 2), or the softmax of the K scores,
+        shape (n, K): a monotone score, not a calibrated probability."""
+        scores = self.decision_function(X)
+        if scores.ndim == 2:
+            return softmax(scores, axis=1)
+        p1 = expit(scores)
         return np.column_stack([1.0 - p1, p1])
 
     def predict(self, X: Any) -> NDArray[Any]:
-        """``classes_[1]`` where the score is positive, else ``classes_[0]``."""
+        """``classes_[1]`` where the score is positive, else ``classes_[0]``; with K > 2
+        classes the class of the largest score."""
         scores = self.decision_function(X)
+        if scores.ndim == 2:
+            return self.classes_[np.argmax(scores, axis=1)]
         return self.classes_[(scores > 0).astype(int)]
 
 
 class MRMAClassifier(_LocalDPClassifier):
-    r"""Binary classifier learned under local DP by model reversal and model averaging.
+    r"""Classifier learned under local DP by model reversal and model averaging.
 
     ``fit`` treats every row (sample) of ``X`` as one client: a random
     ``eval_fraction`` of them form the evaluation group, the rest the training group.
     Training clients release Laplace-perturbed scaled coefficients and a randomized
-    label; evaluation clients release one randomized "was the model wrong on me" bit.
+    label (K-ary randomized response for K > 2 classes); evaluation clients release
+    one randomized "was the model wrong on me" bit.
     No client's raw data reach the learned model other than through those releases,
     and each client spends at most ``epsilon``. The fitted model classifies new,
     non-private curves: :math:`\hat y = 1\{\bar b + \bar\beta^\top z(x) > 0\}`, with
@@ -428,9 +454,9 @@ class MRMAClassifier(_LocalDPClassifier):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    coef_ : ndarray of shape (1, p)
-    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (K,)
+    coef_ : ndarray of shape (1, p), or (K, p) for K > 2 classes
+    intercept_ : ndarray of shape (1,), or (K,)
     epsilon_ : float
         What every client was allowed to spend in this fit.
     featurizer_ : Featurizer
@@ -447,6 +473,9 @@ class MRMAClassifier(_LocalDPClassifier):
     """
 
     _protocol = "reference"
+    # K classes: labels by K-ary randomized response, K-row weak models, weights by
+    # estimated accuracy above 1/K (docs/estimators.md, "K classes" of MRMA).
+    _multiclass = True
     # MRMA estimates each weak model's error from a few randomized bits: on the 200
     # clients of the common checks, with 2 weak models, its training accuracy ranges
     # from 0.5 to 0.94 over seeds.
@@ -583,6 +612,7 @@ class MRMAClassifier(_LocalDPClassifier):
                 seed=derive_seed(seed, "clients"),
                 server_rng=rng,
                 keep_payload=False,
+                n_classes=int(data.classes.size),
             )
 
         return run

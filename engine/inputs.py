@@ -96,11 +96,7 @@ def _kind(X: Any) -> str:
 def describe(X: Any) -> str:
     """The form of ``X`` in words, for error messages."""
     kind = _kind(X)
-    return (
-        f"an {kind}"
-        if kind in ("array", "FDataGrid", "FDataIrregular", "FDataBasis")
-        else f"a {kind}"
-    )
+    return f"a {kind}" if kind in ("LongCurves", "DataFrame") else f"an {kind}"
 
 
 def is_curves(X: Any) -> bool:
@@ -155,6 +151,13 @@ def warn_if_private(public_curves: Any, X: Any) -> None:
 # -- curves on one grid ----------------------------------------------------------------
 
 
+def _check_one_variable(X: Any) -> None:
+    if X.dim_domain != 1:
+        raise ValueError(
+            f"curves must be functions of one variable, got dim_domain={X.dim_domain}"
+        )
+
+
 def _dataframe_grid(frame: Any) -> NDArray[np.float64]:
     """The grid of a DataFrame of curves: its column names as numbers."""
     grid, bad = [], []
@@ -188,11 +191,7 @@ def grid_channels(
     if kind in ("FDataGrid", "DataFrame") and grid_points is not None:
         raise ValueError(f"grid_points must not be given with {describe(X)}")
     if kind == "FDataGrid":
-        if X.dim_domain != 1:
-            raise ValueError(
-                f"curves must be functions of one variable, got dim_domain="
-                f"{X.dim_domain}"
-            )
+        _check_one_variable(X)
         grid = np.asarray(X.grid_points[0], dtype=float)
         matrix = X.data_matrix
         channels = [matrix[..., c] for c in range(X.dim_codomain)]
@@ -291,11 +290,7 @@ def to_long_curves(
     if kind == "FDataBasis":
         raise TypeError("an FDataBasis holds coefficients, not observed points")
     if kind == "FDataIrregular":
-        if X.dim_domain != 1:
-            raise ValueError(
-                f"curves must be functions of one variable, got dim_domain="
-                f"{X.dim_domain}"
-            )
+        _check_one_variable(X)
         n = len(X)
         starts = np.asarray(X.start_indices, dtype=np.int64)
         counts = np.diff(np.append(starts, X.points.shape[0]))
@@ -338,28 +333,6 @@ def to_long_curves(
         channel_names,
         tuple(label_names),
     )
-
-
-def _project_long(
-    projections: Sequence[IrregularProjection], curves: LongCurves, min_points: int
-) -> NDArray[np.float64]:
-    parts = []
-    for c, projection in enumerate(projections):
-        fit = projection.fit_clients(
-            curves.times,
-            curves.values[:, c],
-            curves.subjects,
-            curves.curves,
-            curves.n_subjects,
-            min_points=min_points,
-        )
-        if not fit.usable.all():
-            i = int(np.argmin(fit.usable))
-            raise ValueError(
-                f"curve {i}, channel {c}: {fit.why_unusable(i, min_points)}"
-            )
-        parts.append(fit.coefficients)
-    return np.hstack(parts)
 
 
 class IrregularFeaturizer:
@@ -415,7 +388,15 @@ class IrregularFeaturizer:
                 "curves contain NaN values; leave unobserved points out of an "
                 "FDataIrregular (or fit with a spec, where NaN is a missing value)"
             )
-        return _project_long(self.projections, curves, self.min_points)
+        parts = []
+        for c, projection in enumerate(self.projections):
+            fit = projection.fit_subjects(curves, c, min_points=self.min_points)
+            if not fit.usable.all():
+                i = int(np.argmin(fit.usable))
+                why = fit.why_unusable(i, self.min_points)
+                raise ValueError(f"curve {i}, channel {c}: {why}")
+            parts.append(fit.coefficients)
+        return np.hstack(parts)
 
     def transform(self, X: Any) -> NDArray[np.float64]:
         return self.scaler.transform(self.coefficients(X))
@@ -607,6 +588,7 @@ def curve_inputs(
             "pass a spec or a featurizer with bounds fixed in advance"
         )
     featurizer: Featurizer
+    size, degree_order = _resolve_basis(n_basis, order, None)
     if kind == "FDataBasis":
         knots, basis_order = _basis_knots(X)
         basis_size = knots.size - 2 + basis_order
@@ -623,7 +605,6 @@ def curve_inputs(
         scaler = CoefficientScaler.from_public(draft.coefficients(public_curves))
         featurizer = BasisFeaturizer(knots, basis_order, scaler)
     elif kind == "FDataIrregular":
-        size, degree_order = _resolve_basis(n_basis, order, None)
         start, end = X.domain_range[0]
         featurizer = IrregularFeaturizer.calibrated(
             public_curves,
@@ -633,7 +614,6 @@ def curve_inputs(
             order=degree_order,
         )
     else:
-        size, degree_order = _resolve_basis(n_basis, order, None)
         _, grid = grid_channels(X, grid_points)
         featurizer = GridFeaturizer.calibrated(
             public_curves, grid, n_basis=size, order=degree_order

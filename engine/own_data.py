@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from ldpfda import __version__
 from ldpfda.config import Settings
 from ldpfda.datasets.curves import LongCurves
-from ldpfda.datasets.readers import read_curves
+from ldpfda.datasets.readers import _rows, read_curves
 from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.engine.runner import run_protocol
 from ldpfda.fda.features import VectorFeaturizer
@@ -97,11 +97,10 @@ def _has_labels(path: Path) -> bool:
     if path.suffix.lower() == ".npz":
         with np.load(path, allow_pickle=False) as archive:
             return "labels" in archive.files
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        for cells in csv.reader(handle):
-            if any(c.strip() for c in cells):
-                return "label" in [c.strip() for c in cells]
-    return True  # an empty file: the reader says so
+    rows = _rows(path, ",")
+    first = next(rows, None)
+    rows.close()
+    return first is None or "label" in first[1]  # an empty file: the reader says so
 
 
 def read_own_curves(
@@ -153,13 +152,9 @@ def _unusable(
     for c, name in enumerate(spec.channel_names):
         if name not in curves.channels:
             continue
-        fit = spec.projection(c).fit_clients(
-            curves.times,
-            curves.values[:, curves.channels.index(name)],
-            curves.subjects,
-            curves.curves,
-            curves.n_subjects,
-            min_points=spec.min_points,
+        column = curves.channels.index(name)
+        fit = spec.projection(c).fit_subjects(
+            curves, column, min_points=spec.min_points
         )
         for i in np.flatnonzero(~fit.usable).tolist():
             bad[i] = True
@@ -317,10 +312,9 @@ class OwnFit:
 
     def measured(self) -> dict[str, Any]:
         """What was measured: sizes, split, privacy and every test error."""
-        train_n = int(self.train_idx.size)
         return {
             "subjects": int(self.features.features.shape[0]),
-            "training_subjects": train_n,
+            "training_subjects": int(self.train_idx.size),
             "test_subjects": self.n_test,
             "split": {
                 "test_fraction": self.test_fraction,
@@ -339,7 +333,6 @@ class OwnFit:
 
     def model_record(self, *, spec_source: str, data: str) -> dict[str, Any]:
         """The content of ``model.json``."""
-        coef = self.model.coef[0]
         return {
             "format": MODEL_FORMAT,
             "format-version": MODEL_VERSION,
@@ -349,7 +342,7 @@ class OwnFit:
             "server-method": self.result.method,
             "epsilon": self.settings.epsilon,
             "labels": list(self.spec.labels),
-            "coef": [float(v) for v in coef],
+            "coef": [float(v) for v in self.model.coef[0]],
             "intercept": float(self.model.intercept[0]),
             "decision": "labels[1] if intercept + coef . x > 0 else labels[0], with x "
             "the spec's features of a subject in [-1, 1]^p",
@@ -476,15 +469,10 @@ class Predictions:
     true_labels: NDArray[np.int64] | None = None
 
     def rows(self) -> list[tuple[str, str, float]]:
-        return [
-            (s, self.label_names[k], float(p))
-            for s, k, p in zip(
-                self.subject_ids,
-                self.labels.tolist(),
-                self.probability.tolist(),
-                strict=True,
-            )
-        ]
+        names = [self.label_names[k] for k in self.labels.tolist()]
+        return list(
+            zip(self.subject_ids, names, self.probability.tolist(), strict=True)
+        )
 
     def write_csv(self, path: str | Path) -> Path:
         """Columns subject, label, probability; one row per subject."""

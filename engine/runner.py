@@ -21,7 +21,7 @@ from ldpfda.engine.inprocess import (
 )
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.fitting import ProtocolResult, score
+from ldpfda.server.fitting import ProtocolResult, assess_signal, score
 from ldpfda.server.mrma import fit_linear
 from ldpfda.server.plans import Plan, run_plan
 from ldpfda.server.session import Session
@@ -41,6 +41,7 @@ def run_protocol(
     chunk_size: int = 100_000,
     keep_payload: bool = True,
     public: NDArray[np.float64] | None = None,
+    n_classes: int = 2,
 ) -> ProtocolResult:
     """Run the protocol of ``settings`` end to end, every client in this process.
 
@@ -62,6 +63,10 @@ def run_protocol(
     public : array of shape (m, p), optional
         Public, unlabeled scaled features (the moment classifier's feature second
         moment when ``settings.public_features`` is True).
+    n_classes : int
+        K, the number of classes (public); labels are ``0 .. K - 1``. K > 2 needs the
+        moment protocol of a joint release or MRMA on the reference release
+        (:class:`~ldpfda.server.plans.Plan`).
     """
     train_ids, eval_ids = all_ids(train), all_ids(evaluation)
     every = np.concatenate([train_ids, eval_ids])
@@ -71,14 +76,23 @@ def run_protocol(
     )
     session = Session(clients, PrivacyLedger(budget=settings.epsilon, client_ids=every))
     n_features = _n_features(train)
-    plan = Plan(settings, train_ids, eval_ids, n_features, server_rng, public)
+    plan = Plan(
+        settings,
+        train_ids,
+        eval_ids,
+        n_features,
+        server_rng,
+        public,
+        n_classes=n_classes,
+    )
     result = run_plan(session, plan)
     if clean_train is not None:
-        result.baselines["non_private"] = fit_linear(*clean_train)
+        result.baselines["non_private"] = fit_linear(*clean_train, n_classes=n_classes)
     if not keep_payload:
         result.payload = result.payload.take(slice(0, 0))
     if test is not None:
         score(result, *test)
+    assess_signal(result, public, test)
     return result
 
 

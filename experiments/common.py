@@ -34,8 +34,9 @@ __all__ = [
 ]
 
 #: Baselines added to the engine's methods; "default" is ldpfda's default protocol
-#: (one joint hybrid release per client, moment classifier) on the same clients.
-BASELINES = ("histogram", "gaussian", "default")
+#: (one joint hybrid release per client, moment classifier) on the same clients,
+#: "majority" the reference that predicts the clients' most frequent label.
+BASELINES = ("histogram", "gaussian", "default", "majority")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
 
@@ -149,6 +150,11 @@ def evaluate(
                 keep_payload=False,
             )
             errors["default"] = moment.test_errors["moment"]
+        elif name == "majority":
+            # The class most frequent among the clients' labels, never the test set's.
+            majority = int(np.argmax(np.bincount(y_all, minlength=2)))
+            errors["majority"] = float(np.mean(test[1] != majority))
+            extra["majority_class"] = majority
         else:
             raise ValueError(f"baselines must be among {BASELINES}, got {name!r}")
     return errors, extra

@@ -3,7 +3,9 @@
 For every study folder with a ``summary.csv`` (``--results``) this draws test error
 against epsilon (log scale), one line per method with standard-error bars, one panel
 per data set (and per basis size or cut-off where the study varies them), and writes
-the Markdown tables of selected epsilons that ``experiments/README.md`` shows.
+the Markdown tables of selected epsilons that ``experiments/README.md`` shows. A study
+over the number of clients (several ``n_clients``) is drawn against that number, one
+panel per data set and epsilon, and tabled with :func:`sample_size_table`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LABELS", "load_summary", "main", "markdown_tables", "plot_study"]
+__all__ = [
+    "LABELS",
+    "load_summary",
+    "main",
+    "markdown_tables",
+    "plot_study",
+    "sample_size_table",
+]
 
 #: Legend labels of the methods.
 LABELS = {
@@ -29,6 +38,7 @@ LABELS = {
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
     "non_private": "non-private",
+    "majority": "majority class",
 }
 ABLATION_METHODS = ("weak", "mr", "ma")
 #: Methods of the main figures and of the README tables, in legend order.
@@ -45,7 +55,13 @@ STYLES = {
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
     "non_private": ("k", "", "--"),
+    "majority": ("0.4", "", ":"),
 }
+#: Protocols of the sample-size table, and its margin to the non-private error.
+SAMPLE_SIZE_METHODS = ("default", "mrma")
+MARGIN = 0.05
+#: Methods of the figures and tables of a study over the number of clients.
+CLIENTS_METHODS = (*SAMPLE_SIZE_METHODS, "non_private", "majority")
 
 
 def load_summary(path: Path) -> list[dict[str, Any]]:
@@ -57,6 +73,7 @@ def load_summary(path: Path) -> list[dict[str, Any]]:
                 row[key] = float(row[key])
             for key in ("n_basis", "order", "n"):
                 row[key] = int(row[key])
+            row["n_clients"] = int(row["n_clients"]) if row.get("n_clients") else None
             rows.append(row)
     return rows
 
@@ -66,6 +83,7 @@ def _select(
     dataset: str | None = None,
     n_basis: int | None = None,
     cutoff: float | None = None,
+    epsilon: float | None = None,
 ) -> list[dict[str, Any]]:
     return [
         r
@@ -73,13 +91,25 @@ def _select(
         if (dataset is None or r["dataset"] == dataset)
         and (n_basis is None or r["n_basis"] == n_basis)
         and (cutoff is None or math.isclose(r["cutoff"], cutoff))
+        and (epsilon is None or math.isclose(r["epsilon"], epsilon))
     ]
+
+
+def _over_clients(rows: list[dict[str, Any]]) -> bool:
+    """True for a study over the number of clients."""
+    return len({r.get("n_clients") for r in rows}) > 1
 
 
 def _panels(study: str, rows: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
     """(title, rows) of each panel: a data set, and its basis size in functional
     studies."""
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    if _over_clients(rows):
+        return [
+            (f"{d}, ε = {e:g}", _select(rows, d, epsilon=e))
+            for d in datasets
+            for e in sorted({r["epsilon"] for r in rows if r["dataset"] == d})
+        ]
     if study.startswith("functional"):
         return [
             (f"{d}, p = {p} B-splines", _select(rows, d, p))
@@ -102,10 +132,9 @@ def _line(
     method: str,
     label: str,
     style: tuple[str, str, str] | None = None,
+    x: str = "epsilon",
 ) -> None:
-    pts = sorted(
-        (r["epsilon"], r["mean"], r["se"]) for r in rows if r["method"] == method
-    )
+    pts = sorted((r[x], r["mean"], r["se"]) for r in rows if r["method"] == method)
     if not pts:
         return
     eps, mean, se = zip(*pts, strict=True)
@@ -133,6 +162,7 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     ablation = study.startswith("ablation")
+    x = "n_clients" if _over_clients(rows) else "epsilon"
     panels = _panels(study, rows)
     if not panels:
         raise ValueError(f"study {study!r} has no results to plot (empty summary)")
@@ -159,15 +189,19 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
                     (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"),
                 )
         else:
-            for m in MAIN_METHODS:
-                _line(ax, sel, m, LABELS[m])
+            for m in CLIENTS_METHODS if x == "n_clients" else MAIN_METHODS:
+                _line(ax, sel, m, LABELS[m], x=x)
         ax.set_xscale("log")
-        eps_ticks = sorted({r["epsilon"] for r in sel if math.isfinite(r["epsilon"])})
-        ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])
+        ticks = sorted({r[x] for r in sel if math.isfinite(r[x])})
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
         ax.minorticks_off()
         ax.axhline(0.5, color="0.6", linewidth=0.8, linestyle=":")
         ax.set_title(title)
-        ax.set_xlabel(r"per-client privacy budget $\varepsilon$ (log scale)")
+        ax.set_xlabel(
+            "clients (log scale)"
+            if x == "n_clients"
+            else r"per-client privacy budget $\varepsilon$ (log scale)"
+        )
         ax.set_ylabel("test error (mean ± s.e.)")
         ax.grid(True, which="both", alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
@@ -182,7 +216,8 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
         bbox_to_anchor=(0.5, 0.0),
     )
     n = max((r["n"] for r in rows), default=0)
-    fig.suptitle(f"{study}: test error vs epsilon ({n} repeats per point)")
+    against = "the number of clients" if x == "n_clients" else "epsilon"
+    fig.suptitle(f"{study}: test error vs {against} ({n} repeats per point)")
     fig.tight_layout(rect=(0, 0.06 + 0.04 * math.ceil(len(labels) / 4) / nrows, 1, 1))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{study}.png"
@@ -198,8 +233,12 @@ def markdown_tables(
 ) -> str:
     """A Markdown table: one row per (panel, epsilon), one column per method.
 
-    Ablation studies: weak, MR and MA at c = 0.2, and MRMA at every cut-off.
+    Ablation studies: weak, MR and MA at c = 0.2, and MRMA at every cut-off. A study
+    over the number of clients: one row per (data set, epsilon, clients), then
+    :func:`sample_size_table`.
     """
+    if _over_clients(rows):
+        return _clients_table(rows, epsilons) + "\n" + sample_size_table(rows)
     if study.startswith("ablation"):
         cutoffs = sorted({r["cutoff"] for r in rows})
         heads = [LABELS[m] for m in ABLATION_METHODS]
@@ -227,6 +266,94 @@ def markdown_tables(
             row = cells(sel, eps)
             if any(row):
                 lines.append("| " + " | ".join([title, f"{eps:g}", *row]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _clients_table(rows: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str:
+    """Test errors of the protocols and references, one row per (data set,
+    epsilon, clients)."""
+    methods = [m for m in CLIENTS_METHODS if any(r["method"] == m for r in rows)]
+    lines = [
+        "| " + " | ".join(["data", "ε", "clients", *(LABELS[m] for m in methods)]),
+        "|" + "---|" * (3 + len(methods)),
+    ]
+    lines[0] += " |"
+    for d in dict.fromkeys(r["dataset"] for r in rows):
+        for eps in epsilons:
+            sel = _select(rows, d, epsilon=eps)
+            for n in sorted({r["n_clients"] for r in sel}):
+                at_n = [r for r in sel if r["n_clients"] == n]
+                cells = [_cell(at_n, m, eps) for m in methods]
+                lines.append(
+                    "| " + " | ".join([d, f"{eps:g}", f"{n:,}", *cells]) + " |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def _size_cell(n: int | None, sizes: list[int]) -> str:
+    if n is None:
+        return f"> {max(sizes):,}"
+    return f"≤ {n:,}" if n == min(sizes) else f"{n:,}"
+
+
+def _smallest_n(holds: dict[int, bool]) -> int | None:
+    """The smallest n from which on ``holds`` at every larger n too (None: not even
+    at the largest)."""
+    found = None
+    for n in sorted(holds, reverse=True):
+        if not holds[n]:
+            break
+        found = n
+    return found
+
+
+def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str:
+    """How many clients each protocol needs, per data set and epsilon.
+
+    For each protocol of :data:`SAMPLE_SIZE_METHODS`, the smallest number of clients
+    of the study from which on (at that number and every larger one) its mean test
+    error is (a) below the majority-class error minus two of its standard errors (the
+    model carries signal) and (b) at most ``margin`` above the non-private error on
+    the same clients. "≤ n" when it holds from the smallest size of the study on,
+    "> n" when not even at the largest.
+    """
+    missing = {*CLIENTS_METHODS} - {r["method"] for r in rows}
+    if missing:
+        raise ValueError(
+            f"the sample-size table needs the methods {sorted(missing)}: give the "
+            "study the baselines 'default' and 'majority'"
+        )
+    heads = [
+        f"{LABELS[m]}: {what}"
+        for m in SAMPLE_SIZE_METHODS
+        for what in ("signal", f"within {margin:g} of non-private")
+    ]
+    lines = [
+        "| " + " | ".join(["data", "ε", *heads]) + " |",
+        "|" + "---|" * (2 + len(heads)),
+    ]
+    for d in dict.fromkeys(r["dataset"] for r in rows):
+        for eps in sorted({r["epsilon"] for r in rows if r["dataset"] == d}):
+            sel = _select(rows, d, epsilon=eps)
+
+            def at(method: str, sel: list[dict[str, Any]] = sel) -> dict[int, Any]:
+                return {r["n_clients"]: r for r in sel if r["method"] == method}
+
+            majority, clean = at("majority"), at("non_private")
+            cells = []
+            for m in SAMPLE_SIZE_METHODS:
+                runs = at(m)
+                signal = {
+                    n: r["mean"] < majority[n]["mean"] - 2 * r["se"]
+                    for n, r in runs.items()
+                }
+                near = {
+                    n: r["mean"] <= clean[n]["mean"] + margin for n, r in runs.items()
+                }
+                cells += [
+                    _size_cell(_smallest_n(h), list(runs)) for h in (signal, near)
+                ]
+            lines.append("| " + " | ".join([d, f"{eps:g}", *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 

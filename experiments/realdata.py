@@ -90,7 +90,8 @@ def make_real_featurizer(
 
 @dataclass(frozen=True)
 class SplitRule:
-    """How a real data set is split and how MRMA is sized, from its size alone."""
+    """How a real data set (or a simulated federation, :meth:`federation`) is split
+    and how MRMA is sized, from its size alone."""
 
     calibration_fraction: float = 0.1
     min_calibration: int = 20
@@ -115,6 +116,19 @@ class SplitRule:
         if min(n_train, n_eval, n_test) < 2:
             raise ValueError(f"a data set of {n} rows is too small for this split")
         return n_cal, n_train, n_eval, n_test
+
+    def federation(self, n: int) -> dict[str, int]:
+        """Group sizes and MRMA's ensemble of a simulated federation of ``n`` clients,
+        as Settings changes: ``round(train_fraction * n)`` (at least 2) train, the
+        others evaluate, MRMA sized by :meth:`mrma`."""
+        n_train = max(2, int(round(self.train_fraction * n)))
+        if n - n_train < 1:
+            raise ValueError(f"a federation of {n} clients is too small for this split")
+        return {
+            "n_train": n_train,
+            "n_eval": n - n_train,
+            **self.mrma(n_train, n - n_train),
+        }
 
     def mrma(self, n_train: int, n_eval: int) -> dict[str, int]:
         """MRMA's ensemble for these group sizes, as Settings changes.

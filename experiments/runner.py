@@ -42,8 +42,12 @@ __all__ = ["code_fingerprint", "load_config", "main", "plan", "run_study"]
 
 #: Default output folder (git-ignored).
 DEFAULT_OUT = Path("experiments") / "results"
-#: Point fields written to the summary, in column order.
-POINT_FIELDS = ("dataset", "epsilon", "n_basis", "order", "cutoff")
+#: Point fields written to the summary, in column order (``n_clients``: training plus
+#: evaluation clients; empty for the real driver, whose sizes follow its split rule).
+POINT_FIELDS = ("dataset", "epsilon", "n_basis", "order", "cutoff", "n_clients")
+#: A [grid] key of the synthetic driver that is no setting: the number of clients of
+#: the federation, split and MRMA sized by the study's [clients] table (a SplitRule).
+CLIENTS_KEY = "n-clients"
 DRIVERS = ("synthetic", "real")
 
 Task = dict[str, Any]
@@ -153,6 +157,14 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
     for changes in _grid_points(conf.get("grid", {})):
         dataset = changes.pop("dataset", None)
         extra: dict[str, Any] = {}
+        if CLIENTS_KEY in changes:
+            from ldpfda.experiments.realdata import SplitRule
+
+            if driver == "real":
+                raise ValueError(f"{CLIENTS_KEY} is a grid key of the synthetic driver")
+            rule = SplitRule.from_mapping(conf.get("clients"))
+            sizes = rule.federation(changes.pop(CLIENTS_KEY))
+            changes.update({k.replace("_", "-"): v for k, v in sizes.items()})
         if driver == "real":
             if dataset is None:
                 raise ValueError("the real driver needs a dataset in [grid]")
@@ -161,7 +173,10 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
         elif dataset is not None:
             changes["dataset"] = dataset
         settings = Settings.from_mapping(changes, base=base)
-        info = {k: getattr(settings, k) for k in POINT_FIELDS}
+        info = {k: getattr(settings, k) for k in POINT_FIELDS[:-1]}
+        info["n_clients"] = (
+            None if driver == "real" else settings.n_train + settings.n_eval
+        )
         if dataset is not None:
             info["dataset"] = dataset
         ident = {

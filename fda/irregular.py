@@ -43,13 +43,16 @@ C. de Boor, *A Practical Guide to Splines*, revised ed., Springer 2001, ch. XIII
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda._validation import check_finite_array, check_int, check_real
 from ldpfda.fda.bspline import bspline_design, bspline_knots
+
+if TYPE_CHECKING:
+    from ldpfda.datasets.curves import LongCurves
 
 __all__ = [
     "GAP",
@@ -407,19 +410,10 @@ class IrregularProjection:
         *,
         min_points: int = 1,
     ) -> CurveFit:
-        """Coefficients of every curve at once; observations may come in any order.
-
-        Parameters
-        ----------
-        times, values : array-like of shape (m,)
-            Observations; a NaN value is missing and dropped, a time outside the
-            domain is a ``ValueError``.
-        curves : array-like of int, shape (m,)
-            The curve of each observation.
-        min_points : int
-            Curves with fewer observed points are not usable (status
-            :data:`TOO_FEW_POINTS`).
-        """
+        """Coefficients of every curve at once; observations (m,) may come in any
+        order, ``curves`` (m,) gives each one's curve. A NaN value is missing and
+        dropped, a time outside the domain a ``ValueError``; a curve with fewer than
+        ``min_points`` observed points has status :data:`TOO_FEW_POINTS`."""
         t, y = _check_observations(times, values)
         return self._fit_curves(t, y, curves, min_points)
 
@@ -430,7 +424,6 @@ class IrregularProjection:
         curves: ArrayLike,
         min_points: int,
     ) -> CurveFit:
-        """:meth:`fit_curves` of checked observations."""
         min_points = check_int(min_points, "min_points", minimum=1)
         self._check_times(t)
         ids, inverse = _curve_index(curves, t.size)
@@ -504,6 +497,20 @@ class IrregularProjection:
         c = np.einsum("kqp,kq->kp", vt, uty / s_safe)
         return c, ok
 
+    def fit_subjects(
+        self, curves: LongCurves, column: int, *, min_points: int = 1
+    ) -> ClientFit:
+        """:meth:`fit_clients` of channel ``column`` of long curves: a client per
+        subject."""
+        return self.fit_clients(
+            curves.times,
+            curves.values[:, column],
+            curves.subjects,
+            curves.curves,
+            curves.n_subjects,
+            min_points=min_points,
+        )
+
     def fit_clients(
         self,
         times: ArrayLike,
@@ -521,15 +528,9 @@ class IrregularProjection:
         client still releases one vector in the same bounded box. Curves with fewer
         than ``min_points`` observed points, or a coefficient left undetermined, are
         dropped; a client without a usable curve gets a NaN row and ``n_curves ==
-        0`` (the caller decides: a node refuses to answer).
-
-        Parameters
-        ----------
-        times, values : array-like of shape (m,)
-            Observations (NaN values are missing).
-        clients, curves : array-like of int, shape (m,)
-            Each observation's client, in ``0 .. n_clients - 1``, and its curve
-            within the client (any non-negative ints).
+        0`` (the caller decides: a node refuses to answer). ``clients`` and
+        ``curves`` (m,) give each observation's client, in ``0 .. n_clients - 1``,
+        and its curve within the client (any non-negative ints).
         """
         t, y = _check_observations(times, values)
         n_clients = check_int(n_clients, "n_clients", minimum=0)

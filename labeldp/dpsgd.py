@@ -149,11 +149,9 @@ class DPSGDLogisticRegression(_LinearClassifier):
         delta, rate = 1.0 / n, batch / n
         steps = max(1, math.ceil(epochs / rate))
         # Both functions validate the epsilon or noise multiplier they are given.
-        accounting: dict[str, Any] = {
-            "sampling_probability": rate,
-            "steps": steps,
-            "delta": delta,
-        }
+        accounting: dict[str, Any] = dict(
+            sampling_probability=rate, steps=steps, delta=delta
+        )
         sigma = self.noise_multiplier
         if sigma is None:
             assert self.epsilon is not None  # exactly one of the two was given

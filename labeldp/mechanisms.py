@@ -81,9 +81,7 @@ def cluster_label_counts(
     k = check_int(n_classes, "n_classes", minimum=2)
     c_total = check_int(n_clusters, "n_clusters", minimum=1)
     y = check_labels(labels, k)
-    c = check_labels(clusters, c_total, "clusters")
-    if c.shape != y.shape:
-        raise ValueError(f"labels and clusters differ in length: {y.size} != {c.size}")
+    c, _ = _given_clusters(clusters, y, c_total)
     return np.bincount(c * k + y, minlength=c_total * k).reshape(c_total, k)
 
 
@@ -128,13 +126,17 @@ def cluster_distributions(
     p = check_finite_array(noisy_histograms, "noisy_histograms", ndim=2)
     tau = check_real(tau, "tau", low=0.0, high=1.0)
     floor = check_real(floor, "floor", low=0.0, high=1.0)
-    if truncation == "clip":
+    if _check_truncation(truncation) == "clip":
         trunc = np.clip(p, tau, 1.0)
-    elif truncation == "zero":
-        trunc = np.maximum(np.where(p < tau, 0.0, np.minimum(p, 1.0)), 0.0)
     else:
-        raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
+        trunc = np.maximum(np.where(p < tau, 0.0, np.minimum(p, 1.0)), 0.0)
     return (1.0 - floor) * _normalised(trunc) + floor / p.shape[1]
+
+
+def _check_truncation(truncation: Any) -> Truncation:
+    if truncation not in ("clip", "zero"):
+        raise ValueError(f"truncation must be 'clip' or 'zero', got {truncation!r}")
+    return truncation
 
 
 def _normalised(rows: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -350,10 +352,7 @@ class ClusterRR:
         check_real(self.tau, "tau", low=0.0, high=1.0)
         check_real(self.floor, "floor", low=0.0, high=1.0)
         check_int(self.n_clusters, "n_clusters", minimum=1)
-        if self.truncation not in ("clip", "zero"):
-            raise ValueError(
-                f"truncation must be 'clip' or 'zero', got {self.truncation!r}"
-            )
+        _check_truncation(self.truncation)
         if math.isinf(self.sigma) and self.floor != 1.0:
             raise ValueError(
                 f"sigma=inf releases no histogram, so floor must be 1 (uniform q), "

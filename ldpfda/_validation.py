@@ -98,3 +98,23 @@ def check_binary_labels(labels: ArrayLike, name: str = "labels") -> NDArray[np.i
             f"{name} must be in {{0, 1}}, got {first!r} ({int(bad.sum())} bad)"
         )
     return array.astype(np.int8)
+
+
+def check_class_labels(
+    labels: ArrayLike, n_classes: int, name: str = "labels"
+) -> NDArray[np.int8]:
+    """Return ``labels`` as an int8 array, refusing anything outside 0 .. K - 1."""
+    k = check_int(n_classes, "n_classes", minimum=2, maximum=127)
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be class indices, got dtype {array.dtype}")
+    bad = ~np.isin(array, np.arange(k))
+    if np.any(bad):
+        first = array[np.argmax(bad)]
+        raise ValueError(
+            f"{name} must be in {{0, ..., {k - 1}}}, got {first!r} "
+            f"({int(bad.sum())} bad)"
+        )
+    return array.astype(np.int8)

@@ -319,10 +319,42 @@ def _run_simulate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     summaries = simulate(settings_list, progress=not args.no_progress)
     print(format_table(summaries))
+    for line in _no_signal_lines(summaries):
+        print(line)
     out = args.out or Path("results") / f"simulate-{first.dataset}.json"
     _write(out, {"summaries": summaries})
     print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def _releasing(settings: Settings) -> int:
+    """Clients whose releases the model is fit on: MRMA's training group, else all."""
+    n_eval = 0 if settings.protocol == "mrma" else settings.n_eval
+    return settings.n_train + n_eval
+
+
+def _no_signal_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """A warning per budget at which a repeat's model carried no signal."""
+    from ldpfda.server.fitting import no_signal_warning
+
+    lines = []
+    for summary in summaries:
+        runs = summary["runs"]
+        hit = [r for r in runs if r["signal"].get("no_signal")]
+        if not hit:
+            continue
+        settings = Settings.from_mapping(summary["settings"])
+        warning = no_signal_warning(
+            hit[0]["signal"],
+            n_clients=_releasing(settings),
+            epsilon=settings.epsilon,
+            n_features=len(hit[0]["final_model"]["coef"]),
+        )
+        lines.append(
+            f"warning: in {len(hit)} of {len(runs)} repeats at epsilon "
+            f"{settings.epsilon:g} {warning}"
+        )
+    return lines
 
 
 def _wearable_line(settings: Settings) -> str:
@@ -841,6 +873,16 @@ def _fit(args: argparse.Namespace) -> int:
         f"epsilon spent per client (max): {fit.result.privacy['max_spent']:g} "
         f"(budget {epsilon:g})"
     )
+    from ldpfda.server.fitting import no_signal_warning
+
+    warning = no_signal_warning(
+        fit.result.signal,
+        n_clients=_releasing(fit.settings),
+        epsilon=epsilon,
+        n_features=spec.n_features,
+    )
+    if warning:
+        print(f"warning: {warning}")
     _write_fit(args, fit, spec_source, dropped, timings, t_start)
     return 0
 
@@ -967,6 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
         "plot": "ldpfda.experiments.plot",
         "benchmark": "ldpfda.experiments.benchmark",
         "spec": "ldpfda.schema.spec",
+        "node": "ldpfda.client.check",
     }
     if argv and argv[0] in delegated:
         return int(importlib.import_module(delegated[argv[0]]).main(argv[1:]) or 0)
@@ -986,6 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (
         ("spec", "write (spec init) or check (spec check) a federation spec"),
         ("deploy", "operate a Flower deployment: certs, keys, nodes, runs"),
+        ("node", "check a node's data file before it joins (node check)"),
         ("experiment", "run an experiment study from a TOML config"),
         ("plot", "make figures from saved experiment results"),
         ("benchmark", "clients/s and peak memory of the engine"),

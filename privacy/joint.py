@@ -5,6 +5,11 @@ A linear classifier needs :math:`E[\tilde y\,(1, x)]` and the feature second mom
 (:math:`u u^\top = (1, x)(1, x)^\top`), so nothing is spent on parts the server cannot
 use. :math:`(x, y) \mapsto u` is a fixed map into the box, so one release of u at the
 whole epsilon is epsilon-LDP for the pair.
+
+With K > 2 classes (:class:`ClassSignedFeatureMechanism`) a client draws a class j
+uniformly at random, independently of its data, and releases j with
+:math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\} - 1`, at the whole
+epsilon: the draw is public randomness, so the pair is epsilon-LDP as well.
 """
 
 from __future__ import annotations
@@ -14,12 +19,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_binary_labels, check_finite_array, check_int
+from ldpfda._validation import (
+    check_binary_labels,
+    check_class_labels,
+    check_finite_array,
+    check_int,
+)
 from ldpfda.privacy.base import Mechanism
-from ldpfda.privacy.random import RandomLike
+from ldpfda.privacy.random import RandomLike, as_source, uniform
 from ldpfda.privacy.vector_mechanisms import make_vector_mechanism
 
-__all__ = ["SignedFeatureMechanism", "signed_features"]
+__all__ = ["ClassSignedFeatureMechanism", "SignedFeatureMechanism", "signed_features"]
 
 
 def signed_features(
@@ -27,16 +37,24 @@ def signed_features(
 ) -> NDArray[np.float64]:
     r""":math:`\tilde y (1, x)` (:math:`\tilde y x` without intercept) of features in
     [-1, 1] and labels in {0, 1}."""
+    signs = 2.0 * check_binary_labels(labels).astype(np.float64) - 1.0
+    return _signed(features, signs, fit_intercept)
+
+
+def _signed(
+    features: ArrayLike, signs: NDArray[np.float64], fit_intercept: bool = True
+) -> NDArray[np.float64]:
+    """``signs[i] * (1, x_i)`` of features checked to lie in [-1, 1]."""
     x = check_finite_array(features, "features", ndim=2)
-    y = check_binary_labels(labels)
-    if y.size != x.shape[0]:
-        raise ValueError(f"labels has {y.size} entries for {x.shape[0]} feature rows")
+    if signs.size != x.shape[0]:
+        raise ValueError(
+            f"labels has {signs.size} entries for {x.shape[0]} feature rows"
+        )
     if np.any(np.abs(x) > 1.0 + 1e-12):
         raise ValueError(
             "features must be rescaled into [-1, 1], got max |x| = "
             f"{np.abs(x).max():.6g}"
         )
-    signs = 2.0 * y.astype(float) - 1.0
     if fit_intercept:
         x = np.hstack([np.ones((x.shape[0], 1)), x])
     return signs[:, None] * np.clip(x, -1.0, 1.0)
@@ -108,4 +126,130 @@ class SignedFeatureMechanism(Mechanism):
 
     def output_range(self) -> tuple[float, float]:
         """The inner mechanism's range of every released coordinate."""
+        return self.inner.output_range()  # type: ignore[attr-defined]
+
+
+class ClassSignedFeatureMechanism(Mechanism):
+    r"""One release per client of K > 2 classes: a class j drawn uniformly at random,
+    and :math:`v = \tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\} - 1`,
+    through the vector ``mechanism`` at the whole epsilon.
+
+    j is drawn from the client's own stream, independently of (x, y), and v lies in
+    the box for every j, so for any output (j, z) and inputs d, d',
+    :math:`P(j, z \mid d) = \frac1K P(M(v_j(d)) = z) \le e^\varepsilon P(j, z \mid
+    d')`. The release estimates the K blocks
+    :math:`U = (\tilde y_0 w, \dots, \tilde y_{K-1} w)`, :math:`w = (1, x)`, without
+    bias: :math:`\hat U = K\, e_j \otimes z`, with
+    :math:`\mathrm{Var}(\hat U_{kl}) = K\big(\mathrm{Var}(z_l \mid v_k)
+    + w_l^2\big) - w_l^2` (:meth:`variance`), and :math:`z z^\top` estimates
+    :math:`w w^\top` as in the binary release. With two classes
+    :math:`\tilde y_0 = -\tilde y_1`, the draw carries nothing, and the release is
+    :class:`SignedFeatureMechanism` (j = 1 always), which K = 2 therefore refuses.
+
+    :meth:`randomise` takes rows :math:`(y, x_1, \dots, x_p)` and returns rows
+    :math:`(j, z_0, \dots, z_p)`; :meth:`release` takes features and labels apart and
+    returns (j, z).
+
+    References
+    ----------
+    N. Wang et al., ICDE 2019 (dimension sampling, here over the label's K coordinates);
+    T. Hastie, R. Tibshirani, J. Friedman, "The Elements of Statistical Learning",
+    2nd ed., Section 4.2 (linear regression of an indicator matrix).
+    """
+
+    name = "class_signed_features"
+    _recorded = ("n_classes",)
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        n_features: int,
+        n_classes: int,
+        mechanism: str = "hybrid",
+    ) -> None:
+        super().__init__(epsilon=epsilon)
+        self.n_features = check_int(n_features, "n_features", minimum=1)
+        self.n_classes = check_int(n_classes, "n_classes", minimum=3, maximum=127)
+        self.dimension = self.n_features + 1
+        self.inner = make_vector_mechanism(
+            mechanism, epsilon=self.epsilon, dimension=self.dimension
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "inner": self.inner.name,
+            "fit_intercept": True,
+            "n_classes": self.n_classes,
+            **self.inner.parameters(),
+        }
+
+    def _split(self, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+        v = check_finite_array(values, "values", ndim=2)
+        if v.shape[1] != self.dimension:
+            raise ValueError(
+                f"values must have shape (n_clients, {self.dimension}) "
+                f"(label, then features), got {v.shape}"
+            )
+        return v[:, 1:], check_class_labels(v[:, 0], self.n_classes)
+
+    def draw_classes(self, n: int, rng: RandomLike) -> NDArray[np.int64]:
+        """The class each of ``n`` clients reports on: uniform on 0 .. K - 1."""
+        u = uniform(rng, (n, 1))[:, 0]
+        return np.minimum((u * self.n_classes).astype(np.int64), self.n_classes - 1)
+
+    def encode(
+        self, features: ArrayLike, labels: ArrayLike, classes: ArrayLike
+    ) -> NDArray[np.float64]:
+        r""":math:`\tilde y_j (1, x)` of every client, j its entry of ``classes``."""
+        y = check_class_labels(labels, self.n_classes)
+        signs = np.where(y == np.asarray(classes), 1.0, -1.0)
+        u = _signed(features, signs)
+        if u.shape[1] != self.dimension:
+            raise ValueError(
+                f"features must have {self.n_features} columns, got {u.shape[1] - 1}"
+            )
+        return u
+
+    def release(
+        self, features: ArrayLike, labels: ArrayLike, rng: RandomLike = None
+    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """(j, z) of a batch of clients, one row per client: the class first, then the
+        vector from the same stream."""
+        source = as_source(rng)
+        n = check_finite_array(features, "features", ndim=2).shape[0]
+        classes = self.draw_classes(n, source)
+        return classes, self.inner.randomise(
+            self.encode(features, labels, classes), source
+        )
+
+    def randomise(
+        self, values: ArrayLike, rng: RandomLike = None
+    ) -> NDArray[np.float64]:
+        x, y = self._split(values)
+        classes, z = self.release(x, y, rng)
+        return np.column_stack([classes.astype(np.float64), z])
+
+    def _blocks(self, values: ArrayLike) -> NDArray[np.float64]:
+        """U of every row: (n, K, p + 1)."""
+        x, y = self._split(values)
+        n, k = y.size, self.n_classes
+        every = np.repeat(np.arange(k)[None, :], n, axis=0).reshape(-1)
+        u = self.encode(np.repeat(x, k, axis=0), np.repeat(y, k), every)
+        return u.reshape(n, k, self.dimension)
+
+    def bias(self, values: ArrayLike) -> NDArray[np.float64]:
+        r"""Of :math:`\hat U`, flattened to (n, K (p + 1)): zero inside the box."""
+        u = self._blocks(values)
+        return self.inner.bias(u.reshape(-1, self.dimension)).reshape(u.shape[0], -1)
+
+    def variance(self, values: ArrayLike) -> NDArray[np.float64]:
+        r"""Of :math:`\hat U`, flattened to (n, K (p + 1)) (see the class docstring)."""
+        u = np.clip(self._blocks(values), -1.0, 1.0)
+        rows = u.reshape(-1, self.dimension)
+        inner = self.inner.variance(rows).reshape(u.shape)
+        return (self.n_classes * (inner + u**2) - u**2).reshape(u.shape[0], -1)
+
+    def output_range(self) -> tuple[float, float]:
+        """The inner mechanism's range of every released coordinate of z."""
         return self.inner.output_range()  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ __all__ = [
     "P2P_FORWARD",
     "P2P_RANDOMIZE",
     "PRIVATIZE",
+    "classes_request",
     "evaluate_query",
     "features_query",
     "identify_query",
@@ -42,6 +43,7 @@ __all__ = [
     "p2p_randomize_query",
     "privatize_query",
     "release_range",
+    "request_classes",
 ]
 
 IDENTIFY = "identify"
@@ -51,6 +53,9 @@ FEATURES = "features"
 LABEL = "label"
 P2P_RANDOMIZE = "p2p_randomize"
 P2P_FORWARD = "p2p_forward"
+
+#: The request key of a K-class privatize query: K.
+N_CLASSES_KEY = "n-classes"
 
 #: The featurizer's box, with room for the last bit of its rounding.
 FEATURE_BOX = (-1.0 - 1e-12, 1.0 + 1e-12)
@@ -76,13 +81,19 @@ def identify_query() -> Query:
     return Query(IDENTIFY, ledger_record="identity")
 
 
-def _privatize_mechanisms(settings: Settings, n_features: int) -> list[Any]:
+def _privatize_mechanisms(
+    settings: Settings, n_features: int, n_classes: int = 2
+) -> list[Any]:
     """The mechanisms of a privatize release: the joint one, or Laplace on x and
-    randomized response on y (the reference release)."""
+    randomized response on y (the reference release; K-ary for K > 2 classes)."""
     if settings.joint_release:
         mechanism = settings.vector_mechanism
-        return [joint_mechanism(settings.epsilon, n_features, mechanism)]
-    return list(training_mechanisms(settings.epsilon, n_features, settings.label_share))
+        return [joint_mechanism(settings.epsilon, n_features, mechanism, n_classes)]
+    return list(
+        training_mechanisms(
+            settings.epsilon, n_features, settings.label_share, n_classes
+        )
+    )
 
 
 def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
@@ -90,32 +101,76 @@ def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
     return _privatize_mechanisms(settings, n_features)[0].output_range()
 
 
-def privatize_query(settings: Settings, n_features: int) -> Query:
-    """A client's one release of its features and label, as the settings name it."""
-    mechanisms = _privatize_mechanisms(settings, n_features)
+def request_classes(request: Request) -> int:
+    """K of a privatize request: its ``n-classes`` (K > 2), else 2."""
+    if N_CLASSES_KEY not in {*request.rows, *request.shared}:
+        return 2
+    k = np.asarray(request.common(N_CLASSES_KEY)).reshape(-1)
+    if k.size != 1 or int(k[0]) < 3:
+        raise ValueError(f"{N_CLASSES_KEY} must be one integer >= 3, got {k.tolist()}")
+    return int(k[0])
+
+
+def classes_request(n_classes: int) -> Request:
+    """The privatize request of a K-class run (empty for two classes)."""
+    if n_classes == 2:
+        return Request()
+    return Request(shared={N_CLASSES_KEY: np.array([n_classes], dtype=np.int64)})
+
+
+def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> Query:
+    """A client's one release of its features and label, as the settings name it.
+
+    With K > 2 classes the request carries K (``n-classes``) and the reply the class
+    each client drew besides its vector (joint release), or its label in
+    0 .. K - 1 by K-ary randomized response (reference release).
+    """
+    mechanisms = _privatize_mechanisms(settings, n_features, n_classes)
     low, high = mechanisms[0].output_range()
+    request: tuple[ArraySpec, ...] = ()
+    reply: tuple[ArraySpec, ...]
     if settings.joint_release:
-        reply: tuple[ArraySpec, ...] = (
+        reply = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
+        if n_classes > 2:
+            request = (ArraySpec("joint", N_CLASSES_KEY, "int64"),)
+            describe = f"drawn class must be in {{0, ..., {n_classes - 1}}}"
+            reply = (
+                _categorical("payload", "class", "int64", "label", describe, n_classes),
+                *reply,
+            )
     else:
+        describe = "randomized label must be 0 or 1"
+        if n_classes > 2:
+            request = (ArraySpec("labels", N_CLASSES_KEY, "int64"),)
+            describe = f"randomized label must be in {{0, ..., {n_classes - 1}}}"
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
-            _categorical(
-                "payload", "labels", "int8", "label", "randomized label must be 0 or 1"
-            ),
+            _categorical("payload", "labels", "int8", "label", describe, n_classes),
         )
     return Query(
-        PRIVATIZE, reply=reply, cost=_constant([m.event() for m in mechanisms])
+        PRIVATIZE, request, reply, cost=_constant([m.event() for m in mechanisms])
     )
 
 
-def evaluate_query(settings: Settings, n_features: int) -> Query:
-    """Whether the model sent to a client errs on it, by randomized response."""
+def evaluate_query(settings: Settings, n_features: int, n_classes: int = 2) -> Query:
+    """Whether the model sent to a client errs on it, by randomized response.
+
+    A K-class model (K > 2) travels as its K x p coefficients row after row and its
+    K intercepts; the client predicts the class of the largest score.
+    """
     request = (
         ArraySpec("model", "coef", "float64", (n_features,), lead=False),
         ArraySpec("model", "intercept", "float64"),
     )
+    if n_classes > 2:
+        request = (
+            ArraySpec(
+                "model", "coef", "float64", (n_classes * n_features,), lead=False
+            ),
+            ArraySpec("model", "intercept", "float64", (n_classes,), lead=False),
+        )
     describe = "feedback must be a bit (0 or 1)"
     reply = (_categorical("feedback", "bit", "int8", "bit", describe),)
     events = evaluation_events(epsilon=settings.epsilon)

@@ -12,7 +12,8 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.schema.releases import joint_mechanism
 
 __all__ = [
     "JointPayload",
@@ -75,7 +76,8 @@ class _ClientRows:
 @dataclass(frozen=True)
 class TrainingPayload(_ClientRows):
     """What training clients release: perturbed scaled coefficients ``features`` (n, p)
-    and randomized ``labels`` in {0, 1}; each client spent ``feature_epsilon`` and
+    and randomized ``labels`` in {0, 1} (in 0 .. K - 1 for ``n_classes`` K > 2, by
+    K-ary randomized response); each client spent ``feature_epsilon`` and
     ``label_epsilon`` on them."""
 
     client_ids: NDArray[np.int64]
@@ -83,6 +85,7 @@ class TrainingPayload(_ClientRows):
     labels: NDArray[np.int8]
     feature_epsilon: float
     label_epsilon: float
+    n_classes: int = 2
 
 
 @dataclass(frozen=True)
@@ -91,23 +94,28 @@ class JointPayload(_ClientRows):
 
     ``releases`` (n, p + 1) are the released signed vectors, constant coordinate first
     (:class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with vector mechanism
-    ``mechanism``); each client spent its whole budget ``epsilon`` on it, once.
+    ``mechanism``); each client spent its whole budget ``epsilon`` on it, once. With
+    ``n_classes`` K > 2, ``classes`` holds the class j each client drew, and its row of
+    ``releases`` is the perturbed :math:`\tilde y_j\,(1, x)`
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`).
     """
 
     client_ids: NDArray[np.int64]
     releases: NDArray[np.float64]
     epsilon: float
     mechanism: str
+    classes: NDArray[np.int64] | None = None
+    n_classes: int = 2
 
     @property
     def n_features(self) -> int:
         """p (the releases carry p + 1 coordinates)."""
         return int(self.releases.shape[1]) - 1
 
-    def release_mechanism(self) -> SignedFeatureMechanism:
+    def release_mechanism(self) -> SignedFeatureMechanism | ClassSignedFeatureMechanism:
         """The mechanism that produced the releases (for the server's moment map)."""
-        return SignedFeatureMechanism(
-            epsilon=self.epsilon, n_features=self.n_features, mechanism=self.mechanism
+        return joint_mechanism(
+            self.epsilon, self.n_features, self.mechanism, self.n_classes
         )
 
 

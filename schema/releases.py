@@ -15,12 +15,16 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda._validation import check_epsilon
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
-from ldpfda.privacy.joint import SignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
 from ldpfda.privacy.label_accounting import resampling_probability
 from ldpfda.privacy.labels import check_distributions
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.peer_to_peer import p2p_guarantee
-from ldpfda.privacy.randomized_response import BinaryRandomizedResponse, FeedbackBit
+from ldpfda.privacy.randomized_response import (
+    BinaryRandomizedResponse,
+    FeedbackBit,
+    KaryRandomizedResponse,
+)
 
 __all__ = [
     "P2P_RR",
@@ -49,25 +53,33 @@ _UNIFORM_TOL = 1e-12
 
 
 def joint_mechanism(
-    epsilon: float, n_features: int, mechanism: str = "hybrid"
-) -> SignedFeatureMechanism:
-    r"""The mechanism of the joint release :math:`\tilde y\,(1, x)`."""
-    return SignedFeatureMechanism(
-        epsilon=epsilon, n_features=n_features, mechanism=mechanism
+    epsilon: float, n_features: int, mechanism: str = "hybrid", n_classes: int = 2
+) -> SignedFeatureMechanism | ClassSignedFeatureMechanism:
+    r"""The mechanism of the joint release: :math:`\tilde y\,(1, x)` for two classes,
+    a drawn class j and :math:`\tilde y_j\,(1, x)` for more."""
+    if n_classes == 2:
+        return SignedFeatureMechanism(
+            epsilon=epsilon, n_features=n_features, mechanism=mechanism
+        )
+    return ClassSignedFeatureMechanism(
+        epsilon=epsilon, n_features=n_features, n_classes=n_classes, mechanism=mechanism
     )
 
 
 def training_mechanisms(
-    epsilon: float, n_features: int, label_share: float | None
-) -> tuple[LaplaceMechanism, BinaryRandomizedResponse]:
-    """The reference release's mechanisms: Laplace on x, randomized response on y."""
+    epsilon: float, n_features: int, label_share: float | None, n_classes: int = 2
+) -> tuple[LaplaceMechanism, KaryRandomizedResponse]:
+    """The reference release's mechanisms: Laplace on x, randomized response on y
+    (binary, or K-ary for ``n_classes`` K > 2), at the split of the label share."""
     split = split_budget(
         epsilon=epsilon, n_coefficients=n_features, label_share=label_share
     )
-    return (
-        LaplaceMechanism(epsilon=split.coefficients, dimension=n_features),
-        BinaryRandomizedResponse(epsilon=split.label),
+    labels = (
+        BinaryRandomizedResponse(epsilon=split.label)
+        if n_classes == 2
+        else KaryRandomizedResponse(epsilon=split.label, n_categories=n_classes)
     )
+    return LaplaceMechanism(epsilon=split.coefficients, dimension=n_features), labels
 
 
 def evaluation_events(*, epsilon: float) -> list[ReleaseEvent]:

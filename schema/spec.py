@@ -29,7 +29,7 @@ import numbers
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from ldpfda.fda.irregular import ClientFit, IrregularProjection
 from ldpfda.fda.scaling import CoefficientScaler
 
 __all__ = [
+    "CLIP_WARNING",
     "FORMAT_VERSION",
     "PROTOCOLS",
     "VALUE_BOUND_POINTS",
@@ -60,6 +61,10 @@ __all__ = [
     "spec_main",
 ]
 
+#: Share of a host's clipped coordinates, or of its values outside a channel's value
+#: range, above which its data and the spec's bounds do not fit (its release then
+#: carries little of its curve): the node warns.
+CLIP_WARNING = 0.25
 #: The one format version this module reads and writes.
 FORMAT_VERSION = 1
 #: Release protocols: ``default`` (the joint release) and ``reference`` (MRMA).
@@ -678,13 +683,8 @@ class FederationSpec:
             "min-points": self.min_points,
             "domain": _table(self.domain),
             "release": _table(self.release),
-            "channels": [
-                {
-                    "name": c.name,
-                    "unit": c.unit,
-                    "basis": _table(c.basis),
-                    "bounds": _table(c.bounds),
-                }
+            "channels": [  # name and unit as given, basis and bounds as tables
+                {**vars(c), "basis": _table(c.basis), "bounds": _table(c.bounds)}
                 for c in self.channels
             ],
         }
@@ -712,7 +712,6 @@ class FederationSpec:
         return "\n".join(lines) + "\n"
 
     def save(self, path: str | Path) -> Path:
-        """Write :meth:`dumps` to ``path``."""
         path = Path(path)
         path.write_text(self.dumps(), encoding="utf-8")
         return path
@@ -735,7 +734,6 @@ class FederationSpec:
 
     @property
     def short_hash(self) -> str:
-        """The first 16 hex digits of :attr:`hash`."""
         return self.hash[:16]
 
     # -- what follows from the content ------------------------------------------------
@@ -750,7 +748,6 @@ class FederationSpec:
         return sum(c.basis.size for c in self.channels)
 
     def channel_index(self, channel: int | str) -> int:
-        """Position of a channel given by name or position."""
         names = self.channel_names
         if isinstance(channel, str):
             if channel not in names:
@@ -784,7 +781,6 @@ class FederationSpec:
         )
 
     def featurizer(self) -> SpecFeaturizer:
-        """The map from a host's curves to its features in [-1, 1]^p."""
         return SpecFeaturizer(self)
 
     def featurize_file(self, path: str | Path) -> tuple[LongCurves, SubjectFeatures]:
@@ -794,6 +790,17 @@ class FederationSpec:
 
         curves = read_curves(path, spec_labels=self.labels)
         return curves, self.featurizer().featurize(curves)
+
+    def outside_range(self, curves: LongCurves) -> dict[str, float]:
+        """Per channel with value bounds: the share of ``curves``' observed values
+        outside them."""
+        out = {}
+        for k, channel in enumerate(self.channels):
+            low, high = channel.bounds.value_low, channel.bounds.value_high
+            values = curves.values[:, k][~np.isnan(curves.values[:, k])]
+            if low is not None and high is not None and values.size:
+                out[channel.name] = float(np.mean((values < low) | (values > high)))
+        return out
 
     def summary(self) -> str:
         """A few lines that describe the spec, for ``spec check``."""
@@ -879,14 +886,9 @@ class SubjectFeatures:
 
 
 class SpecFeaturizer:
-    """Maps a host's curves (:class:`~ldpfda.datasets.curves.LongCurves`) to scaled
-    features in [-1, 1]^p with the spec's bases and bounds, numpy and scipy only.
-
-    Every channel is projected with :class:`~ldpfda.fda.irregular.IrregularProjection`
-    (curves with fewer than ``min-points`` points, or a gap, are dropped; a subject's
-    curves are averaged), the p coefficients are rescaled with the spec's bounds and
-    clipped.
-    """
+    """Maps a host's curves to features in [-1, 1]^p with the spec's bases and bounds
+    (numpy and scipy only): curves with fewer than ``min-points`` points or a gap are
+    dropped, a subject's curves averaged, the coefficients rescaled and clipped."""
 
     def __init__(self, spec: FederationSpec) -> None:
         if not isinstance(spec, FederationSpec):
@@ -939,7 +941,6 @@ class SpecFeaturizer:
         )
 
     def transform(self, X: LongCurves) -> NDArray[np.float64]:
-        """Features only, shape (n_subjects, p)."""
         return self.featurize(X).features
 
     def _channel_columns(self, curves: LongCurves) -> list[int]:
@@ -961,16 +962,16 @@ class SpecFeaturizer:
         return [given.index(c) for c in names]
 
     def _labels(self, curves: LongCurves) -> NDArray[np.int64]:
-        index = {name: k for k, name in enumerate(self.spec.labels)}
-        out = np.empty(curves.n_subjects, dtype=np.int64)
-        for i, label in enumerate(curves.labels.tolist()):
-            name = curves.label_names[label]
-            if name not in index:
-                raise ValueError(
-                    f"subject {curves.subject_ids[i]!r}: label {name!r} is not in the "
-                    f"spec's labels {self.spec.labels}"
-                )
-            out[i] = index[name]
+        labels = self.spec.labels
+        index = [labels.index(n) if n in labels else -1 for n in curves.label_names]
+        out = np.array(index, dtype=np.int64)[curves.labels]
+        if np.any(out < 0):
+            i = int(np.argmax(out < 0))
+            raise ValueError(
+                f"subject {curves.subject_ids[i]!r}: label "
+                f"{curves.label_names[curves.labels[i]]!r} is not in the spec's labels "
+                f"{labels}"
+            )
         return out
 
 
@@ -979,14 +980,7 @@ def _fit(
 ) -> ClientFit:
     """Every subject's coefficients of channel ``c`` (the curves' ``column``); a
     subject without a usable curve is a ``ValueError``."""
-    fit = spec.projection(c).fit_clients(
-        curves.times,
-        curves.values[:, column],
-        curves.subjects,
-        curves.curves,
-        curves.n_subjects,
-        min_points=spec.min_points,
-    )
+    fit = spec.projection(c).fit_subjects(curves, column, min_points=spec.min_points)
     if not fit.usable.all():
         i = int(np.argmin(fit.usable))
         raise ValueError(
@@ -1039,24 +1033,12 @@ def init_spec(
     :math:`k` spans the ``quantile`` .. ``1 - quantile`` range of the calibration
     subjects, widened by ``margin`` times its width on both sides (as
     :meth:`~ldpfda.fda.scaling.CoefficientScaler.from_public`). The calibration
-    curves must be public (a reference cohort, synthetic or published data), never
-    the federation's private data: the bounds are written into a public file and no
-    epsilon covers them.
-
-    Parameters
-    ----------
-    calibration : LongCurves
-        Public curves; their channels become the spec's channels, in order.
-    channel_units, n_basis, order, penalty
-        One value for every channel, or one per channel (a sequence, or a mapping
-        by channel name).
-    labels : sequence of str, optional
-        The label set; the calibration's label names if None.
-    min_points : int, optional
-        Observed points a curve needs per channel; the largest basis size of a
-        channel without penalty if None (at least 2).
-    grid : sequence of float, optional
-        The common sampling grid, if the federation has one.
+    curves must be public, never the federation's private data: the bounds are
+    written into a public file and no epsilon covers them. Their channels become the
+    spec's, in order; ``channel_units``, ``n_basis``, ``order`` and ``penalty`` are
+    one value for all or one per channel (a sequence, or a mapping by name).
+    ``labels`` default to the calibration's label names, ``min_points`` to the
+    largest basis size of a channel without penalty (at least 2).
     """
     if not isinstance(calibration, LongCurves):
         raise TypeError(
@@ -1073,12 +1055,9 @@ def init_spec(
     names = tuple(calibration.channels)
     sizes, orders, penalties, units = (
         _per_channel(value, names, what)
-        for value, what in (
-            (n_basis, "n_basis"),
-            (order, "order"),
-            (penalty, "penalty"),
-            (channel_units, "channel_units"),
-        )
+        for what, value in dict(
+            n_basis=n_basis, order=order, penalty=penalty, channel_units=channel_units
+        ).items()
     )
     # Provisional channels with unit bounds: validated, and they give the bases.
     provisional = tuple(
@@ -1103,9 +1082,7 @@ def init_spec(
         _calibrated(draft, c, calibration, quantile, margin)
         for c in range(len(draft.channels))
     )
-    return FederationSpec(
-        draft.domain, channels, draft.labels, draft.release, draft.min_points
-    )
+    return replace(draft, channels=channels)
 
 
 def _calibrated(
@@ -1129,7 +1106,7 @@ def _calibrated(
             "give more varied calibration curves"
         )
     bounds = Bounds.coefficients(lo - margin * width, hi + margin * width)
-    return Channel(channel.name, channel.unit, channel.basis, bounds)
+    return replace(channel, bounds=bounds)
 
 
 # -- command line ----------------------------------------------------------------------

@@ -19,10 +19,12 @@ from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, Training
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
+    MomentMulticlassClassifier,
     as_weak_learner,
 )
 from ldpfda.server.mrma import (
     average_models,
+    ensemble_errors,
     estimate_errors,
     fit_linear,
     fit_weak_models,
@@ -36,9 +38,12 @@ __all__ = [
     "NATARAJAN_ALPHA",
     "ProtocolResult",
     "aggregate",
+    "assess_signal",
     "make_learner",
+    "model_error",
     "model_report",
     "moment_result",
+    "no_signal_warning",
     "public_gram",
     "score",
     "single_model_result",
@@ -85,12 +90,16 @@ class ProtocolResult:
     test_errors: dict[str, float] = field(default_factory=dict)
     weak_test_errors: NDArray[np.float64] | None = None
     method: str = "mrma"
+    #: Whether the releases carried signal the model could use (:func:`_signal`).
+    signal: dict[str, Any] = field(default_factory=dict)
+    #: K: an ``mrma`` run's ``weak`` holds K rows per model when K > 2.
+    n_classes: int = 2
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: per-model estimates, weights, flags, errors, privacy
         (``models`` is empty but in an ``mrma`` run)."""
         models = []
-        for j in range(len(self.weak) if self.method == "mrma" else 0):
+        for j in range(self.estimated_errors.size if self.method == "mrma" else 0):
             item = {
                 "estimated_error": float(self.estimated_errors[j]),
                 "reversed": bool(self.reversed[j]),
@@ -106,14 +115,27 @@ class ProtocolResult:
             "selection_rule": self.selection_rule,
             "models": models,
             "test_errors": dict(self.test_errors),
+            "signal": dict(self.signal),
             "privacy": self.privacy,
             "timings": dict(self.timings),
         }
 
 
 def model_report(model: LinearModels) -> dict[str, Any]:
-    """The first model of ``model`` as a report's ``coef`` and ``intercept``."""
+    """The first model of ``model`` as a report's ``coef`` and ``intercept``; a K-class
+    model (K rows) as one row of each per class."""
+    if len(model) > 1:
+        return {"coef": model.coef.tolist(), "intercept": model.intercept.tolist()}
     return {"coef": model.coef[0].tolist(), "intercept": float(model.intercept[0])}
+
+
+def model_error(model: LinearModels, x: NDArray[np.float64], y: ArrayLike) -> float:
+    """Test error of a one-model binary classifier, or of a K-row K-class one
+    (the class of the largest score)."""
+    if len(model) == 1:
+        return float(model.errors(x, y)[0])
+    predicted = np.argmax(model.decision_function(x), axis=1)
+    return float(np.mean(predicted != np.asarray(y)))
 
 
 def public_gram(public: ArrayLike) -> NDArray[np.float64]:
@@ -153,10 +175,18 @@ def make_learner(
             )
         gram = public_gram(public)
     if isinstance(payload, JointPayload):
-        return MomentLinearClassifier(
-            joint=True, gram=gram, mechanism=payload.release_mechanism().inner
-        )
+        inner = payload.release_mechanism().inner
+        if payload.n_classes > 2:
+            return MomentMulticlassClassifier(
+                n_classes=payload.n_classes, gram=gram, mechanism=inner
+            )
+        return MomentLinearClassifier(joint=True, gram=gram, mechanism=inner)
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
+    if payload.n_classes > 2:
+        raise ValueError(
+            f"K = {payload.n_classes} classes of the reference release take the "
+            f"'logistic' or 'svm' weak learner, got {name!r}"
+        )
     rho = 1.0 - rr_keep_probability(epsilon=payload.label_epsilon)
     if name == "natarajan":
         return FlipCorrectedLogisticRegression(alpha=NATARAJAN_ALPHA, flip_rate=rho)
@@ -168,15 +198,96 @@ def make_learner(
 
 def _fit(
     payload: Payload, settings: Settings, public: NDArray[np.float64] | None, **kw: Any
-) -> LinearModels:
-    """One model of :func:`make_learner`'s estimator on every payload."""
+) -> tuple[LinearModels, Any]:
+    """One model of :func:`make_learner`'s estimator on every payload, and the fitted
+    estimator (None for a string learner)."""
     estimator = make_learner(payload, settings, public, **kw)
     if isinstance(payload, JointPayload):
-        return estimator.fit(payload.releases).to_linear_models()
+        fitted = estimator.fit(payload.releases, payload.classes)
+        return fitted.to_linear_models(), fitted
     assert isinstance(payload, TrainingPayload)
     if estimator is None:
-        return fit_linear(payload.features, payload.labels)
-    return estimator.fit(payload.features, payload.labels).to_linear_models()
+        k = payload.n_classes
+        return fit_linear(payload.features, payload.labels, n_classes=k), None
+    fitted = estimator.fit(payload.features, payload.labels)
+    return fitted.to_linear_models(), fitted
+
+
+#: A model that puts at least this share of the reference features in one class is
+#: taken as predicting one class: it carries no signal.
+ONE_CLASS_SHARE = 0.99
+
+
+def _signal(
+    final: LinearModels, estimator: Any = None, rule: str = ""
+) -> dict[str, Any]:
+    r"""What the released quantities say of the model's signal (see
+    :func:`assess_signal`): no signal when the fitted coefficients are all zero, or
+    for MRMA when the feedback bits put every weak model's error at 1/2 (selection
+    rule ``equal``). For the moment classifier ``signal_to_noise`` is
+    :math:`\|\hat c\|^2 / (d\hat\sigma^2)`, the released cross moment against its
+    own noise (about 1 when the labels say nothing of the features)."""
+    out: dict[str, Any] = {"no_signal": False, "reason": ""}
+    if isinstance(estimator, MomentLinearClassifier):
+        c = estimator.cross_moment_
+        level = c.size * estimator.noise_variance_
+        # c is (d,) for two classes, (d, K) for K: every class's moment counts.
+        out["signal_to_noise"] = float(np.vdot(c, c) / level) if level > 0 else np.inf
+    if rule == "equal":
+        out["reason"] = (
+            "the feedback bits put every weak model's error at 1/2: none can be told "
+            "from a coin"
+        )
+    if not np.any(final.coef):
+        out["reason"] = "the fitted coefficients are all zero"
+    out["no_signal"] = bool(out["reason"])
+    return out
+
+
+def assess_signal(
+    result: ProtocolResult,
+    public: NDArray[np.float64] | None,
+    test: tuple[NDArray[np.float64], Any] | None,
+) -> None:
+    """Complete ``result.signal`` with reference features (unlabeled: the ``public``
+    calibration features, else the features of ``test``): the model carries no
+    signal when it puts at least :data:`ONE_CLASS_SHARE` of them in
+    one class. No label is looked at."""
+    features, what = public, "public calibration features"
+    if features is None and test is not None:
+        features, what = test[0], "test features"
+    if features is None or len(features) == 0 or result.signal.get("no_signal"):
+        return
+    scores = result.final.decision_function(features)
+    # One row: the sign of its score; K rows (K classes): the highest score.
+    predicted = scores[:, 0] > 0 if scores.shape[1] == 1 else scores.argmax(axis=1)
+    share = float(np.bincount(predicted.astype(np.int64)).max() / len(features))
+    result.signal["one_class_share"] = share
+    if share >= ONE_CLASS_SHARE:
+        result.signal["no_signal"] = True
+        result.signal["reason"] = (
+            f"it puts {100 * share:.0f} % of the {len(features)} {what} in one class"
+        )
+
+
+def no_signal_warning(
+    signal: dict[str, Any], *, n_clients: int, epsilon: float, n_features: int
+) -> str | None:
+    """The warning for a model without signal (None when it has some): why, and
+    what would help."""
+    if not signal.get("no_signal"):
+        return None
+    snr = signal.get("signal_to_noise")
+    noise = "" if snr is None else f" (released cross moment {snr:.2g} x its noise)"
+    return (
+        f"the fitted model carries no signal: {signal['reason']}{noise}. {n_clients} "
+        "clients "
+        f"at epsilon {epsilon:g} are too few for {n_features} features: the release "
+        "noise swamps what the labels say. More clients (the noise variance of the "
+        "released means falls as 1/n), a larger epsilon or fewer features "
+        "(fda.n-basis, for curves) would help; its predictions are no better than a "
+        "guess."
+    )
 
 
 def single_model_result(
@@ -197,6 +308,7 @@ def single_model_result(
         baselines={},
         privacy=privacy,
         method=method,
+        signal=_signal(final),
     )
 
 
@@ -211,8 +323,12 @@ def moment_result(
 
     The fit does not depend on the order of the payloads.
     """
-    final = _fit(payload, settings, public, learner="moment")
-    return single_model_result(final, method="moment", payload=payload, privacy=privacy)
+    final, estimator = _fit(payload, settings, public, learner="moment")
+    result = single_model_result(
+        final, method="moment", payload=payload, privacy=privacy
+    )
+    result.signal = _signal(final, estimator)
+    return result
 
 
 def train_weak(
@@ -241,6 +357,7 @@ def train_weak(
         subsample_size=settings.subsample_size,
         learner=settings.learner if estimator is None else as_weak_learner(estimator),
         rng=server_rng,
+        n_classes=payload.n_classes,
     )
 
 
@@ -257,47 +374,60 @@ def aggregate(
     """Server steps 3-6 of MRMA and the baselines, from the evaluation bits.
 
     ``bits[i]`` is the feedback of the evaluator in subgroup ``groups[i]``. The naive
-    baseline is one model of the run's weak learner on all training payloads.
+    baseline is one model of the run's weak learner on all training payloads. With
+    K > 2 classes (the payload's ``n_classes``) no model is reversed: a model at or
+    below chance weighs 0 (docs/estimators.md, "K classes" of MRMA), so ``mrma`` and
+    ``ma`` coincide.
     """
-    m = len(weak)
+    assert isinstance(payload, (TrainingPayload, JointPayload))  # MRMA's releases
+    k = payload.n_classes
+    m = len(weak) // (1 if k == 2 else k)
     estimates = estimate_errors(bits, groups, n_models=m, epsilon=settings.epsilon)
-    reversed_models, flipped = reverse_models(weak, estimates.clipped)
-    weights, kept, rule = mrma_weights(estimates.clipped, cutoff=settings.cutoff)
+    e = estimates.clipped
+    reversed_models, flipped = (
+        reverse_models(weak, e) if k == 2 else (weak, np.zeros(m, dtype=bool))
+    )
+    weights, kept, rule = mrma_weights(
+        e, cutoff=settings.cutoff, reversal=k == 2, n_classes=k
+    )
     norm = settings.normalize_models
-    final = average_models(reversed_models, weights, normalize=norm)
+    final = average_models(reversed_models, weights, normalize=norm, n_classes=k)
     ma_weights, _, _ = mrma_weights(
-        estimates.clipped, cutoff=settings.cutoff, reversal=False
+        e, cutoff=settings.cutoff, reversal=False, n_classes=k
     )
     baselines = {
-        "ma": average_models(weak, ma_weights, normalize=norm),
-        "averaging": average_models(weak, np.ones(m), normalize=norm),
-        "naive": _fit(payload, settings, public),
+        "ma": average_models(weak, ma_weights, normalize=norm, n_classes=k),
+        "averaging": average_models(weak, np.ones(m), normalize=norm, n_classes=k),
+        "naive": _fit(payload, settings, public)[0],
     }
     return ProtocolResult(
         final=final,
         weak=weak,
         reversed_models=reversed_models,
         reversed=flipped,
-        estimated_errors=estimates.clipped,
+        estimated_errors=e,
         weights=weights,
         kept=kept,
         selection_rule=rule,
         payload=payload,
         baselines=baselines,
         privacy=privacy,
+        signal=_signal(final, rule=rule),
+        n_classes=k,
     )
 
 
 def score(result: ProtocolResult, x: NDArray[np.float64], y: NDArray[np.int8]) -> None:
     """Fill ``result.test_errors`` with every method's error on clean test data."""
     y = np.asarray(y)
-    errors = {result.method: float(result.final.errors(x, y)[0])}
+    k = result.n_classes
+    errors = {result.method: model_error(result.final, x, y)}
     if result.method == "mrma":
-        weak_errors = result.weak.errors(x, y)
+        weak_errors = ensemble_errors(result.weak, x, y, k)
         result.weak_test_errors = weak_errors
         errors["weak"] = float(weak_errors.mean())
-        errors["mr"] = float(result.reversed_models.errors(x, y).mean())
-        errors["voting"] = float((majority_vote(result.weak, x) != y).mean())
+        errors["mr"] = float(ensemble_errors(result.reversed_models, x, y, k).mean())
+        errors["voting"] = float((majority_vote(result.weak, x, k) != y).mean())
     for name, model in result.baselines.items():
-        errors[name] = float(model.errors(x, y)[0])
-    result.test_errors = {k: errors[k] for k in METHODS if k in errors}
+        errors[name] = model_error(model, x, y)
+    result.test_errors = {m: errors[m] for m in METHODS if m in errors}

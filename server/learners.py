@@ -21,7 +21,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ldpfda._validation import (
     check_binary_labels,
+    check_class_labels,
     check_finite_array,
+    check_int,
     check_real,
 )
 from ldpfda.privacy.base import Mechanism
@@ -30,6 +32,7 @@ from ldpfda.server.mrma import LinearModels
 
 __all__ = [
     "MomentLinearClassifier",
+    "MomentMulticlassClassifier",
     "FlipCorrectedLogisticRegression",
     "REGULARIZATIONS",
     "WeakLearner",
@@ -244,7 +247,8 @@ class MomentLinearClassifier(_LinearClassifier):
         noise: float,
         alpha: float,
     ) -> tuple[NDArray[np.float64], float]:
-        """The regularised least-squares coefficients and the shrinkage used."""
+        """The regularised least-squares coefficients and the shrinkage used; ``cross``
+        (d,) or (d, K), the coefficients alike."""
         d, start = gram.shape[0], int(self.fit_intercept)
         if self.regularization == "ridge":
             trace = float(np.trace(gram[start:, start:]))
@@ -253,10 +257,12 @@ class MomentLinearClassifier(_LinearClassifier):
             theta = np.linalg.lstsq(gram + shrinkage * penalty, cross, rcond=None)[0]
         else:
             g2 = gram @ gram
-            scale = float(np.trace(g2))
-            # tau^2 tr(G^2) = ||c||^2 - d sigma^2, floored so that mu stays finite; at
-            # the cap the fit is proportional to G c (no signal detected).
-            signal = max(float(cross @ cross) - d * noise, 0.0)
+            # One column of c per class (one for two classes), one prior tau^2 for
+            # all: tau^2 K tr(G^2) = ||C||_F^2 - K d sigma^2, floored so that mu stays
+            # finite; at the cap the fit is proportional to G C (no signal detected).
+            flat = cross.reshape(-1)
+            scale = float(np.trace(g2)) * (flat.size // d)
+            signal = max(float(flat @ flat) - flat.size * noise, 0.0)
             cap = 1e12 * scale
             shrinkage = cap if signal * cap <= noise * scale else noise * scale / signal
             theta = np.linalg.lstsq(
@@ -268,6 +274,129 @@ class MomentLinearClassifier(_LinearClassifier):
         r"""The least-squares estimate :math:`(1 + \hat\theta^\top w)/2` in [0, 1]."""
         p1 = np.clip((1.0 + self.decision_function(X)) / 2.0, 0.0, 1.0)
         return np.column_stack([1.0 - p1, p1])
+
+
+class MomentMulticlassClassifier(MomentLinearClassifier):
+    r"""K-class moment classifier from class-sampled joint releases.
+
+    X holds one release z of :math:`\tilde y_j\,w` per client, :math:`w = (1, x)`,
+    y the class j the client drew (uniformly, independently of its data;
+    :class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`), so that the mean
+    of the releases of the :math:`n_k` clients that drew k,
+
+    .. math:: \hat c_k = \frac{1}{n_k} \sum_{i: j_i = k} z_i,
+
+    is unbiased for :math:`c_k = E[\tilde y_k w]`, the cross moment of the binary
+    moment classifier of k against the rest. With one G (public, or from the releases
+    as for the binary joint release: :math:`z z^\top` estimates :math:`w w^\top` for
+    every j) and one empirical-Bayes prior for every class,
+
+    .. math:: \hat\Theta = (G^2 + \mu I)^{-1} G \hat C, \qquad
+              \mu = \frac{\hat\sigma^2 K \mathrm{tr}(G^2)}
+              {(\|\hat C\|_F^2 - K d \hat\sigma^2)_+},
+
+    :math:`\hat\sigma^2` the mean over classes of
+    :math:`\frac{1}{d n_k}\sum_l \widehat{\mathrm{Var}}(z_{il} \mid j_i = k)`:
+    the same linear map for every class, so the rule
+    :math:`\hat y = \arg\max_k \hat\theta_k^\top w` is that of the least-squares
+    regression of the indicator matrix (Fisher's discriminant directions).
+    ``"ridge"`` solves :math:`(\hat G + \lambda D)\hat\Theta = \hat C` as the binary
+    classifier does. ``coef_`` is (K, p), ``intercept_`` (K,).
+
+    References
+    ----------
+    T. Hastie, R. Tibshirani, J. Friedman, "The Elements of Statistical Learning",
+    2nd ed., 2009, Sections 4.2-4.3; C. Morris, JASA 78, 1983.
+    """
+
+    #: The releases carry the constant coordinate and the labels (fixed).
+    fit_intercept = True
+    joint = True
+    label_flip_rate = 0.0
+
+    def __init__(
+        self,
+        *,
+        n_classes: int = 3,
+        regularization: str = "empirical-bayes",
+        alpha: float = 0.1,
+        mechanism: Mechanism | ProductMoments | None = None,
+        gram: ArrayLike | None = None,
+    ) -> None:
+        self.n_classes = n_classes
+        self.regularization = regularization
+        self.alpha = alpha
+        self.mechanism = mechanism
+        self.gram = gram
+
+    def fit(  # type: ignore[override]
+        self, X: ArrayLike, y: ArrayLike
+    ) -> MomentMulticlassClassifier:
+        if self.regularization not in REGULARIZATIONS:
+            raise ValueError(
+                f"regularization must be one of {REGULARIZATIONS}, "
+                f"got {self.regularization!r}"
+            )
+        alpha = check_real(self.alpha, "alpha", low=0.0)
+        k = check_int(self.n_classes, "n_classes", minimum=3)
+        z = check_finite_array(X, "X", ndim=2)
+        if z.shape[1] < 2:
+            raise ValueError("X must have the constant column and a feature column")
+        drawn = check_class_labels(y, k, "y")
+        if drawn.size != z.shape[0]:
+            raise ValueError(f"y has {drawn.size} entries for {z.shape[0]} rows")
+        counts = np.bincount(drawn, minlength=k)
+        if counts.min() < 2:
+            raise ValueError(
+                "every class must be drawn by at least 2 clients to estimate its "
+                f"moment, got draws per class {counts.tolist()}"
+            )
+        groups = [z[drawn == c] for c in range(k)]
+        cross = np.stack([g.mean(axis=0) for g in groups], axis=1)
+        noise = float(
+            np.mean([g.var(axis=0, ddof=1).mean() / g.shape[0] for g in groups])
+        )
+        d = z.shape[1]
+        gram, identified = self._estimate_gram(z, d)
+        theta, shrinkage = self._solve(gram, cross, noise, alpha)
+        self.coef_ = theta[1:].T.copy()
+        self.intercept_ = theta[0].copy()
+        self.n_features_in_ = d - 1
+        self.classes_ = np.arange(k)
+        self.cross_moment_ = cross
+        self.class_counts_ = counts
+        self.gram_ = gram
+        self.noise_variance_ = noise
+        self.shrinkage_ = float(shrinkage)
+        self.identified_ = identified
+        return self
+
+    def decision_function(self, X: ArrayLike) -> NDArray[np.float64]:
+        r"""Scores :math:`\hat\theta_k^\top w`, shape (n, K)."""
+        check_is_fitted(self, "coef_")
+        x = check_finite_array(X, "X", ndim=2)
+        if x.shape[1] != self.coef_.shape[1]:
+            raise ValueError(
+                f"X has {x.shape[1]} features, expected {self.coef_.shape[1]}"
+            )
+        return x @ self.coef_.T + self.intercept_
+
+    def predict(self, X: ArrayLike) -> NDArray[np.int8]:
+        """The class of the largest score."""
+        return np.argmax(self.decision_function(X), axis=1).astype(np.int8)
+
+    def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
+        r"""The least-squares estimates :math:`(1 + \hat\theta_k^\top w)/2`, clipped to
+        [0, 1] and normalised (uniform where all are 0)."""
+        p = np.clip((1.0 + self.decision_function(X)) / 2.0, 0.0, 1.0)
+        total = p.sum(axis=1, keepdims=True)
+        uniform = np.full_like(p, 1.0 / p.shape[1])
+        return np.where(total > 0, p / np.where(total > 0, total, 1.0), uniform)
+
+    def to_linear_models(self) -> LinearModels:
+        """The fit as a K-row :class:`~ldpfda.server.mrma.LinearModels`."""
+        check_is_fitted(self, "coef_")
+        return LinearModels(self.coef_, np.asarray(self.intercept_))
 
 
 class FlipCorrectedLogisticRegression(_LinearClassifier):

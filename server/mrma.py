@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -26,10 +27,13 @@ __all__ = [
     "LinearModels",
     "assign_groups",
     "average_models",
+    "ensemble_errors",
+    "ensemble_predictions",
     "estimate_errors",
     "fit_linear",
     "fit_weak_models",
     "majority_vote",
+    "model_rows",
     "mrma_weights",
     "reverse_models",
 ]
@@ -43,31 +47,71 @@ def fit_linear(
     *,
     learner: str = "logistic",
     random_state: int | None = None,
+    n_classes: int = 2,
 ) -> LinearModels:
     """One linear classifier on (X, y): unregularized ``logistic`` regression or a
-    hinge-loss linear ``svm`` (C = 1); a single class gives the constant classifier."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.svm import LinearSVC
+    hinge-loss linear ``svm`` (C = 1); a single class gives the constant classifier.
 
+    With ``n_classes`` K > 2 the model has K rows (multinomial logistic, one-vs-rest
+    svm), see :func:`_k_rows` for classes the sample lacks.
+    """
     if learner not in LEARNERS:
         raise ValueError(f"learner must be one of {LEARNERS}, got {learner!r}")
     x = np.asarray(X, dtype=float)
     y = np.asarray(y)
+    if n_classes > 2:
+        return _k_rows(x, y, n_classes, lambda: _sklearn(learner, random_state))
     if np.unique(y).size < 2:
         sign = 1.0 if (y.size and y[0] == 1) else -1.0
         return LinearModels(np.zeros((1, x.shape[1])), np.array([sign]))
-    model = (
-        LogisticRegression(C=np.inf, max_iter=1000)
-        if learner == "logistic"
-        else LinearSVC(C=1.0, loss="hinge", max_iter=20000, random_state=random_state)
-    )
+    model = _fitted(_sklearn(learner, random_state), x, y)
+    # One row for two classes, one per class for more (multinomial logistic).
+    return LinearModels(model.coef_, np.atleast_1d(model.intercept_))
+
+
+def _sklearn(learner: str, random_state: int | None) -> Any:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    if learner == "logistic":
+        return LogisticRegression(C=np.inf, max_iter=1000)
+    return LinearSVC(C=1.0, loss="hinge", max_iter=20000, random_state=random_state)
+
+
+def _fitted(model: Any, x: NDArray[np.float64], y: NDArray) -> Any:
+    from sklearn.exceptions import ConvergenceWarning
+
     with warnings.catch_warnings():
         # Unregularized fits on small, noisy samples may stop at max_iter; the direction
         # is what the protocol uses, so a non-converged fit is still a valid weak model.
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(x, y)
-    return LinearModels(model.coef_.reshape(1, -1), np.atleast_1d(model.intercept_))
+    return model
+
+
+def _k_rows(
+    x: NDArray[np.float64], y: NDArray, n_classes: int, make: Callable[[], Any]
+) -> LinearModels:
+    r"""A K-row model (scores of classes 0 .. K - 1) fitted on the classes present.
+
+    Two present classes give sklearn's one row w as the scores :math:`\mp w/2`. A
+    class absent from the sample gets coefficients 0 and an intercept 1 below
+    :math:`\min_k (b_k - \|\beta_k\|_1)` over the present ones: it is never predicted
+    on the feature box [-1, 1]^p, and the model stays finite for averaging.
+    """
+    present = np.unique(y).astype(np.int64)
+    coef = np.zeros((n_classes, x.shape[1]))
+    intercept = np.zeros(n_classes)
+    if present.size >= 2:
+        model = _fitted(make(), x, y)
+        w, b = model.coef_, np.atleast_1d(model.intercept_)
+        if present.size == 2:
+            w, b = np.vstack([-w / 2, w / 2]), np.concatenate([-b / 2, b / 2])
+        coef[present], intercept[present] = w, b
+    floor = np.min(intercept[present] - np.abs(coef[present]).sum(axis=1)) - 1.0
+    absent = np.setdiff1d(np.arange(n_classes), present)
+    intercept[absent] = floor
+    return LinearModels(coef, intercept)
 
 
 def fit_weak_models(
@@ -78,8 +122,11 @@ def fit_weak_models(
     subsample_size: int = 50,
     learner: str | Callable[[NDArray, NDArray | None], LinearModels] = "logistic",
     rng: np.random.Generator | int | None = None,
+    n_classes: int = 2,
 ) -> LinearModels:
     """Train ``n_models`` classifiers, each on its own subsample without replacement.
+
+    With ``n_classes`` K > 2 every model is K consecutive rows (:func:`split_models`).
 
     ``learner`` is a name of :data:`LEARNERS` (:func:`fit_linear`, with a random state
     drawn after each subsample) or any ``(features, labels) -> LinearModels`` (labels
@@ -111,19 +158,21 @@ def fit_weak_models(
 
     def named(xs: NDArray, ys: NDArray | None) -> LinearModels:
         assert ys is not None and isinstance(learner, str)  # refused above otherwise
+        seed = int(gen.integers(2**31 - 1))
         return fit_linear(
-            xs, ys, learner=learner, random_state=int(gen.integers(2**31 - 1))
+            xs, ys, learner=learner, random_state=seed, n_classes=n_classes
         )
 
     fit = named if isinstance(learner, str) else learner
+    rows = model_rows(n_classes)
     coefs, intercepts = [], []
     with threadpool_limits(limits=1, user_api="blas"):
         for _ in range(n_models):
             idx = gen.choice(n, size=subsample_size, replace=False)
             model = fit(x[idx], None if y is None else y[idx])
-            coefs.append(model.coef[0])
-            intercepts.append(model.intercept[0])
-    return LinearModels(np.array(coefs), np.array(intercepts))
+            coefs.append(model.coef[:rows])
+            intercepts.append(model.intercept[:rows])
+    return LinearModels(np.vstack(coefs), np.concatenate(intercepts))
 
 
 def assign_groups(
@@ -190,18 +239,52 @@ def estimate_errors(
     )
 
 
+def model_rows(n_classes: int) -> int:
+    """Rows of one model of an ensemble: 1 for two classes (the sign of one score), K
+    for K > 2 (one score per class)."""
+    return 1 if n_classes == 2 else check_int(n_classes, "n_classes", minimum=3)
+
+
+def ensemble_predictions(
+    models: LinearModels, X: ArrayLike, n_classes: int = 2
+) -> NDArray[np.int64]:
+    """Every model's labels, shape (n, M): the sign of its score, or for K classes
+    the class of its largest score (the first on a tie)."""
+    if n_classes == 2:
+        return models.predict(X).astype(np.int64)
+    scores = models.decision_function(X)
+    return scores.reshape(scores.shape[0], -1, n_classes).argmax(axis=2)
+
+
+def ensemble_errors(
+    models: LinearModels, X: ArrayLike, y: ArrayLike, n_classes: int = 2
+) -> NDArray[np.float64]:
+    """Misclassification rate of each model of the ensemble on (X, y)."""
+    predicted = ensemble_predictions(models, X, n_classes)
+    return (predicted != np.asarray(y)[:, None]).mean(axis=0)
+
+
 def reverse_models(
-    models: LinearModels, errors: ArrayLike
+    models: LinearModels, errors: ArrayLike, *, n_classes: int = 2
 ) -> tuple[LinearModels, NDArray[np.bool_]]:
-    """Model reversal: negate every classifier whose estimated error exceeds 1/2."""
+    """Model reversal: negate every classifier whose estimated error exceeds 1/2.
+
+    With ``n_classes`` K > 2 the rule carried over literally (the ablation of
+    docs/estimators.md, not what :func:`~ldpfda.server.fitting.aggregate` does):
+    negate every K-row model whose estimated accuracy is below chance 1/K.
+    """
     e = np.asarray(errors, dtype=float)
-    flip = e > 0.5
-    sign = np.where(flip, -1.0, 1.0)
+    flip = e > 0.5 if n_classes == 2 else e > 1.0 - 1.0 / n_classes
+    sign = np.repeat(np.where(flip, -1.0, 1.0), model_rows(n_classes))
     return LinearModels(models.coef * sign[:, None], models.intercept * sign), flip
 
 
 def mrma_weights(
-    errors: ArrayLike, *, cutoff: float = 0.2, reversal: bool = True
+    errors: ArrayLike,
+    *,
+    cutoff: float = 0.2,
+    reversal: bool = True,
+    n_classes: int = 2,
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_], str]:
     r"""Selection and weights of model averaging, and the name of the rule applied.
 
@@ -211,11 +294,18 @@ def mrma_weights(
     :math:`\hat e_j < c`. If no model passes the cut-off (``'cutoff'``), every model
     with a positive score is weighted (``'no-selection'``), and if none has one, all
     equally (``'equal'``).
+
+    With ``n_classes`` K > 2, 1/2 becomes the chance error :math:`h = 1 - 1/K`: the
+    score is the estimated accuracy above chance :math:`(h - \hat e_j)_+` (a model at
+    or below chance weighs 0), or :math:`|h - \hat e_j|` with ``reversal`` (the
+    negation ablation), and the cut-off keeps :math:`\hat e_j < 2ch`, which is
+    :math:`\hat e_j < c` at K = 2.
     """
     e = np.asarray(errors, dtype=float)
     cutoff = check_real(cutoff, "cutoff", low=0.0, high=0.5)
-    score = np.abs(0.5 - e) if reversal else np.clip(0.5 - e, 0.0, None)
-    kept = score > 0.5 - cutoff
+    chance = 0.5 if n_classes == 2 else 1.0 - 1.0 / n_classes
+    score = np.abs(chance - e) if reversal else np.clip(chance - e, 0.0, None)
+    kept = score > (chance - cutoff if n_classes == 2 else chance * (1 - 2 * cutoff))
     rule = "cutoff"
     if not np.any(kept):
         kept = score > 0
@@ -228,15 +318,33 @@ def mrma_weights(
 
 
 def average_models(
-    models: LinearModels, weights: ArrayLike, *, normalize: bool = True
+    models: LinearModels,
+    weights: ArrayLike,
+    *,
+    normalize: bool = True,
+    n_classes: int = 2,
 ) -> LinearModels:
     r"""Weighted average of the models' (intercept, coefficient) vectors: one model.
 
     The scale of an unregularized logistic fit on a small noisy sample is arbitrary, so
     with ``normalize`` every :math:`(b, \beta)` is scaled to unit norm first and the
     weights alone decide each model's influence.
+
+    With ``n_classes`` K > 2 every model is a K x (p + 1) score matrix, which a common
+    shift of its K rows leaves unchanged: each is centred over its rows, scaled to unit
+    Frobenius norm (with ``normalize``) and the matrices averaged into one K-row model.
     """
     w = np.asarray(weights, dtype=float)
+    if n_classes > 2:
+        k = model_rows(n_classes)
+        full = np.hstack([models.intercept[:, None], models.coef])
+        full = full.reshape(-1, k, full.shape[1])
+        full = full - full.mean(axis=1, keepdims=True)
+        if normalize:
+            norm = np.sqrt(np.sum(full**2, axis=(1, 2)))
+            full = full / np.where(norm > 0, norm, 1.0)[:, None, None]
+        mean = np.average(full, axis=0, weights=w)
+        return LinearModels(mean[:, 1:], mean[:, 0])
     coef, intercept = models.coef, models.intercept
     if normalize:
         norm = np.sqrt(np.sum(coef**2, axis=1) + intercept**2)
@@ -248,6 +356,13 @@ def average_models(
     )
 
 
-def majority_vote(models: LinearModels, X: ArrayLike) -> NDArray[np.int8]:
-    """Majority vote of the models' labels (ties go to class 1)."""
-    return (models.predict(X).mean(axis=1) >= 0.5).astype(np.int8)
+def majority_vote(
+    models: LinearModels, X: ArrayLike, n_classes: int = 2
+) -> NDArray[np.int8]:
+    """Majority vote of the models' labels (ties go to class 1; for K > 2 classes, to
+    the lowest of the tied classes)."""
+    if n_classes == 2:
+        return (models.predict(X).mean(axis=1) >= 0.5).astype(np.int8)
+    predicted = ensemble_predictions(models, X, n_classes)
+    votes = (predicted[:, :, None] == np.arange(n_classes)).sum(axis=1)
+    return votes.argmax(axis=1).astype(np.int8)

@@ -31,7 +31,7 @@ from ldpfda.server.mrma import (
     mrma_weights,
     reverse_models,
 )
-from ldpfda.server.plans import Plan, ask_feedback, train_round
+from ldpfda.server.plans import Plan, ask_feedback, planned_ids, train_round
 from ldpfda.server.session import Session
 
 __all__ = [
@@ -187,7 +187,10 @@ def train_phase(
     :func:`training_rng`."""
     rng = training_rng(settings, repeat)
     payload, weak = train_round(
-        session, Plan(settings, train_ids, _NONE, n_features, rng)
+        session,
+        Plan(
+            settings, train_ids, _NONE, n_features, rng, planned=planned_ids(settings)
+        ),
     )
     assert isinstance(payload, TrainingPayload)
     return payload, weak
@@ -208,7 +211,9 @@ def evaluate_phase(
     rng = np.random.default_rng(
         derive_seed(settings.seed, "groups", repeat, settings.server_id)
     )
-    plan = Plan(settings, _NONE, eval_ids, n_features, rng)
+    plan = Plan(
+        settings, _NONE, eval_ids, n_features, rng, planned=planned_ids(settings)
+    )
     answered, bits, groups = ask_feedback(session, plan, weak)
     estimates = estimate_errors(
         bits, groups, n_models=len(weak), epsilon=settings.epsilon

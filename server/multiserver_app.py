@@ -39,6 +39,12 @@ def _start(
 ) -> tuple[GridClients, Session]:
     """Check the settings, wait for the nodes and ask each who it is."""
     check_reference(settings)
+    if options.spec or options.public_data:
+        raise ValueError(
+            "the multi-server phases run on the embedded designs; flower.spec and "
+            "flower.public-data are for a single-server run (flower.phase = "
+            '"single")'
+        )
     if settings.server_id < 0:
         raise ValueError(
             f"phase {options.phase!r} needs data.server-id >= 0 (this server's id in "
@@ -169,5 +175,5 @@ def run_phase(
         write_report(report, status)
         return report
     except Exception as exc:
-        status("failed", error=f"{type(exc).__name__}: {exc}")
+        status.failed(exc)
         raise

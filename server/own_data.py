@@ -30,6 +30,14 @@ class RunData:
     public: NDArray[np.float64] | None
     test: tuple[NDArray[np.float64], NDArray[np.int8]] | None
     spec_hash: str | None = None
+    #: Where the moment classifier's feature second moment comes from, for the report.
+    moment_source: str = "releases"
+
+    def second_moment(self) -> dict[str, Any]:
+        """The report's ``second_moment`` block: its source and how many public
+        feature vectors it is taken from (0: from the releases)."""
+        n = 0 if self.public is None else int(self.public.shape[0])
+        return {"source": self.moment_source if n else "releases", "public_rows": n}
 
 
 def _featurize(spec: Any, path: str) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
@@ -56,7 +64,8 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
         public = None
         if needs_public:
             public = public_features(settings, options.repeat, featurizer=featurizer)
-        return RunData(featurizer, public, test_set(settings, options))
+        source = "the embedded design's public calibration draws"
+        return RunData(featurizer, public, test_set(settings, options), None, source)
     from ldpfda.schema.spec import FederationSpec
 
     spec = FederationSpec.load(options.spec)
@@ -78,4 +87,5 @@ def run_data(settings: Settings, options: FlowerOptions) -> RunData:
     # on the hosts' own curves: only a file gives one.
     own_test = options.test_data not in ("", "design")
     test = _featurize(spec, options.test_data) if own_test else None
-    return RunData(spec.featurizer(), public, test, spec.hash)
+    source = f"flower.public-data ({options.public_data})"
+    return RunData(spec.featurizer(), public, test, spec.hash, source)

@@ -41,15 +41,16 @@ from ldpfda.server.labels import (
 from ldpfda.server.mrma import assign_groups
 from ldpfda.server.session import QuorumError, Replies, Session, locate, logger
 
-__all__ = ["Plan", "ask_feedback", "run_plan", "train_round"]
+__all__ = ["Plan", "ask_feedback", "planned_ids", "run_plan", "train_round"]
 
 
 @dataclass(frozen=True)
 class Plan:
     """What a protocol run needs besides its session: ``train_ids`` and ``eval_ids``
     (in a ``moment`` or ``label`` run both simply release), the public featurizer's
-    output width and public, unlabeled scaled features (the moment classifier's second
-    moment)."""
+    output width, public, unlabeled scaled features (the moment classifier's second
+    moment) and the number of classes K (public; K > 2 in the ``moment`` protocol of a
+    joint release and in the ``mrma`` protocol of the reference release)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -57,10 +58,46 @@ class Plan:
     n_features: int
     server_rng: np.random.Generator
     public: NDArray[np.float64] | None = None
+    #: The training and evaluation clients the run asked for, whether they turned up
+    #: or not (default: ``train_ids`` and ``eval_ids``); every round's quorum is
+    #: counted on them.
+    planned: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
+    n_classes: int = 2
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        joint = s.joint_release and s.protocol == "moment"
+        reference = s.mechanism == "reference" and s.protocol == "mrma"
+        if self.n_classes != 2 and not (joint or reference):
+            raise ValueError(
+                f"n_classes = {self.n_classes}: K > 2 classes need the moment protocol "
+                f"of a joint release (privacy.mechanism joint-*, server.method auto or "
+                f"moment) or MRMA on the reference release, got mechanism "
+                f"{s.mechanism!r} with protocol {s.protocol!r}"
+            )
+        if self.n_classes != 2 and reference and s.learner not in ("logistic", "svm"):
+            raise ValueError(
+                f"n_classes = {self.n_classes}: K-class MRMA takes the weak learner "
+                f"'logistic' or 'svm', got {s.learner!r}"
+            )
 
     @property
     def every_client(self) -> NDArray[np.int64]:
         return np.concatenate([self.train_ids, self.eval_ids]).astype(np.int64)
+
+    def asked_for(self, group: str) -> NDArray[np.int64]:
+        """The planned clients of ``group``: ``"train"``, ``"eval"`` or ``"every"``."""
+        train, evaluation = self.planned or (self.train_ids, self.eval_ids)
+        if group == "every":
+            return np.concatenate([train, evaluation]).astype(np.int64)
+        return np.asarray(train if group == "train" else evaluation, dtype=np.int64)
+
+
+def planned_ids(settings: Settings) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The clients a run of ``settings`` asks for: training ``0 .. n_train-1``,
+    evaluation the next ``n_eval`` (:attr:`Plan.planned`)."""
+    total = settings.n_train + settings.n_eval
+    return np.arange(settings.n_train), np.arange(settings.n_train, total)
 
 
 def run_plan(session: Session, plan: Plan) -> ProtocolResult:
@@ -78,18 +115,33 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 
 def _privatize(
-    session: Session, plan: Plan, ids: NDArray[np.int64], *, minimum: int, what: str
+    session: Session, plan: Plan, group: str, *, minimum: int, what: str
 ) -> JointPayload | TrainingPayload:
-    """The ``privatize`` round of clients ``ids``: the valid releases as the payload,
-    ordered by client id."""
+    """The ``privatize`` round of the clients of ``group`` (:meth:`Plan.asked_for`):
+    the valid releases as the payload, ordered by client id."""
     s = plan.settings
+    ids = plan.every_client if group == "every" else plan.train_ids
     session.status("privatize", releasing_clients=int(ids.size))
-    query = catalog.privatize_query(s, plan.n_features)
-    got = session.ask(catalog.PRIVATIZE, query, ids, minimum=minimum, what=what)
+    k = plan.n_classes
+    query = catalog.privatize_query(s, plan.n_features, k)
+    got = session.ask(
+        catalog.PRIVATIZE,
+        query,
+        ids,
+        catalog.classes_request(k),
+        minimum=minimum,
+        what=what,
+        planned=plan.asked_for(group),
+    )
     released, order = _sorted(got)
     if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
-        return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
+        if k == 2:
+            return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
+        classes = got.values["class"][order].astype(np.int64)
+        return JointPayload(
+            released, releases, s.epsilon, s.vector_mechanism, classes, k
+        )
     split = split_budget(
         epsilon=s.epsilon, n_coefficients=plan.n_features, label_share=s.label_share
     )
@@ -99,14 +151,13 @@ def _privatize(
         got.values["labels"][order].astype(np.int8),
         split.coefficients,
         split.label,
+        k,
     )
 
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
     with session.timed("clients_privatize_s"):
-        payload = _privatize(
-            session, plan, plan.every_client, minimum=2, what="releasing"
-        )
+        payload = _privatize(session, plan, "every", minimum=2, what="releasing")
     session.status("fit", payloads=len(payload))
     with session.timed("server_train_s"):
         privacy = session.ledger.summary()
@@ -127,7 +178,7 @@ def train_round(
     s = plan.settings
     with session.timed("clients_privatize_s"):
         payload = _privatize(
-            session, plan, plan.train_ids, minimum=s.subsample_size, what="training"
+            session, plan, "train", minimum=s.subsample_size, what="training"
         )
     session.status("train", payloads=len(payload))
     with session.timed("server_train_s"):
@@ -161,13 +212,24 @@ def ask_feedback(
 
     Returns the clients whose bit came back (by id), their bits and their subgroups.
     """
-    eval_ids = plan.eval_ids
-    groups = assign_groups(eval_ids.size, len(weak), plan.server_rng)
-    request = Request(
-        rows={"coef": weak.coef[groups], "intercept": weak.intercept[groups]}
+    eval_ids, k = plan.eval_ids, plan.n_classes
+    rows = 1 if k == 2 else k
+    # One row per model: a K-class model's K x p coefficients flattened, K intercepts.
+    coef = weak.coef.reshape(-1, rows * weak.coef.shape[1])
+    intercept = weak.intercept.reshape(coef.shape[0], rows)
+    if k == 2:
+        intercept = intercept[:, 0]  # binary models travel with a scalar intercept
+    groups = assign_groups(eval_ids.size, coef.shape[0], plan.server_rng)
+    request = Request(rows={"coef": coef[groups], "intercept": intercept[groups]})
+    query = catalog.evaluate_query(plan.settings, plan.n_features, k)
+    got = session.ask(
+        catalog.EVALUATE,
+        query,
+        eval_ids,
+        request,
+        what="evaluation",
+        planned=plan.asked_for("eval"),
     )
-    query = catalog.evaluate_query(plan.settings, plan.n_features)
-    got = session.ask(catalog.EVALUATE, query, eval_ids, request, what="evaluation")
     answered, order = _sorted(got)
     _, where = locate(eval_ids, answered)
     return answered, got.values["bit"][order].astype(np.int8), groups[where]
@@ -175,10 +237,17 @@ def ask_feedback(
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
     s = plan.settings
+    planned = plan.asked_for("every")
     with session.timed("clients_features_s"):
         session.status("features", clients=int(plan.every_client.size))
         query = catalog.features_query(plan.n_features)
-        got = session.ask(catalog.FEATURES, query, plan.every_client, what="releasing")
+        got = session.ask(
+            catalog.FEATURES,
+            query,
+            plan.every_client,
+            what="releasing",
+            planned=planned,
+        )
         ids, order = _sorted(got)
         x = got.values["x"][order].astype(np.float64)
 
@@ -188,7 +257,9 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         asked = ids[index]
         query = catalog.label_query(s, N_CLASSES)
         request = Request(rows={"q": prior_rows})
-        answers = session.ask(stage, query, asked, request, what="labelling")
+        answers = session.ask(
+            stage, query, asked, request, what="labelling", planned=planned
+        )
         return answers.get("label", asked, -1).astype(np.int64)
 
     session.status("labels", clients=int(ids.size))
@@ -234,8 +305,14 @@ def _p2p_rounds(
         "cluster-sizes": sizes.astype(np.int64),
     }
     query = catalog.p2p_randomize_query()
+    planned = plan.asked_for("every")
     got = session.ask(
-        catalog.P2P_RANDOMIZE, query, ids, Request(shared=shared), what="randomizing"
+        catalog.P2P_RANDOMIZE,
+        query,
+        ids,
+        Request(shared=shared),
+        what="randomizing",
+        planned=planned,
     )
     noisy = got.get("label", ids, -1)
     has_bit = noisy >= 0
@@ -260,7 +337,12 @@ def _p2p_rounds(
     query = catalog.p2p_forward_query()
     request = Request(ragged={"labels": p2p_blocks(noisy[index], clusters[index])})
     reports = session.ask(
-        catalog.P2P_FORWARD, query, ids[index], request, what="forwarding"
+        catalog.P2P_FORWARD,
+        query,
+        ids[index],
+        request,
+        what="forwarding",
+        planned=planned,
     )
     labels = reports.get("label", ids, -1).astype(np.int64)
     info = {

@@ -19,7 +19,7 @@ from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import design_test_set, public_featurizer
 from ldpfda.schema import catalog
 from ldpfda.server.options import FlowerOptions
-from ldpfda.server.session import Round, Session, logger, reason_kind
+from ldpfda.server.session import QuorumError, Round, Session, logger, reason_kind
 
 __all__ = [
     "Status",
@@ -46,6 +46,14 @@ class Status:
         tmp = self.directory / "status.json.tmp"
         tmp.write_text(json.dumps(body), encoding="utf-8")
         tmp.replace(self.directory / "status.json")
+
+    def failed(self, exc: BaseException) -> None:
+        """Mark the run ``failed`` with the error; a failed quorum also names its
+        round and the clients the run asked for and lost by then (``missing``)."""
+        extra = {}
+        if isinstance(exc, QuorumError):
+            extra = {"round": exc.round, "missing": exc.missing}
+        self("failed", error=f"{type(exc).__name__}: {exc}", **extra)
 
 
 def jsonable(value: Any) -> Any:

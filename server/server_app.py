@@ -17,11 +17,16 @@ from ldpfda.config import Settings
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema import catalog
-from ldpfda.server.fitting import ProtocolResult, score
+from ldpfda.server.fitting import (
+    ProtocolResult,
+    assess_signal,
+    no_signal_warning,
+    score,
+)
 from ldpfda.server.grid import GridClients
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.own_data import run_data
-from ldpfda.server.plans import Plan, run_plan
+from ldpfda.server.plans import Plan, planned_ids, run_plan
 from ldpfda.server.report import (
     Status,
     privacy_section,
@@ -57,6 +62,9 @@ def connect(
             "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
         )
     session.reported.update(clients.reported)
+    # The quorum holds from the first round on, against every client the run asked for.
+    session.lose({c: "absent: no node identified as this client" for c in absent})
+    session.require(clients.identify, 1, "planned", np.arange(total))
     return clients, session
 
 
@@ -102,12 +110,19 @@ def run_server(
             derive_seed(settings.seed, "server", options.repeat)
         )
         plan = Plan(
-            settings, train_ids, eval_ids, featurizer.n_features_out, server_rng, public
+            settings,
+            train_ids,
+            eval_ids,
+            featurizer.n_features_out,
+            server_rng,
+            public,
+            planned=planned_ids(settings),
         )
         result = run_plan(session, plan)
         with session.timed("server_score_s"):
             if data.test is not None:
                 score(result, *data.test)
+            assess_signal(result, public, data.test)
         result.timings = dict(session.timings)
         extra: dict[str, Any] = {
             "train_clients": train_ids.tolist(),
@@ -118,12 +133,21 @@ def run_server(
                 catalog.release_range(settings, featurizer.n_features_out)
             )
         report = result.report()
+        report["signal"]["warning"] = warning = no_signal_warning(
+            result.signal,
+            n_clients=len(result.payload),
+            epsilon=settings.epsilon,
+            n_features=featurizer.n_features_out,
+        )
+        if warning:
+            logger.warning("ldpfda: %s", warning)
         report.update(
             ldpfda_version=__version__,
             run_id=int(run_id),
             settings=settings.to_mapping(),
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),
+            second_moment=data.second_moment(),
         )
         report["privacy"] = privacy_section(session, sorted(clients.node_of))
         if settings.label_release:
@@ -131,7 +155,7 @@ def run_server(
         write_run(report, result.final, result.payload.arrays(), status)
         return result, report
     except Exception as exc:
-        status("failed", error=f"{type(exc).__name__}: {exc}")
+        status.failed(exc)
         raise
 
 

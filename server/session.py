@@ -193,7 +193,13 @@ def _merged(first: Replies, retry: Replies) -> Replies:
 
 
 class QuorumError(RuntimeError):
-    """Too few clients of a round gave a valid reply for the run to go on."""
+    """Too few clients of a round gave a valid reply for the run to go on: ``round``
+    names it, ``missing`` lists the clients the run asked for and lost by then."""
+
+    def __init__(self, message: str, round: str = "", missing: list[int] | None = None):
+        super().__init__(message)
+        self.round = round
+        self.missing = list(missing or [])
 
 
 def _head(items: list[Any], n: int = 5) -> str:
@@ -221,6 +227,14 @@ class Session:
         self.rounds: dict[str, Round] = {}
         self.reported: dict[int, dict[str, float]] = {}
         self.timings: dict[str, float] = {}
+        #: Every client the run lost (absent, missing, rejected, not affordable), with
+        #: the first reason: each round's quorum counts them against its population.
+        self.lost: dict[int, str] = {}
+
+    def lose(self, reasons: dict[int, str]) -> None:
+        """Record clients the run lost (a client keeps its first reason)."""
+        for client, reason in reasons.items():
+            self.lost.setdefault(int(client), reason)
 
     @contextmanager
     def timed(self, key: str) -> Iterator[None]:
@@ -238,14 +252,17 @@ class Session:
         *,
         minimum: int = 1,
         what: str = "",
+        planned: NDArray[np.int64] | None = None,
     ) -> Replies:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
         A client that cannot afford the query is not asked (``not_asked_budget``), one
         that was unavailable is asked once more once it is back (a restarted node
         answers from its own ledger, with the very release it made if it made one);
-        :class:`QuorumError` when fewer than ``max(minimum, ceil(fraction * asked))``
-        valid replies come back.
+        :class:`QuorumError` when fewer than ``minimum`` valid replies come back, or
+        when the run has lost more of ``planned`` (the clients the run asked for in
+        this round, whether present or not; default ``ids``) than the reply fraction
+        allows (:meth:`require`).
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
@@ -253,6 +270,7 @@ class Session:
         affordable = self._charge(query, request, ids)
         asked = ids[affordable]
         round_.refused_by_server.extend(int(c) for c in ids[~affordable])
+        self.lose({int(c): "budget: not affordable" for c in ids[~affordable]})
         round_.ask(asked)
         if not affordable.all():
             request = request.take(np.flatnonzero(affordable))
@@ -269,7 +287,10 @@ class Session:
             self.reported.pop(c, None)
         self.reported.update(replies.reported)
         round_.record(replies)
-        self.require(round_, minimum, what or stage)
+        self.lose({**replies.missing, **replies.rejected})
+        self.require(
+            round_, minimum, what or stage, ids if planned is None else planned
+        )
         return replies
 
     def _charge(
@@ -289,23 +310,40 @@ class Session:
             ok[index[can]] = True
         return ok
 
-    def require(self, round_: Round, minimum: int, what: str) -> None:
-        """Stop the run with :class:`QuorumError` if too few clients of ``round_``
-        replied validly, naming how many were asked, answered, missing and rejected."""
+    def require(
+        self,
+        round_: Round,
+        minimum: int,
+        what: str,
+        planned: NDArray[np.int64] | None = None,
+    ) -> None:
+        """Stop the run with :class:`QuorumError` if fewer than ``minimum`` clients of
+        ``round_`` replied validly, or if fewer than ``min_reply_fraction`` of
+        ``planned`` (default: the clients asked) are still in the run, every client
+        lost in this or an earlier round counted out; the message names the counts and
+        who is missing (with what the transport knows of connected nodes)."""
         fraction = self.min_reply_fraction
-        asked, answered = round_.asked.size, round_.answered.size
-        needed = max(minimum, math.ceil(fraction * asked))
-        if answered < needed:
-            # What the transport knows of who took part (connected, identified nodes).
-            describe = getattr(self.clients, "describe", None)
-            who = f"; {describe()}" if describe is not None else ""
-            raise QuorumError(
-                f"only {answered} of {asked} {what} clients "
-                f"gave a valid reply in round {round_.name!r}; the run needs {needed} "
-                f"(flower.min-reply-fraction = {fraction:g}, and at least {minimum}). "
-                f"Missing ({len(round_.missing)}): {_head(sorted(round_.missing))}; "
-                f"rejected ({len(round_.rejected)}): "
-                f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
-                f"budget: {len(round_.refused_by_server)}{who} (the log has "
-                "every reason)"
-            )
+        answered = int(round_.answered.size)
+        population = round_.asked if planned is None else np.asarray(planned)
+        lost_ids = np.fromiter(self.lost, dtype=np.int64, count=len(self.lost))
+        gone = sorted(int(c) for c in lost_ids[np.isin(lost_ids, population)])
+        in_run = population.size - len(gone)
+        needed = max(minimum, math.ceil(fraction * population.size))
+        if answered >= minimum and in_run >= needed:
+            return
+        kept = in_run if in_run < needed else answered
+        # What the transport knows of who took part (connected, identified nodes).
+        describe = getattr(self.clients, "describe", None)
+        who = f"; {describe()}" if describe is not None else ""
+        raise QuorumError(
+            f"only {kept} of {population.size} {what} clients "
+            f"gave a valid reply in round {round_.name!r}; the run needs {needed} "
+            f"(flower.min-reply-fraction = {fraction:g} of the clients it asked for, "
+            f"and at least {minimum}). Missing ({len(gone)}): {_head(gone)}; "
+            f"rejected in this round ({len(round_.rejected)}): "
+            f"{_head(sorted(round_.rejected.items()))}; not asked for lack of "
+            f"budget: {len(round_.refused_by_server)}{who} (the log has "
+            "every reason)",
+            round_.name,
+            gone,
+        )

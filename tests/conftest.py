@@ -1,5 +1,7 @@
-"""Test-session hooks: print the privacy audit table at the end of a run; property
-tests draw their examples deterministically (a fixed seed, as every randomized test)."""
+"""Test-session hooks: print the privacy audit table at the end of a run (its rows come
+in the reports of tests/privacy/test_audit_suite.py, from whichever worker ran them);
+property tests draw their examples deterministically (a fixed seed, as every randomized
+test)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ from hypothesis import settings
 settings.register_profile("ldpfda", derandomize=True, print_blob=True)
 settings.load_profile("ldpfda")
 
+AUDIT_ROWS: list[tuple[str, float, float, float, float, bool]] = []
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    """Slow files first: they mostly wait on Flower processes, and the workers hand out
+    files in this order, so the rest of the suite runs beside them instead of after."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        AUDIT_ROWS.extend(
+            tuple(value) for key, value in report.user_properties if key == "audit_row"
+        )
+
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001
-    try:
-        from tests.privacy.test_audit_suite import AUDIT_TABLE
-    except ImportError:  # pragma: no cover - the suite was not collected
-        return
-    if not AUDIT_TABLE:
+    if not AUDIT_ROWS:
         return
     write = terminalreporter.write_line
     write("")
@@ -26,9 +40,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG0
         f"{'mechanism':52s} {'claimed':>8s} {'estimate':>9s} "
         f"{'simultaneous bounds':>19s}  verdict"
     )
-    for name, claimed, audit, violated in AUDIT_TABLE:
-        bounds = f"[{audit.lower_bound:.3f}, {audit.upper_bound:.3f}]"
+    for name, claimed, estimate, lower, upper, violated in AUDIT_ROWS:
+        bounds = f"[{lower:.3f}, {upper:.3f}]"
         verdict = "VIOLATES" if violated else "ok"
-        write(
-            f"{name:52s} {claimed:8.3f} {audit.estimate:9.4f} {bounds:>19s}  {verdict}"
-        )
+        write(f"{name:52s} {claimed:8.3f} {estimate:9.4f} {bounds:>19s}  {verdict}")

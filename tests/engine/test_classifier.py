@@ -13,6 +13,7 @@ from ldpfda.config import Settings
 from ldpfda.datasets import FunctionalDesign, VectorDesign
 from ldpfda.datasets.population import public_features, repeat_data
 from ldpfda.engine.classifier import LDPClassifier
+from ldpfda.engine.estimator import MRMAClassifier
 from ldpfda.engine.inprocess import split_clients
 from ldpfda.engine.runner import run_protocol
 from ldpfda.privacy.random import derive_seed
@@ -162,11 +163,13 @@ def test_bad_parameters_and_data_are_refused_by_name():
         LDPClassifier(mechanism="gauss", **VECTORS).fit(x, y)
     with pytest.raises(ValueError, match="input_type must be one of"):
         LDPClassifier(input_type="matrix").fit(x, y)
-    with pytest.raises(
-        ValueError, match=r"Only binary classification.*got 3: \[0, 1, 2\]"
-    ):
-        LDPClassifier(**VECTORS).fit(x, np.arange(300) % 3)
-    with pytest.raises(ValueError, match=r"exactly 2 classes, got 1: \['a'\]"):
+    # Three classes are MRMA's K-class run now (tests/server/test_mrma_classes.py).
+    three = MRMAClassifier(**VECTORS, n_estimators=5, subsample_size=20).fit(
+        x, np.arange(300) % 3
+    )
+    assert three.classes_.tolist() == [0, 1, 2]
+    assert three.predict_proba(x[:7]).shape == (7, 3)
+    with pytest.raises(ValueError, match=r"at least 2 classes, got 1: \['a'\]"):
         LDPClassifier(**VECTORS).fit(x, np.full(300, "a"))
     with pytest.raises(ValueError, match="Unknown label type"):
         LDPClassifier(**VECTORS).fit(x, np.linspace(0, 1, 300))
@@ -201,3 +204,46 @@ def test_client_ids_key_the_noise_of_each_client():
         x[order], y[order], client_ids=ids[order]
     )
     np.testing.assert_allclose(a.coef_, d.coef_, rtol=1e-12)
+
+
+def _three_classes(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    x = np.clip(0.6 * np.eye(3, 4)[y] - 0.2 + 0.3 * rng.standard_normal((n, 4)), -1, 1)
+    return x, y
+
+
+def test_k_classes_of_any_label_type_are_fitted_by_one_release_per_client():
+    from ldpfda.engine.accountant import BudgetAccountant
+
+    x, y = _three_classes(3000, 0)
+    names = np.array(["walk", "run", "sit"])[y]
+    accountant = BudgetAccountant(10.0)
+    model = LDPClassifier(
+        epsilon=4.0, accountant=accountant, random_state=0, **VECTORS
+    ).fit(x, names)
+    assert model.classes_.tolist() == ["run", "sit", "walk"]
+    assert model.coef_.shape == (3, 4) and model.intercept_.shape == (3,)
+    assert accountant.spent == 4.0
+    privacy = model.result_.privacy
+    assert privacy["max_spent"] == 4.0
+    proba = model.predict_proba(x[:7])
+    assert proba.shape == (7, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    predicted = model.predict(x)
+    np.testing.assert_array_equal(predicted[:7], model.classes_[proba.argmax(axis=1)])
+    assert model.decision_function(x[:7]).shape == (7, 3)
+    # Chance is about 0.67; the noiseless fit about 0.1.
+    assert np.mean(predicted != names) < 0.35
+    again = LDPClassifier(epsilon=4.0, random_state=0, **VECTORS).fit(x, names)
+    np.testing.assert_array_equal(again.coef_, model.coef_)
+
+
+def test_k_classes_with_public_curves_and_integer_labels():
+    x, y = _three_classes(2000, 1)
+    public, _ = _three_classes(500, 2)
+    model = LDPClassifier(epsilon=np.inf, random_state=0, **VECTORS).fit(
+        x, y + 5, public_curves=public
+    )
+    assert model.classes_.tolist() == [5, 6, 7]
+    assert np.mean(model.predict(x) != y + 5) < 0.2

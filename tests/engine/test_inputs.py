@@ -327,10 +327,13 @@ def test_a_spec_is_refused_when_the_estimator_disagrees_with_it(data):
     with pytest.raises(TypeError, match="spec must be a FederationSpec"):
         LDPClassifier(spec=3).fit(curves, labels)
     three = FederationSpec.from_mapping(
-        {**_spec().to_mapping(), "labels": ["a", "b", "c"]}
+        {**_spec("reference").to_mapping(), "labels": ["a", "b", "c"]}
     )
-    with pytest.raises(ValueError, match=r"Only binary.*3 labels \('a', 'b', 'c'\)"):
-        LDPClassifier(spec=three).fit(curves, labels)
+    # MRMA takes K classes: a three-label spec is used, not refused.
+    names = np.array(["a", "b", "c"])[np.arange(labels.size) % 3]
+    model = _small(MRMAClassifier, spec=three).fit(curves, names)
+    assert tuple(model.classes_) == ("a", "b", "c")
+    assert model.predict_proba(curves[:4]).shape == (4, 3)
 
 
 # -- what is refused whatever the form -----------------------------------------------

@@ -240,3 +240,94 @@ def test_records_of_other_code_are_stale(tiny_conf, tmp_path):
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["sessions"][-1]["ran"] == 4
     assert meta["code"] == [runner.code_fingerprint()]
+
+
+def test_majority_reference_comes_from_the_clients_labels():
+    from ldpfda.engine.inprocess import ArrayClients
+    from ldpfda.experiments.common import evaluate
+    from ldpfda.fda.features import VectorFeaturizer
+    from ldpfda.fda.scaling import CoefficientScaler
+
+    rng = np.random.default_rng(0)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), 2)
+    x = rng.uniform(-1, 1, (200, 2))
+    y = (np.arange(200) % 4 != 0).astype(np.int8)  # 3 in 4 clients hold label 1
+    train = ArrayClients(np.arange(50), x[:50], y[:50], featurizer)
+    evaluation = ArrayClients(50 + np.arange(150), x[50:], y[50:], featurizer)
+    y_test = (np.arange(40) % 5 == 0).astype(np.int8)  # the test set's majority is 0
+    settings = reference_settings(
+        epsilon=5.0, n_train=50, n_eval=150, num_weak_models=5, subsample_size=10
+    )
+    errors, extra = evaluate(
+        train,
+        evaluation,
+        (rng.uniform(-1, 1, (40, 2)), y_test),
+        settings,
+        seed=1,
+        server_rng=np.random.default_rng(2),
+        baselines={"majority": {}},
+    )
+    assert extra["majority_class"] == 1
+    assert errors["majority"] == np.mean(y_test != 1) == 0.8
+
+
+def test_a_grid_over_the_number_of_clients_splits_each_federation(tmp_path):
+    path = tmp_path / "clients.toml"
+    path.write_text(
+        '[study]\nname = "n"\nbaselines = ["default"]\n'
+        '[grid]\ndataset = ["vector"]\nn-clients = [20, 3000]\n'
+        "[clients]\ntrain-fraction = 0.16667\n"
+    )
+    tasks = runner.plan(runner.load_config(path), repeats=1)
+    sizes = [
+        {
+            k: t["settings"][f"{g}.{k}"]
+            for g, k in (
+                ("data", "n-train"),
+                ("data", "n-eval"),
+                ("mrma", "num-weak-models"),
+                ("mrma", "subsample-size"),
+            )
+        }
+        for t in tasks
+    ]
+    assert [t["point"]["n_clients"] for t in tasks] == [20, 3000]
+    # The shipped MRMA sizes at 3000 clients; the smallest ensemble at 20.
+    assert sizes[1] == {
+        "n-train": 500,
+        "n-eval": 2500,
+        "num-weak-models": 50,
+        "subsample-size": 50,
+    }
+    assert sizes[0] == {
+        "n-train": 3,
+        "n-eval": 17,
+        "num-weak-models": 5,
+        "subsample-size": 2,
+    }
+
+
+def test_sample_size_table_needs_the_criterion_from_that_size_on():
+    def row(n, method, mean, se=0.01):
+        return {
+            "dataset": "d",
+            "epsilon": 1.0,
+            "n_clients": n,
+            "method": method,
+            "mean": mean,
+            "se": se,
+        }
+
+    rows = []
+    for n, default, mrma in ((20, 0.40, 0.50), (50, 0.49, 0.49), (100, 0.30, 0.45)):
+        rows += [row(n, "majority", 0.5, 0.0), row(n, "non_private", 0.2)]
+        rows += [row(n, "default", default), row(n, "mrma", mrma)]
+    rows.append(row(200, "majority", 0.5, 0.0))
+    rows += [row(200, "non_private", 0.2), row(200, "default", 0.24)]
+    rows.append(row(200, "mrma", 0.40))
+    table = plot.sample_size_table(rows)
+    # default: signal at 20 but not at 50, so from 100 on; within 0.05 from 200 on.
+    # MRMA: 0.49 at 50 is within 2 s.e. of 0.5, signal from 100; never within 0.05.
+    assert "| d | 1 | 100 | 200 | 100 | > 200 |" in table
+    rows = [r for r in rows if r["n_clients"] != 50]
+    assert "| d | 1 | ≤ 20 | 200 | 100 | > 200 |" in plot.sample_size_table(rows)

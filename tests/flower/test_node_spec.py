@@ -167,11 +167,12 @@ def test_a_spec_the_node_cannot_read_is_refused_with_the_spec_code(
 # -- a whole run under the spec --------------------------------------------------------
 
 
-def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True):
+def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True, extra=None):
     from ldpfda.server.server_app import parse_run_config, run_server
 
     from .support import FakeGrid
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spec_path = tmp_path / "federation.toml"
     spec_path.write_text(SPEC, encoding="utf-8")
     other = tmp_path / "other.toml"
@@ -207,6 +208,7 @@ def _spec_run(tmp_path, run_config, *, other_spec_for=(), public=True):
         SMALL,
         {"data.n-train": 40, "data.n-eval": 20, "privacy.epsilon": 5.0},
         server,
+        extra or {},
     )
     settings, options = parse_run_config(config)
     grid = FakeGrid(app, config, nodes)
@@ -260,3 +262,46 @@ def test_a_simulated_node_reads_its_own_file_from_the_run_s_node_data(
     # Partition 3 has no file there: it answers nothing but the data error code.
     reply = _ask(config, {**partition, "partition-id": 3}, "features", spec.hash)
     assert reply.has_error() and reply.error.code == ERROR_DATA
+
+
+def test_the_second_moment_comes_from_the_public_curves_or_the_releases(
+    tmp_path, run_config
+):
+    # With flower.public-data the moment fit uses the spec's features of those 300
+    # public subjects, never the embedded design's draws; without them and with
+    # data.public-features = false it falls back to the releases, and says so.
+    from ldpfda.schema.spec import FederationSpec
+    from ldpfda.server.fitting import public_gram
+    from ldpfda.server.learners import MomentLinearClassifier
+
+    result, report = _spec_run(tmp_path, run_config)
+    assert report["second_moment"]["public_rows"] == 300
+    assert report["second_moment"]["source"].startswith("flower.public-data (")
+    public = FederationSpec.load(tmp_path / "federation.toml").featurize_file(
+        tmp_path / "public.csv"
+    )[1]
+    refit = MomentLinearClassifier(
+        joint=True,
+        gram=public_gram(public.features),
+        mechanism=result.payload.release_mechanism().inner,
+    ).fit(result.payload.releases)
+    coef = refit.to_linear_models().coef[0]
+    np.testing.assert_allclose(coef, result.final.coef[0], atol=1e-12)
+    _, fallback = _spec_run(
+        tmp_path / "f", run_config, public=False, extra={"data.public-features": False}
+    )
+    assert fallback["second_moment"] == {"source": "releases", "public_rows": 0}
+
+
+def test_the_multi_server_phases_refuse_a_spec(tmp_path):
+    # They featurize with the embedded design: a spec's hosts would be misread.
+    from ldpfda.config import Settings
+    from ldpfda.server.multiserver_app import run_phase
+    from ldpfda.server.options import FlowerOptions
+
+    options = FlowerOptions(
+        phase="train", session="s", spec="a.toml", report_dir=str(tmp_path)
+    )
+    settings = Settings.reference(server_id=0)
+    with pytest.raises(ValueError, match="flower.spec and flower.public-data"):
+        run_phase(None, settings, options)

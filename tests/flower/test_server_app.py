@@ -24,6 +24,7 @@ from ldpfda.schema.releases import joint_mechanism, training_mechanisms
 from ldpfda.server.grid import ReplyError, parse_identity, wait_for_nodes
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.server_app import run_server
+from ldpfda.server.session import QuorumError
 
 from .support import (
     REFERENCE,
@@ -615,6 +616,74 @@ def test_a_failed_quorum_says_who_was_connected_identified_and_missing(run_confi
     assert status["stage"] == "failed" and "only 5 of 30" in status["error"]
 
 
+def _failed(config, nodes, match, **grid_kwargs):
+    """Run to a failed quorum matching ``match``; the run's status.json."""
+    with pytest.raises(QuorumError, match=match):
+        _run(config, nodes, **grid_kwargs)
+    status = json.loads((grid_report_dir(config) / "status.json").read_text())
+    assert status["stage"] == "failed"
+    return status
+
+
+def test_a_quorum_missed_in_the_identify_round_fails_the_run(run_config):
+    # 16 of 30 nodes never say who they are: the run asked for 30 clients and has 14,
+    # below min-reply-fraction 0.8 from the first round on (no release is asked for).
+    config = run_config({"data.n-train": 20, "data.n-eval": 10})
+    status = _failed(
+        config,
+        partitions(30),
+        r"only 14 of 30 planned clients gave a valid reply in round 'identify'.*"
+        r"needs 24.*Missing \(16\): \[0, 1, 2, 3, 4, ... 11 more\].*"
+        r"connected nodes: 30, identified clients: 14, nodes without an identity "
+        r"reply: \[\(1000, 'timeout",
+        silent=range(16),
+        silent_on=("query.identify",),
+    )
+    assert status["round"] == "identify" and status["missing"] == list(range(16))
+
+
+def test_the_quorum_counts_absent_clients_of_the_round_s_group(run_config):
+    # Evaluation clients 45..49 never connect: 45 of 50 identify, every training
+    # client releases, but only 15 of the 20 evaluation clients the run asked for can
+    # answer, below 0.8 of them.
+    config = run_config(
+        SMALL, REFERENCE, {"flower.min-nodes": 40, "flower.wait-timeout": 0.0}
+    )
+    status = _failed(
+        config,
+        partitions(50)[:45],
+        r"only 15 of 20 evaluation clients gave a valid reply in round 'evaluate'",
+    )
+    assert status["missing"] == [45, 46, 47, 48, 49]
+
+
+def test_clients_lost_in_earlier_rounds_count_against_the_quorum(run_config):
+    # 5 clients absent and 6 silent in the label round: 39 of the 50 the run asked for,
+    # below 40, although 39 of the 45 asked in that round (0.87) answered.
+    config = run_config(
+        SMALL,
+        {"privacy.mechanism": "label-uniform"},
+        {"flower.min-nodes": 40, "flower.wait-timeout": 0.0},
+    )
+    nodes = partitions(50, **{"features-public": True})[:45]
+    status = _failed(
+        config,
+        nodes,
+        r"only 39 of 50 labelling clients gave a valid reply in round 'label'",
+        silent=range(6),
+        silent_on=("query.label",),
+    )
+    assert status["missing"] == [0, 1, 2, 3, 4, 5, 45, 46, 47, 48, 49]
+
+
+def test_a_run_at_the_quorum_goes_on(run_config):
+    # 10 of 50 lost over two rounds: exactly 0.8 of the planned clients remain.
+    config = run_config(SMALL, {"flower.min-nodes": 40, "flower.wait-timeout": 0.0})
+    _, _, result, report = _run(config, partitions(50)[:45], silent=range(5))
+    assert len(result.payload) == 40
+    assert report["participation"]["absent_clients"] == [45, 46, 47, 48, 49]
+
+
 class RestartingGrid(FakeGrid):
     """A FakeGrid on which node ``restart`` releases, then restarts before its reply
     leaves: the SuperLink reports it unavailable for that message, once."""
@@ -702,3 +771,26 @@ def test_every_refusal_is_reported_by_its_reason_code(run_config, tmp_path):
         for r in report["participation"]["rejections"]
     )
     assert len(result.payload) == 47
+
+
+def test_twenty_clients_run_the_default_protocol_with_the_shipped_mrma_settings(
+    run_config, caplog
+):
+    # The shipped config's mrma.subsample-size (25) and num-weak-models (10) do not
+    # bind a default-protocol federation of 10 + 10 clients; they do bind MRMA's.
+    from ldpfda.config import SettingError
+
+    config = run_config({"data.n-train": 10, "data.n-eval": 10, "seed": 2})
+    assert (config["mrma.subsample-size"], config["mrma.num-weak-models"]) == (25, 10)
+    with pytest.raises(SettingError, match="subsample_size must be <= n_train"):
+        parse_run_config({**config, **REFERENCE})
+    with caplog.at_level("WARNING", logger="flwr.ldpfda"):
+        _, _, result, report = _run(config, partitions(20))
+    assert len(result.payload) == 20
+    # Too few clients for epsilon 5: the report and the server log say so.
+    signal = report["signal"]
+    assert signal["no_signal"] is True
+    assert "20 clients at epsilon 5 are too few" in signal["warning"]
+    assert any("carries no signal" in r.getMessage() for r in caplog.records)
+    saved = json.loads((grid_report_dir(config) / "report.json").read_text())
+    assert saved["signal"]["warning"] == signal["warning"]

@@ -1,0 +1,289 @@
+"""Issue 17: the K-class default protocol against one-vs-rest at the same total epsilon.
+
+A 3-class toy (:func:`three_class_toy`): every client holds a feature vector in
+[-1, 1]^p and one of K labels, and spends ``epsilon`` in total. Columns:
+
+- ``k-class``: the default protocol for K classes, one release per client at its whole
+  epsilon (a drawn class j and y~_j (1, x), the K-class moment classifier);
+- ``one-vs-rest``: K runs of the binary default protocol, run k on the labels
+  1{y = k} at epsilon / K, each client releasing once per run (K releases, epsilon in
+  total), the class of the largest of the K scores;
+- ``non-private``: multinomial logistic regression on the clean training data;
+- ``majority``: the most frequent training class.
+
+Both private columns take the feature second moment from the same public, unlabeled
+sample. Test errors on a clean test set, mean and standard error over the repeats.
+
+``--mrma`` prints the ablation of K-class MRMA's rule instead (:func:`mrma_ablation`,
+columns :data:`MRMA_METHODS`): the reference release (K-ary randomized response on the
+label), ``--eval`` evaluation clients besides the training ones, each spending
+``epsilon``. ``mrma`` is the rule of the method for K > 2 (no reversal, weights by
+estimated accuracy above 1/K, cut-off c = 0.2); ``negation`` carries the binary rule
+over literally (a model below chance is negated and weighted by its distance from
+chance); ``above-chance`` drops the cut-off (c = 1/2: every model above chance,
+weighted); ``averaging``, ``voting`` and ``naive`` are the baselines.
+Run ``python -m ldpfda.experiments.kclass --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.engine import run_protocol
+from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.experiments.common import mean_se
+from ldpfda.fda.features import VectorFeaturizer
+from ldpfda.fda.scaling import CoefficientScaler
+from ldpfda.privacy.random import derive_seed
+from ldpfda.server.fitting import model_error
+from ldpfda.server.mrma import (
+    average_models,
+    fit_linear,
+    mrma_weights,
+    reverse_models,
+)
+
+__all__ = [
+    "METHODS",
+    "MRMA_METHODS",
+    "ToyData",
+    "compare",
+    "main",
+    "mrma_ablation",
+    "three_class_toy",
+]
+
+METHODS = ("k-class", "one-vs-rest", "non-private", "majority")
+MRMA_METHODS = (
+    "mrma",
+    "negation",
+    "above-chance",
+    "averaging",
+    "voting",
+    "naive",
+    "non_private",
+    "majority",
+)
+
+ToyData = tuple[NDArray[np.float64], NDArray[np.int8]]
+
+
+def three_class_toy(
+    n: int, seed: int, *, n_features: int = 10, spread: float = 0.45
+) -> ToyData:
+    """``n`` clients of a 3-class toy: Gaussian classes in [-1, 1]^p, clipped.
+
+    Class probabilities (0.4, 0.35, 0.25); class k has mean ``0.3 m_k`` with fixed
+    sign patterns m_k in {-1, 1}^p (half of the coordinates shared by two classes) and
+    standard deviation ``spread`` in every coordinate.
+    """
+    rng = np.random.default_rng(seed)
+    base = np.resize([1.0, -1.0], n_features)
+    means = 0.3 * np.stack([base, np.roll(base, 1), -np.roll(base, n_features // 2)])
+    means[2, : n_features // 2] = base[: n_features // 2] * 0.3
+    y = rng.choice(3, size=n, p=[0.4, 0.35, 0.25]).astype(np.int8)
+    x = means[y] + spread * rng.standard_normal((n, n_features))
+    return np.clip(x, -1.0, 1.0), y
+
+
+def _run(
+    x: NDArray[np.float64],
+    y: NDArray[np.int8],
+    public: NDArray[np.float64],
+    epsilon: float,
+    n_classes: int,
+    seed: int,
+) -> Any:
+    """One run of the default protocol on clients (x, y), every client releasing."""
+    ids = np.arange(y.size, dtype=np.int64)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
+    settings = Settings(
+        epsilon=epsilon, n_train=y.size, n_eval=1, n_test=1, repeats=1, seed=seed
+    )
+    return run_protocol(
+        ArrayClients(ids, x, y, featurizer),
+        ArrayClients(ids[:0], x[:0], y[:0], featurizer),
+        settings,
+        seed=derive_seed(seed, "clients"),
+        server_rng=np.random.default_rng(derive_seed(seed, "server")),
+        keep_payload=False,
+        public=public,
+        n_classes=n_classes,
+    )
+
+
+def compare(
+    epsilon: float,
+    repeat: int,
+    *,
+    n_clients: int = 3000,
+    n_public: int = 1000,
+    n_test: int = 20_000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Test errors of every column of :data:`METHODS` on one repeat at total
+    ``epsilon``, and the largest epsilon any client spent in each private column."""
+    x, y = three_class_toy(n_clients, derive_seed(seed, "train", repeat))
+    public, _ = three_class_toy(n_public, derive_seed(seed, "public", repeat))
+    x_test, y_test = three_class_toy(n_test, derive_seed(seed, "test", repeat))
+    k = 3
+    run_seed = derive_seed(seed, "run", repeat)
+    joint = _run(x, y, public, epsilon, k, run_seed)
+    scores = np.zeros((n_test, k))
+    spent = 0.0
+    for c in range(k):
+        binary = _run(
+            x,
+            (y == c).astype(np.int8),
+            public,
+            epsilon / k,
+            2,
+            derive_seed(run_seed, c),
+        )
+        scores[:, c] = binary.final.decision_function(x_test)[:, 0]
+        spent += binary.privacy["max_spent"]
+    majority = np.bincount(y, minlength=k).argmax()
+    return {
+        "k-class": model_error(joint.final, x_test, y_test),
+        "one-vs-rest": float(np.mean(scores.argmax(axis=1) != y_test)),
+        "non-private": model_error(fit_linear(x, y), x_test, y_test),
+        "majority": float(np.mean(y_test != majority)),
+        "k-class spent": float(joint.privacy["max_spent"]),
+        "one-vs-rest spent": spent,
+    }
+
+
+def mrma_ablation(
+    epsilon: float,
+    repeat: int,
+    *,
+    n_clients: int = 3000,
+    n_eval: int = 500,
+    n_test: int = 20_000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Test errors of every column of :data:`MRMA_METHODS` on one repeat of K-class
+    MRMA (``n_clients`` training and ``n_eval`` evaluation clients), and the largest
+    and smallest epsilon any client spent."""
+    k = 3
+    x, y = three_class_toy(n_clients + n_eval, derive_seed(seed, "train", repeat))
+    x_test, y_test = three_class_toy(n_test, derive_seed(seed, "test", repeat))
+    ids = np.arange(y.size, dtype=np.int64)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
+    settings = Settings.reference(
+        epsilon=epsilon, n_train=n_clients, n_eval=n_eval, n_test=1, repeats=1
+    )
+    train, held = slice(0, n_clients), slice(n_clients, None)
+    run_seed = derive_seed(seed, "run", repeat)
+    result = run_protocol(
+        ArrayClients(ids[train], x[train], y[train], featurizer),
+        ArrayClients(ids[held], x[held], y[held], featurizer),
+        settings,
+        seed=derive_seed(run_seed, "clients"),
+        server_rng=np.random.default_rng(derive_seed(run_seed, "server")),
+        test=(x_test, y_test),
+        clean_train=(x[train], y[train]),
+        keep_payload=False,
+        n_classes=k,
+    )
+    e, cutoff = result.estimated_errors, settings.cutoff
+    negated, _ = reverse_models(result.weak, e, n_classes=k)
+    variants = {
+        "negation": (negated, mrma_weights(e, cutoff=cutoff, n_classes=k)[0]),
+        "above-chance": (
+            result.weak,
+            mrma_weights(e, cutoff=0.5, reversal=False, n_classes=k)[0],
+        ),
+    }
+    out = {m: result.test_errors[m] for m in MRMA_METHODS if m in result.test_errors}
+    for name, (models, weights) in variants.items():
+        final = average_models(models, weights, n_classes=k)
+        out[name] = model_error(final, x_test, y_test)
+    majority = np.bincount(y[train], minlength=k).argmax()
+    out["majority"] = float(np.mean(y_test != majority))
+    out["max spent"] = float(result.privacy["max_spent"])
+    out["min spent"] = float(result.privacy["min_spent"])
+    return out
+
+
+def _mrma_table(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    rows: dict[str, list[dict[str, float]]] = {}
+    print(
+        f"3-class toy, K-class MRMA, {args.clients} training + {args.eval} evaluation "
+        f"clients, {args.repeats} repeats: test error"
+    )
+    print(f"{'eps':>5} " + " ".join(f"{m:>15}" for m in MRMA_METHODS) + "  spent")
+    for eps in args.epsilon:
+        runs = [
+            mrma_ablation(
+                eps, r, n_clients=args.clients, n_eval=args.eval, seed=args.seed
+            )
+            for r in range(args.repeats)
+        ]
+        rows[f"{eps:g}"] = runs
+        cells = []
+        for method in MRMA_METHODS:
+            mean, se = mean_se([run[method] for run in runs])
+            cells.append(f"{mean:>7.3f} +- {se:.3f}")
+        low = min(run["min spent"] for run in runs)
+        high = max(run["max spent"] for run in runs)
+        print(f"{eps:>5g} " + " ".join(cells) + f"  {low:g}..{high:g}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ldpfda.experiments.kclass", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--epsilon", type=float, nargs="+", default=[1, 2, 3, 5, 10])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", help="write every repeat's errors as JSON here")
+    parser.add_argument(
+        "--mrma", action="store_true", help="the K-class MRMA ablation instead"
+    )
+    parser.add_argument("--eval", type=int, default=500, help="MRMA's evaluators")
+    args = parser.parse_args(argv)
+    if args.mrma:
+        _write(args.output, _mrma_table(args))
+        return 0
+    rows: dict[str, list[dict[str, float]]] = {}
+    header = f"{'eps':>5} " + " ".join(f"{m:>17}" for m in METHODS) + "  spent (k, ovr)"
+    print(f"3-class toy, {args.clients} clients, {args.repeats} repeats: test error")
+    print(header)
+    for eps in args.epsilon:
+        runs = [
+            compare(eps, r, n_clients=args.clients, seed=args.seed)
+            for r in range(args.repeats)
+        ]
+        rows[f"{eps:g}"] = runs
+        cells = []
+        for method in METHODS:
+            mean, se = mean_se([run[method] for run in runs])
+            cells.append(f"{mean:>9.3f} +- {se:.3f}")
+        spent = (
+            max(run["k-class spent"] for run in runs),
+            max(run["one-vs-rest spent"] for run in runs),
+        )
+        print(f"{eps:>5g} " + " ".join(cells) + f"  {spent[0]:g}, {spent[1]:g}")
+    _write(args.output, rows)
+    return 0
+
+
+def _write(path: str | None, rows: dict[str, list[dict[str, float]]]) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The K-class joint release: a uniformly drawn class j and y~_j (1, x), once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ldpfda.client.protocol import privatize_joint
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.privacy.ledger import PrivacyLedger
+from ldpfda.schema.releases import joint_mechanism
+
+#: Standard errors allowed, per entry, with about 12 entries tested at once.
+Z = 4.5
+
+
+def _blocks_estimate(mech, classes, z):
+    """Each release's unbiased estimate K e_j (x) z of U, flattened."""
+    n, k = classes.size, mech.n_classes
+    u_hat = np.zeros((n, k, z.shape[1]))
+    u_hat[np.arange(n), classes] = k * z
+    return u_hat.reshape(n, -1)
+
+
+@pytest.mark.parametrize("mechanism", ["hybrid", "duchi", "piecewise", "laplace"])
+def test_one_client_s_release_is_unbiased_with_the_stated_variance(mechanism):
+    mech = ClassSignedFeatureMechanism(
+        epsilon=2.0, n_features=3, n_classes=3, mechanism=mechanism
+    )
+    row = np.array([1.0, 0.5, -0.3, 0.9])  # label 1, then the features
+    n = 200_000
+    classes, z = mech.release(np.tile(row[1:], (n, 1)), np.ones(n), rng=7)
+    u_hat = _blocks_estimate(mech, classes, z)
+    w = np.concatenate([[1.0], row[1:]])
+    truth = np.concatenate([-w, w, -w])
+    variance = mech.variance(row[None, :])[0]
+    assert np.all(np.abs(u_hat.mean(axis=0) - truth) <= Z * np.sqrt(variance / n))
+    # The stated variance against the sample's, within the spread of a sample
+    # variance (its fourth central moment over n).
+    centred = (u_hat - truth) ** 2
+    spread = np.sqrt(centred.var(axis=0) / n)
+    assert np.all(np.abs(centred.mean(axis=0) - variance) <= Z * spread)
+    # Zero but for the discrete Laplace sampler's grid (2^-21 of its box).
+    assert np.all(np.abs(mech.bias(row[None, :])) <= 1e-6)
+
+
+def test_the_class_conditional_moments_of_a_population_are_estimated_without_bias():
+    # The server's estimate of c_k = mean_i y~_ik w_i: the mean release of the
+    # clients that drew k (they are a uniformly random subset of the population).
+    rng = np.random.default_rng(3)
+    n, p, k = 60_000, 3, 3
+    y = rng.integers(0, k, n).astype(np.int8)
+    x = np.clip(0.3 * (y[:, None] - 1.0) + 0.4 * rng.standard_normal((n, p)), -1, 1)
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(n), seed=11, epsilon=2.0, n_classes=k
+    )
+    w = np.hstack([np.ones((n, 1)), x])
+    for c in range(k):
+        truth = (np.where(y == c, 1.0, -1.0)[:, None] * w).mean(axis=0)
+        drawn = payload.releases[payload.classes == c]
+        se = drawn.std(axis=0, ddof=1) / np.sqrt(drawn.shape[0])
+        assert np.all(np.abs(drawn.mean(axis=0) - truth) <= Z * se)
+
+
+def test_each_client_releases_once_at_its_epsilon_with_a_uniform_class():
+    n, k = 30_000, 4
+    x = np.zeros((n, 2))
+    y = (np.arange(n) % k).astype(np.int8)
+    ledger = PrivacyLedger(budget=3.0, client_ids=np.arange(n))
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(n), seed=5, epsilon=3.0, n_classes=k, ledger=ledger
+    )
+    assert ledger.spent(0) == 3.0 and len(ledger.entries) == 1
+    event = ledger.entries[0].event
+    assert event.mechanism == "class_signed_features"
+    assert event.as_dict()["n_classes"] == k
+    counts = np.bincount(payload.classes, minlength=k)
+    sd = np.sqrt(n * (1 / k) * (1 - 1 / k))
+    assert np.all(np.abs(counts - n / k) <= Z * sd)
+    # The draw does not depend on the label: the same share of every label drew it.
+    same = payload.classes == y
+    assert abs(same.mean() - 1 / k) <= Z * np.sqrt((1 / k) * (1 - 1 / k) / n)
+    assert payload.n_classes == k and payload.releases.shape == (n, 3)
+
+
+def test_a_client_s_release_depends_on_the_seed_and_its_id_only():
+    x = np.full((6, 2), 0.25)
+    y = np.array([0, 1, 2, 0, 1, 2], dtype=np.int8)
+    ids = np.arange(10, 16)
+
+    def run(seed, rows=slice(None)):
+        return privatize_joint(
+            x[rows], y[rows], client_ids=ids[rows], seed=seed, epsilon=4.0, n_classes=3
+        )
+
+    first, again, other = run(1), run(1), run(2)
+    np.testing.assert_array_equal(first.releases, again.releases)
+    np.testing.assert_array_equal(first.classes, again.classes)
+    assert not np.array_equal(first.releases, other.releases)
+    alone = run(1, slice(3, 4))
+    np.testing.assert_array_equal(alone.releases, first.releases[3:4])
+    np.testing.assert_array_equal(alone.classes, first.classes[3:4])
+
+
+def test_two_classes_keep_the_binary_release_and_bad_inputs_are_refused():
+    assert type(joint_mechanism(1.0, 3)) is SignedFeatureMechanism
+    assert type(joint_mechanism(1.0, 3, n_classes=3)) is ClassSignedFeatureMechanism
+    with pytest.raises(ValueError, match="n_classes must be >= 3"):
+        ClassSignedFeatureMechanism(epsilon=1.0, n_features=2, n_classes=2)
+    with pytest.raises(TypeError, match="n_classes must be an integer"):
+        ClassSignedFeatureMechanism(epsilon=1.0, n_features=2, n_classes=3.0)
+    with pytest.raises(ValueError, match="epsilon must be in"):
+        ClassSignedFeatureMechanism(epsilon=0.0, n_features=2, n_classes=3)
+    with pytest.raises(ValueError, match=r"labels must be in \{0, ..., 2\}, got .*3"):
+        privatize_joint(
+            np.zeros((2, 2)),
+            [0, 3],
+            client_ids=[0, 1],
+            seed=0,
+            epsilon=1.0,
+            n_classes=3,
+        )
+    with pytest.raises(ValueError, match=r"labels must be in \{0, 1\}"):
+        privatize_joint(
+            np.zeros((2, 2)), [0, 2], client_ids=[0, 1], seed=0, epsilon=1.0
+        )
+    mech = ClassSignedFeatureMechanism(epsilon=1.0, n_features=2, n_classes=3)
+    with pytest.raises(ValueError, match="features must be rescaled"):
+        mech.release(np.full((1, 2), 2.0), [0], rng=0)
+    with pytest.raises(ValueError, match=r"values must have shape \(n_clients, 3\)"):
+        mech.randomise(np.zeros((1, 4)), rng=0)
+    out = mech.randomise(np.array([[2.0, 0.1, -0.1]]), rng=0)
+    assert out.shape == (1, 4) and out[0, 0] in (0.0, 1.0, 2.0)
+    low, high = mech.output_range()
+    assert np.all((out[:, 1:] >= low) & (out[:, 1:] <= high))

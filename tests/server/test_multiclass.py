@@ -1,0 +1,104 @@
+"""The server's K-class fit from class-sampled joint releases, and where K > 2 is
+refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ldpfda.client.protocol import privatize_joint
+from ldpfda.config import Settings
+from ldpfda.engine import run_protocol
+from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.fda.features import VectorFeaturizer
+from ldpfda.fda.scaling import CoefficientScaler
+from ldpfda.server.fitting import model_error
+from ldpfda.server.learners import MomentMulticlassClassifier
+
+
+def _toy(n: int, seed: int, p: int = 4):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n).astype(np.int8)
+    means = 0.5 * np.eye(3, p) - 0.2
+    return np.clip(means[y] + 0.3 * rng.standard_normal((n, p)), -1, 1), y
+
+
+def test_without_noise_the_fit_is_the_least_squares_indicator_regression():
+    x, y = _toy(20_000, 0)
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(y.size), seed=0, epsilon=np.inf, n_classes=3
+    )
+    w = np.hstack([np.ones((y.size, 1)), x])
+    gram = w.T @ w / y.size
+    model = MomentMulticlassClassifier(n_classes=3, gram=gram).fit(
+        payload.releases, payload.classes
+    )
+    # Every client's y~_j w is exact: theta_k regresses y~_k on w (on the clients
+    # that drew k), up to the empirical-Bayes shrinkage, which is small here.
+    signs = np.where(y[:, None] == np.arange(3), 1.0, -1.0)
+    exact = np.linalg.solve(gram, w.T @ signs / y.size)
+    theta = np.vstack([model.intercept_, model.coef_.T])
+    assert model.shrinkage_ < 1e-3
+    np.testing.assert_allclose(theta, exact, atol=0.05)
+    assert model.coef_.shape == (3, 4) and model.intercept_.shape == (3,)
+    proba = model.predict_proba(x[:5])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(model.predict(x), np.argmax(w @ theta, axis=1))
+    linear = model.to_linear_models()
+    assert len(linear) == 3 and model_error(linear, x, y) < 0.2
+
+
+def test_the_fit_refuses_what_it_cannot_use():
+    z = np.zeros((6, 3))
+    with pytest.raises(ValueError, match=r"drawn by at least 2 clients.*\[2, 2, 1\]"):
+        MomentMulticlassClassifier(n_classes=3).fit(z[:5], [0, 0, 1, 1, 2])
+    with pytest.raises(ValueError, match="n_classes must be >= 3"):
+        MomentMulticlassClassifier(n_classes=2).fit(z, [0, 1, 0, 1, 0, 1])
+    with pytest.raises(ValueError, match=r"y must be in \{0, ..., 2\}"):
+        MomentMulticlassClassifier(n_classes=3).fit(z, [0, 1, 2, 3, 0, 1])
+    with pytest.raises(ValueError, match="regularization must be one of"):
+        MomentMulticlassClassifier(regularization="lasso").fit(z, [0, 1, 2] * 2)
+    with pytest.raises(ValueError, match="gram must have shape"):
+        MomentMulticlassClassifier(gram=np.eye(2)).fit(z, [0, 1, 2] * 2)
+
+
+def _run(settings, x, y, n_classes, public=None):
+    ids = np.arange(y.size, dtype=np.int64)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
+    return run_protocol(
+        ArrayClients(ids, x, y, featurizer),
+        ArrayClients(ids[:0], x[:0], y[:0], featurizer),
+        settings,
+        seed=1,
+        server_rng=np.random.default_rng(2),
+        public=public,
+        n_classes=n_classes,
+    )
+
+
+def test_the_in_process_run_spends_one_release_per_client_and_reports_k_rows():
+    x, y = _toy(4000, 1)
+    public, _ = _toy(1000, 2)
+    settings = Settings(epsilon=4.0, n_train=4000, n_eval=1, n_test=1, repeats=1)
+    result = _run(settings, x, y, 3, public)
+    assert result.privacy["max_spent"] == 4.0
+    assert len(result.final) == 3 and result.method == "moment"
+    report = result.report()["final_model"]
+    assert len(report["coef"]) == 3 and len(report["intercept"]) == 3
+    assert model_error(result.final, x, y) < 0.45  # chance is about 0.66
+    # Without public features G comes from the releases, as in the binary release.
+    private = _run(settings.replace(public_features=False), x, y, 3)
+    assert len(private.final) == 3
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"method": "mrma", "n_eval": 10}, {"mechanism": "label-uniform"}],
+)
+def test_k_classes_are_refused_outside_the_moment_protocol_of_a_joint_release(changes):
+    # MRMA on the reference release takes K classes (test_mrma_classes.py).
+    x, y = _toy(50, 3)
+    settings = Settings(n_train=50, n_eval=1, n_test=1, repeats=1, subsample_size=2)
+    settings = settings.replace(**changes, num_weak_models=1)
+    with pytest.raises(ValueError, match="K > 2 classes need the moment protocol"):
+        _run(settings, x, y, 3)
