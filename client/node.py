@@ -48,6 +48,7 @@ __all__ = [
     "ledger_record",
     "load_ledger",
     "node_state",
+    "partition_file",
     "save_ledger",
 ]
 
@@ -77,6 +78,32 @@ class SpecRefusal(Exception):
     def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason or message
+
+
+#: Extensions of a simulated partition's file in ``flower.node-data``.
+_PARTITION_SUFFIXES = (".csv", ".npz")
+
+
+def partition_file(folder: str, client_id: int) -> Path:
+    """The file of simulated client ``client_id`` in ``flower.node-data``:
+    ``<folder>/client-<id>.csv`` or ``.npz`` (exactly one of them)."""
+    found = [
+        path
+        for suffix in _PARTITION_SUFFIXES
+        if (path := Path(folder) / f"client-{client_id}{suffix}").is_file()
+    ]
+    if len(found) != 1:
+        raise DataError(
+            f"flower.node-data {folder}: client {client_id} needs exactly one of "
+            f"client-{client_id}.csv and client-{client_id}.npz, found {len(found)}"
+        )
+    return found[0]
+
+
+def _simulated_files(node: dict[str, Any], flower: dict[str, Any]) -> bool:
+    """Whether the node is a simulated partition that reads its own file from the
+    run's ``flower.node-data`` folder, under the run's ``flower.spec``."""
+    return not node.get("data-path") and bool(flower.get("node-data"))
 
 
 def _node_spec(node: dict[str, Any]) -> Any:
@@ -139,6 +166,10 @@ def client_setup(context: Context) -> ClientSetup:
     if client_id is None or client_id < 0:
         raise Refusal(ERROR_REQUEST, "the node has no client-id (nor partition-id)")
     policy = NodePolicy.from_node_config(node, settings)
+    if _simulated_files(node, flower):
+        # A simulated partition is the simulation host's: its file and its spec are
+        # the run's (Flower gives simulated nodes no node config of their own).
+        node["spec-path"] = flower.get("spec", "")
     record = None
     if policy.deployed:
         path = Path(str(node["data-path"]))
@@ -169,6 +200,9 @@ def client_data(
         only, never into a reply (it may describe the data).
     """
     path = context.node_config.get("data-path")
+    flower = run_settings(context.run_config)[1]
+    if _simulated_files(dict(context.node_config), flower):
+        path = str(partition_file(str(flower["node-data"]), setup.client_id))
     try:
         if not path:
             return simulated_partition(setup.settings, setup.repeat, setup.client_id)

@@ -40,7 +40,10 @@ __all__ = [
     "LoopbackFederation",
     "flower_env",
     "free_port",
+    "join_with_backoff",
     "make_node_files",
+    "node_ready",
+    "register_keys",
     "run_config_arg",
     "run_stage",
     "wait_for_report",
@@ -258,6 +261,102 @@ class _Process:
             self.popen.wait(timeout=15)
 
 
+#: What a SuperNode logs when it exits with Flower's code 305 (it could not join: its
+#: key is not registered yet, or the SuperLink still holds its old self online). The
+#: process itself exits with status 1, as for every Flower error.
+CONNECTION_ERROR = "Exit Code: 305"
+
+
+def node_ready(log: str) -> int | None:
+    """The node id a SuperNode's log names once the node is ready, else None."""
+    found = _NODE_ID.search(log)
+    return int(found.group(1)) if found and _SUPEREXEC_UP in log else None
+
+
+def join_with_backoff(
+    spawn: Callable[[], _Process],
+    timeout: float = 120.0,
+    *,
+    first_delay: float = 1.0,
+    max_delay: float = 8.0,
+) -> tuple[_Process, int]:
+    """Start a SuperNode with ``spawn()`` until it is ready; it and its node id.
+
+    ``spawn`` starts the node with a log of its own. A start that exits with Flower's
+    code 305 (:data:`CONNECTION_ERROR` in its log) is tried again after a back-off that
+    doubles from ``first_delay`` up to ``max_delay`` seconds: many nodes starting
+    at once, or a node restarted before the SuperLink has seen its old self go, get
+    it. Any other exit is a ``RuntimeError`` naming the log; ``TimeoutError`` if the
+    node is not ready within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    delay = first_delay
+    while True:
+        process = spawn()
+        while (code := process.popen.poll()) is None:
+            node_id = node_ready(process.log.read_text(errors="replace"))
+            if node_id is not None:
+                return process, node_id
+            if time.monotonic() >= deadline:
+                process.stop()
+                raise TimeoutError(f"{process.name} did not join in {timeout:g} s")
+            time.sleep(0.2)
+        if CONNECTION_ERROR not in process.log.read_text(errors="replace"):
+            raise RuntimeError(
+                f"{process.name} exited with status {code}; see {process.log}"
+            )
+        if time.monotonic() + delay >= deadline:
+            raise TimeoutError(
+                f"{process.name} did not join in {timeout:g} s (exit code 305 each "
+                f"time: is its public key registered? see {process.log})"
+            )
+        time.sleep(delay)
+        delay = min(2 * delay, max_delay)
+
+
+def register_keys(
+    keys: Sequence[Path],
+    superlink: str,
+    env: Mapping[str, str],
+    cwd: Path,
+    *,
+    workers: int = 1,
+    timeout: float = 60.0,
+) -> list[str]:
+    """``flwr supernode register KEY superlink`` for every public key of ``keys``.
+
+    Flower registers one key per command; ``workers`` commands run side by side (1:
+    one at a time). A key the SuperLink refuses for another reason than being
+    registered already is tried again until ``timeout`` seconds have passed (the
+    SuperLink may still be starting). Returns one line per key; ``RuntimeError``
+    with Flower's output for a key that could not be registered.
+    """
+    deadline = time.monotonic() + timeout
+
+    def register(key: Path) -> str:
+        while True:
+            done = subprocess.run(
+                [_executable("flwr"), "supernode", "register", str(key), superlink],
+                env=dict(env),
+                cwd=cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                timeout=timeout,
+            )
+            if done.returncode == 0:
+                return f"{key.name}: registered"
+            if "already in use" in done.stdout:
+                return f"{key.name}: registered already"
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"flwr supernode register {key}:\n{done.stdout}")
+            time.sleep(1.0)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(register, keys))
+
+
 @dataclass
 class LoopbackFederation:
     """A SuperLink and one SuperNode per data file, all on 127.0.0.1.
@@ -413,7 +512,7 @@ class LoopbackFederation:
         Under SuperNode authentication the node keeps its node id (the SuperLink knows
         it by its key), but it can join only once the SuperLink holds its old self
         offline (at once after a SIGTERM, up to two heartbeats after a crash): until
-        then a start exits with code 305 and is tried again every second.
+        then a start exits with code 305 and is tried again (:func:`join_with_backoff`).
         ``node_config`` replaces entries of the node's config for the new start.
 
         Raises
@@ -430,48 +529,20 @@ class LoopbackFederation:
             at = command.index("--node-config") + 1
             config = dict(self.node_settings[i], **node_config)
             command[at] = run_config_arg(config)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def spawn() -> _Process:
             n = sum(1 for _ in Path(self.workdir).glob(f"supernode-{i}-*.log")) + 1
-            process = self._spawn(f"supernode-{i}-{n}", command)
-            self.supernodes[i] = process
-            while process.popen.poll() is None:
-                log = process.log.read_text(errors="replace")
-                if _NODE_ID.search(log) and _SUPEREXEC_UP in log:
-                    return
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{process.name} did not join in {timeout:g} s")
-                time.sleep(0.2)
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"supernode-{i} did not join in {timeout:g} s")
-            time.sleep(1.0)
+            return self._spawn(f"supernode-{i}-{n}", command)
+
+        self.supernodes[i], _ = join_with_backoff(spawn, timeout, max_delay=2.0)
 
     def _register_keys(self, timeout: float = 120.0) -> None:
-        """``flwr supernode register`` every SuperNode's public key, side by side."""
-
-        def register(i: int) -> str:
-            done = subprocess.run(
-                [
-                    _executable("flwr"),
-                    "supernode",
-                    "register",
-                    str(self.certs / f"supernode-{i}.pub"),
-                    "loopback",
-                ],
-                env=self.env,
-                cwd=self.workdir,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                timeout=timeout,
-            )
-            return f"supernode-{i}: {done.stdout}" if done.returncode else ""
-
-        with ThreadPoolExecutor(max_workers=max(len(self.data_files), 1)) as pool:
-            failed = [f for f in pool.map(register, range(len(self.data_files))) if f]
-        if failed:
-            raise RuntimeError("flwr supernode register failed:\n" + "\n".join(failed))
+        """Register every SuperNode's public key, side by side."""
+        n = len(self.data_files)
+        keys = [self.certs / f"supernode-{i}.pub" for i in range(n)]
+        register_keys(
+            keys, "loopback", self.env, self.workdir, workers=n, timeout=timeout
+        )
 
     def _watch(
         self,
@@ -511,12 +582,8 @@ class LoopbackFederation:
         reply timeouts while the nodes are still starting. Submit a run after this.
         """
 
-        def ready(log: str) -> int | None:
-            found = _NODE_ID.search(log)
-            return int(found.group(1)) if found and _SUPEREXEC_UP in log else None
-
         n = len(self.supernodes)
-        ids = self._watch(range(n), ready, timeout, "were not ready")
+        ids = self._watch(range(n), node_ready, timeout, "were not ready")
         return [ids[i] for i in range(n)]
 
     def wait_for_replies(

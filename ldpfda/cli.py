@@ -1,5 +1,6 @@
 """Command line: ``ldpfda simulate``, ``fit`` and ``predict`` on own curve files,
-``spec``, and the experiment, plot and benchmark drivers."""
+``spec``, ``deploy`` (the operator's commands of ``deploy/operate.py``), and the
+experiment, plot and benchmark drivers."""
 
 from __future__ import annotations
 
@@ -1015,6 +1016,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if argv and argv[0] in delegated:
         return int(importlib.import_module(delegated[argv[0]]).main(argv[1:]) or 0)
+    if argv and argv[0] == "deploy":
+        return int(_deploy_module("operate").main(argv[1:]))
     parser = argparse.ArgumentParser(
         prog="ldpfda",
         allow_abbrev=False,
@@ -1028,6 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
     _multiserver_parser(sub)
     for name, text in (
         ("spec", "write (spec init) or check (spec check) a federation spec"),
+        ("deploy", "operate a Flower deployment: certs, keys, nodes, runs"),
         ("node", "check a node's data file before it joins (node check)"),
         ("experiment", "run an experiment study from a TOML config"),
         ("plot", "make figures from saved experiment results"),

@@ -35,6 +35,7 @@ class FlowerOptions:
     artifact_dir: str = "results/flower/artifacts"
     spec: str = ""
     public_data: str = ""
+    node_data: str = ""
 
     def __post_init__(self) -> None:
         def checked(name: str, check: Any, **bounds: Any) -> None:
@@ -49,7 +50,7 @@ class FlowerOptions:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} must be a non-empty path, got {value!r}")
-        for name in ("spec", "public_data"):
+        for name in ("spec", "public_data", "node_data"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"{name} must be a path (str)")
         if not isinstance(self.test_data, str):

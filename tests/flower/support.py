@@ -24,8 +24,10 @@ from flwr.supercore.task_identity import TaskIdentity
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Small settings of a quick in-memory run (kebab-case run-config keys).
+#: Small settings of a quick in-memory run (kebab-case run-config keys), on the vector
+#: design (the app's default dataset is the wearable one).
 SMALL: dict[str, Any] = {
+    "data.dataset": "vector",
     "data.n-train": 30,
     "data.n-eval": 20,
     "mrma.num-weak-models": 5,
@@ -236,9 +238,11 @@ def descendants(pids: Iterable[int]) -> set[int]:
     return found
 
 
-def still_running(pids: Iterable[int], timeout: float = 20.0) -> set[int]:
+def still_running(pids: Iterable[int], timeout: float = 60.0) -> set[int]:
     """The processes of ``pids`` that are alive after waiting up to ``timeout`` s for
-    all of them to end."""
+    all of them to end (it returns as soon as they have: the loopback deployments
+    run side by side on 2 cores, and a Flower process under load may take 20 s and
+    more to shut down)."""
     deadline = time.monotonic() + timeout
     while (running := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)

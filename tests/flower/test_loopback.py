@@ -37,12 +37,21 @@ test asserts on what it recorded (reports, logs, processes):
   on 5 SuperNodes, in which one node's policy refuses the run, one refuses a release
   beyond its lifetime budget, and one crashes with a release on its ledger, is
   restarted, and answers the server's second ask with that very release.
+
+* **the walkthrough** (``docs/walkthrough.md``, run by
+  :mod:`tests.flower.walkthrough_deployment`): its shell blocks as written: a
+  wearable file set (wide CSV, long CSV, NPZ, each on its own irregular timestamps),
+  a spec from public calibration curves, keys, a SuperLink with TLS and SuperNode
+  authentication, 4 SuperNodes started with ``ldpfda deploy``, one run on the hosts'
+  own files and one on the same SuperLink that names two clients without a host,
+  which must end ``failed``.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +69,7 @@ from ldpfda.server.server_app import parse_run_config
 
 from .node_deployment import EPSILON, POOR, PRIVATE, RESTARTED, NodeDeployment
 from .support import alive, app_config, descendants, fault_app, still_running
+from .walkthrough_deployment import Walkthrough
 
 pytestmark = pytest.mark.slow
 
@@ -181,6 +191,7 @@ class Deployment:
     payload: dict[str, np.ndarray]
     session: _Session
     node: NodeDeployment
+    walkthrough: Walkthrough
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +216,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     )
     session = _Session(workdir / "session")
     node = NodeDeployment(workdir / "node")
+    walkthrough = Walkthrough(workdir / "walkthrough")
     tls_stderr, insecure_stderr = io.StringIO(), io.StringIO()
     try:
         with ExitStack() as stack:
@@ -236,6 +248,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
                 timeout=REPLY_TIMEOUT + 60,
             )
             session.gate.set()
+            # Once this run only waits for its hanging node: started with the other
+            # deployments, its processes' start-up slowed this run's replies past the
+            # reply timeout on the 2-core machine.
+            walkthrough.start()
             report = wait_for_report(reports, timeout=300)
             # Including the ClientApp of the hanging node, which may still be asleep.
             children |= descendants(pids)
@@ -244,10 +260,15 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         if not session.gate.is_set():
             session.cancelled.set()
             session.gate.set()
+            # Once this run only waits for its hanging node: started with the other
+            # deployments, its processes' start-up slowed this run's replies past the
+            # reply timeout on the 2-core machine.
+            walkthrough.start()
         if session.ident is not None:
             session.join(timeout=600)
-        if node.ident is not None:
-            node.join(timeout=900)
+        for thread in (node, walkthrough):
+            if thread.ident is not None:
+                thread.join(timeout=900)
         raise
     left_running = still_running(set(pids) | children)
     run_dir = next(reports.glob("run-*"))
@@ -268,11 +289,13 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         payload=payload,
         session=session,
         node=node,
+        walkthrough=walkthrough,
     )
     # The session may still run while the tests above assert; never leave its
     # processes behind, whether or not its test ran.
     session.join(timeout=600)
     node.join(timeout=900)
+    walkthrough.join(timeout=900)
 
 
 # -- the federation with TLS, SuperNode authentication and bad nodes -------------------
@@ -489,3 +512,75 @@ def test_a_restarted_node_keeps_its_node_id_and_its_ledger(deployment):
 
 def test_every_process_of_the_node_deployment_is_stopped(deployment):
     assert not deployment.node.result().left_running
+
+
+# -- the walkthrough -------------------------------------------------------------------
+
+
+def _block_output(run, needle: str) -> str:
+    """The output of the walkthrough's block whose text holds ``needle``."""
+    from .walkthrough_deployment import walkthrough_blocks
+
+    (index,) = [i for i, b in enumerate(walkthrough_blocks()) if needle in b]
+    return run.outputs[index]
+
+
+def test_the_walkthrough_runs_as_written_with_tls_and_authentication(deployment):
+    from .walkthrough_deployment import walkthrough_blocks
+
+    run = deployment.walkthrough.result()
+    out = (run.workdir / "walkthrough.out").read_text()
+    assert run.returncode == 0, out[-4000:]
+    assert len(run.outputs) == len(walkthrough_blocks())
+    connection = (run.workdir / "flwr-home" / "config.toml").read_text()
+    assert "root-certificates" in connection and "insecure" not in connection
+    # Every key registered, one at a time; every node joined with its key.
+    assert _block_output(run, "deploy register").count(": registered\n") == 4
+    assert "4 SuperNodes ready" in _block_output(run, "deploy nodes")
+    assert len(run.pids) == 1 + 4
+    assert not run.left_running, "the walkthrough stops every process by PID"
+    print(f"walkthrough: {run.wall_time_s:.0f} s, every block")
+
+
+def test_walkthrough_nodes_release_their_own_files_on_their_own_timestamps(
+    deployment,
+):
+    from ldpfda.schema.spec import FederationSpec
+
+    run = deployment.walkthrough.result()
+    spec = FederationSpec.load(run.workdir / "federation.toml")
+    files = sorted((run.workdir / "data" / "nodes").iterdir())
+    heads = {f.read_text().partition("\n")[0] for f in files if f.suffix == ".csv"}
+    assert {f.suffix for f in files} == {".csv", ".npz"}
+    # Wide CSVs (a column per timestamp) and a long one (a row per observation).
+    assert "subject,curve,time,label,heart_rate" in heads
+    assert any(h.startswith("subject,curve,channel,label,") for h in heads)
+    curves = {f: spec.featurize_file(f) for f in files}
+    stamps = {tuple(np.unique(c.times).tolist()) for c, _ in curves.values()}
+    assert len(stamps) == len(files) == 4
+    (run_dir,) = (run.workdir / "reports").glob("run-*")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["flower"]["flower.spec"] == str(run.workdir / "federation.toml")
+    with np.load(run_dir / "payload.npz") as payload:
+        np.testing.assert_array_equal(payload["client_ids"], [0, 1, 2, 3])
+        low, high = report["participation"]["output_range"]
+        assert np.all((low <= payload["releases"]) & (payload["releases"] <= high))
+    # Each node featurized its own file: its log names it and the points observed.
+    for i, f in enumerate(files):
+        log = (run.workdir / "logs" / f"supernode-{i}.log").read_text()
+        observed = int(curves[f][1].n_points[0, 0])
+        assert f"{f}: observed points per channel {{'heart_rate': {observed}}}" in log
+    assert set(report["test_errors"]) == {"moment"}
+
+
+def test_a_run_below_the_quorum_fails_and_the_command_names_the_missing(deployment):
+    # Needs the server's quorum over the clients the run asks for, in every round:
+    # clients 4 and 5 have no host and never answer.
+    run = deployment.walkthrough.result()
+    out = _block_output(run, "reports-quorum")
+    (status_file,) = (run.workdir / "reports-quorum").glob("run-*/status.json")
+    status = json.loads(status_file.read_text())
+    assert status["stage"] == "failed", out
+    assert "exited with status 1" in out
+    assert status["error"] in out
+    assert re.search(r"[Mm]issing[^\n]*\b4\b[^\n]*\b5\b", status["error"]), status

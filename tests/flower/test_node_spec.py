@@ -242,6 +242,35 @@ def test_a_spec_run_without_public_curves_says_what_it_needs(tmp_path, run_confi
         _spec_run(tmp_path, run_config, public=False)
 
 
+def test_a_simulated_node_reads_its_own_file_from_the_run_s_node_data(
+    run_config, tmp_path
+):
+    from ldpfda.schema.queries import ERROR_DATA
+
+    spec_path = tmp_path / "federation.toml"
+    spec_path.write_text(SPEC, encoding="utf-8")
+    folder = tmp_path / "nodes"
+    folder.mkdir()
+    own = write_long_csv(folder / "client-2.csv", make_wearable(3, seed=4).subject(2))
+    spec = FederationSpec.loads(SPEC)
+    config = run_config(
+        SMALL,
+        LABEL_ONLY,
+        {"flower.spec": str(spec_path), "flower.node-data": str(folder)},
+    )
+    # Simulated nodes have no node config but their partition: the run names both
+    # the folder and the spec, and partition 2 takes client-2's file.
+    partition = {"partition-id": 2, "num-partitions": 4, "features-public": True}
+    reply = _ask(config, partition, "features", spec.hash)
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    sent = reply.content.array_records["features"]["x"].numpy()
+    expected = spec.featurize_file(own)[1].features
+    np.testing.assert_array_equal(sent.reshape(expected.shape), expected)
+    # Partition 3 has no file there: it answers nothing but the data error code.
+    reply = _ask(config, {**partition, "partition-id": 3}, "features", spec.hash)
+    assert reply.has_error() and reply.error.code == ERROR_DATA
+
+
 def test_the_second_moment_comes_from_the_public_curves_or_the_releases(
     tmp_path, run_config
 ):

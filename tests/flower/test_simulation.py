@@ -1,9 +1,11 @@
 """``flwr run .`` on the simulation runtime equals the in-process engine.
 
 Both protocols: the default (every client releases once, the moment classifier) and the
-reference MRMA. The module fixture submits one run of each to the same local SuperLink
-(the first ``flwr run`` starts it, the second finds it running) and waits for both; the
-two runs go on side by side.
+reference MRMA, on the functional design; and a run under the shipped wearable spec in
+which every simulated node reads its own wearable file (wide CSV, long CSV or NPZ, each
+on its device's own irregular timestamps) from ``flower.node-data``. The module fixture
+submits the three runs to the same local SuperLink (the first ``flwr run`` starts it,
+the others find it running) and waits for all; the runs go on side by side.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ import numpy as np
 import pytest
 
 from ldpfda.config import Settings
+from ldpfda.datasets.wearable_spec import WEARABLE_SPEC
 from ldpfda.engine import run_repeat
+from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.engine.runner import run_protocol
+from ldpfda.fda.features import VectorFeaturizer
+from ldpfda.fda.scaling import CoefficientScaler
+from ldpfda.privacy.random import derive_seed
+from ldpfda.schema.spec import FederationSpec
 
 from .support import REFERENCE, ROOT
 
@@ -28,11 +37,43 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "default-moment": {},
     "reference-mrma": REFERENCE,
 }
+#: The run on the hosts' own files: clients 0-7 train, 8-11 evaluate.
+FILES_RUN, FILE_NODES = "wearable-files", 12
+
+
+def _own_files(folder: Path) -> dict[str, Any]:
+    """The spec, one wearable subject's file per node (``ldpfda deploy
+    example-data``), the server's public and test files; the run config on them."""
+    from operate import write_example_data
+
+    files = write_example_data(folder, FILE_NODES, seed=31, public=300, test=500)
+    spec = folder / "wearable.toml"
+    spec.write_text(WEARABLE_SPEC, encoding="utf-8")
+    return {
+        "data.dataset": "wearable",
+        "data.n-train": 8,
+        "data.n-eval": 4,
+        "privacy.epsilon": 5.0,
+        "flower.spec": str(spec),
+        "flower.node-data": str(files["nodes"]),
+        "flower.public-data": str(files["public"]),
+        "flower.test-data": str(files["test"]),
+    }
+
+
+DESIGN_RUN: dict[str, Any] = {
+    "data.dataset": "functional",
+    "data.n-train": 12,
+    "data.n-eval": 8,
+    "mrma.num-weak-models": 4,
+    "mrma.subsample-size": 6,
+    "data.n-test": 2000,
+}
 
 
 @dataclass
 class Simulations:
-    """Both runs: reports and run directories by protocol, and the SuperLinks."""
+    """Every run: reports and run directories by name, and the SuperLinks."""
 
     reports: dict[str, dict[str, Any]]
     run_dirs: dict[str, Path]
@@ -64,14 +105,13 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
     try:
         # `flwr run` returns once the run is submitted, so the SuperLink the first
         # one starts is up when the second one looks for it.
-        for name, protocol in PROTOCOLS.items():
+        runs = {
+            name: (20, {**DESIGN_RUN, **protocol})
+            for name, protocol in PROTOCOLS.items()
+        }
+        runs[FILES_RUN] = (FILE_NODES, _own_files(workdir / "own"))
+        for name, (nodes, protocol) in runs.items():
             config = {
-                "data.dataset": "functional",
-                "data.n-train": 12,
-                "data.n-eval": 8,
-                "mrma.num-weak-models": 4,
-                "mrma.subsample-size": 6,
-                "data.n-test": 2000,
                 "flower.repeat": 2,
                 "flower.report-dir": str(workdir / name),
                 "flower.reply-timeout": 120.0,
@@ -83,7 +123,7 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
                     "run",
                     str(ROOT),
                     "--federation-config",
-                    "num-supernodes=20",
+                    f"num-supernodes={nodes}",
                     "--run-config",
                     run_config_arg(config),
                 ],
@@ -97,7 +137,7 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
                 raise RuntimeError(
                     f"flwr run ({name}) failed:\n{done.stdout}{done.stderr}"
                 )
-        for name in PROTOCOLS:
+        for name in runs:
             reports[name] = wait_for_report(workdir / name, timeout=240)
             run_dirs[name] = next((workdir / name).glob("run-*"))
     finally:
@@ -155,3 +195,52 @@ def test_flwr_run_simulation_equals_the_engine(simulations, protocol):
     assert report["participation"]["connected_nodes"] == 20
     spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
     assert spent == {5.0}
+
+
+def test_simulated_nodes_on_their_own_files_equal_the_engine_on_those_files(
+    simulations,
+):
+    report = simulations.reports[FILES_RUN]
+    run_dir = simulations.run_dirs[FILES_RUN]
+    settings = Settings.from_mapping(report["settings"])
+    flower = report["flower"]
+    spec = FederationSpec.load(flower["flower.spec"])
+    nodes = sorted(
+        Path(flower["flower.node-data"]).glob("client-*"),
+        key=lambda path: int(path.stem.split("-")[1]),
+    )
+    assert {path.suffix for path in nodes} == {".csv", ".npz"}
+    # Each host on its own device clock: no two files share their timestamps.
+    curves = [spec.featurize_file(path) for path in nodes]
+    stamps = {tuple(np.unique(c.times).tolist()) for c, _ in curves}
+    assert len(stamps) == FILE_NODES
+    # The engine, in process, on what the spec makes of the very same files.
+    test = spec.featurize_file(flower["flower.test-data"])[1]
+    x = np.vstack([got.features for _, got in curves])
+    y = np.concatenate([got.labels for _, got in curves]).astype(np.int8)
+    identity = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), spec.n_features)
+    train, evaluation = (
+        ArrayClients(ids, x[ids], y[ids], identity)
+        for ids in (np.arange(8), np.arange(8, FILE_NODES))
+    )
+    reference = run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=derive_seed(settings.seed, "clients", 2),
+        server_rng=np.random.default_rng(derive_seed(settings.seed, "server", 2)),
+        test=(test.features, test.labels.astype(np.int8)),
+        public=spec.featurize_file(flower["flower.public-data"])[1].features,
+    )
+    payload = np.load(run_dir / "payload.npz")
+    np.testing.assert_array_equal(payload["client_ids"], np.arange(FILE_NODES))
+    np.testing.assert_allclose(
+        payload["releases"], reference.payload.releases, rtol=0, atol=1e-12
+    )
+    model = np.load(run_dir / "model.npz")
+    np.testing.assert_allclose(model["coef"], reference.final.coef[0], atol=1e-10)
+    np.testing.assert_allclose(
+        model["intercept"], reference.final.intercept, atol=1e-10
+    )
+    for method, error in report["test_errors"].items():
+        assert error == pytest.approx(reference.test_errors[method])
