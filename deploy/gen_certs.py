@@ -5,7 +5,7 @@ and keep every private key on the host that owns it.
 
 Usage::
 
-    python deploy/gen_certs.py OUTDIR [--hosts superlink.example.org 10.0.0.5]
+    python -m ldpfda.deploy.gen_certs OUTDIR [--hosts superlink.example.org 10.0.0.5]
                                       [--supernodes 3] [--days 365]
 
 Writes to ``OUTDIR``: ``ca.crt`` and ``ca.key``, the certificate authority

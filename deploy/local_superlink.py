@@ -7,8 +7,8 @@ its command line and stops it by PID; its ``flower-superexec`` helper exits with
 
 Usage::
 
-    python deploy/local_superlink.py [--port 39091]          # stop it
-    python deploy/local_superlink.py --list [--port 39091]   # only print the PID
+    python -m ldpfda.deploy.local_superlink [--port 39091]          # stop it
+    python -m ldpfda.deploy.local_superlink --list [--port 39091]   # only print the PID
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and stops every process by PID. Every wait polls a condition up to a deadline.
 
 Usage::
 
-    python deploy/loopback.py WORKDIR [--nodes 4] [--tls]
+    python -m ldpfda.deploy.loopback WORKDIR [--nodes 4] [--tls]
         [--run-config 'data.dataset="functional" data.n-train=3 data.n-eval=1 ...']
 
 ``--run-config`` must give ``data.n-train + data.n-eval`` equal to ``--nodes``; the
@@ -445,8 +445,7 @@ class LoopbackFederation:
             str(Path(self.workdir) / "superlink.db"),
         ]
         if self.tls:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from gen_certs import generate
+            from ldpfda.deploy.gen_certs import generate
 
             generate(self.certs, supernodes=len(self.data_files))
             command += [

@@ -11,7 +11,7 @@ run (models and estimates move through one artifact directory), runs the combine
 
 Usage::
 
-    python deploy/multiserver_loopback.py WORKDIR
+    python -m ldpfda.deploy.multiserver_loopback WORKDIR
         [--server 3,2,5,0,0 --server 3,2,2,0.2,0.5] [--num-weak-models 1]
 
 Each ``--server`` is ``n_train,n_eval,epsilon,feature_shift,label_shift``.
@@ -29,7 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from loopback import LoopbackFederation, make_node_files, wait_for_report
+from ldpfda.deploy.loopback import LoopbackFederation, make_node_files, wait_for_report
 
 __all__ = ["run_loopback_session"]
 

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from loopback import (
+from ldpfda.deploy.loopback import (
     _executable,
     _Process,
     free_port,
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(None if argv is None else list(argv))
     try:
         if args.action == "certs":
-            from gen_certs import generate
+            from ldpfda.deploy.gen_certs import generate
 
             out = generate(args.outdir, hosts=args.hosts, supernodes=args.supernodes)
             print(f"certificates and keys written to {out}")

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import local_superlink
-import loopback
+from ldpfda.deploy import local_superlink
+from ldpfda.deploy import loopback
 
 from ldpfda.config import Settings
 from ldpfda.server.multiserver import ServerSpec

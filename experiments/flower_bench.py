@@ -96,8 +96,7 @@ def simulate(n_clients: int, settings: Settings) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         done.set()
         sampler.join()
-        sys.path.insert(0, str(ROOT / "deploy"))
-        from local_superlink import find_local_superlinks, stop_pid
+        from ldpfda.deploy.local_superlink import find_local_superlinks, stop_pid
 
         for pid in find_local_superlinks():
             stop_pid(pid)

@@ -509,13 +509,9 @@ def _write(path: Path, payload: dict[str, Any]) -> None:
 
 
 def _deploy_module(name: str) -> Any:
-    """A module of the checkout's ``deploy/`` folder (commands above the library)."""
-    deploy = Path(__file__).resolve().parents[1] / "deploy"
-    if not (deploy / f"{name}.py").exists():
-        raise RuntimeError(f"this command needs a source checkout of ldpfda: {deploy}")
-    if str(deploy) not in sys.path:
-        sys.path.insert(0, str(deploy))
-    return importlib.import_module(name)
+    """A module of :mod:`ldpfda.deploy` (commands above the library), loaded only by
+    the commands that use it."""
+    return importlib.import_module(f"ldpfda.deploy.{name}")
 
 
 def _run_multiserver_flower(

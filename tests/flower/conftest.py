@@ -28,9 +28,6 @@ with warnings.catch_warnings():
 
 from .support import ROOT, app_config  # noqa: E402
 
-DEPLOY = ROOT / "deploy"
-if str(DEPLOY) not in sys.path:
-    sys.path.insert(0, str(DEPLOY))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 
 def test_certificates_chain_to_the_ca_and_name_the_hosts(tmp_path):
-    from gen_certs import generate
+    from ldpfda.deploy.gen_certs import generate
 
     out = generate(
         tmp_path / "certs", hosts=["link.example.org", "10.1.2.3"], supernodes=2
@@ -41,7 +41,7 @@ def test_certificates_chain_to_the_ca_and_name_the_hosts(tmp_path):
 
 
 def test_supernode_keys_are_openssh_p384_pairs(tmp_path):
-    from gen_certs import generate
+    from ldpfda.deploy.gen_certs import generate
 
     out = generate(tmp_path, supernodes=2)
     for i in range(2):

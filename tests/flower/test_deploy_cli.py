@@ -17,7 +17,7 @@ from ldpfda.schema.spec import FederationSpec
 def test_example_data_gives_each_node_its_own_file_in_every_format(tmp_path, capsys):
     assert main(["deploy", "example-data", str(tmp_path), "--nodes", "6"]) == 0
     assert "public" in capsys.readouterr().out
-    from operate import client_files
+    from ldpfda.deploy.operate import client_files
 
     files = client_files(tmp_path / "nodes")
     assert list(files) == list(range(6))
@@ -35,7 +35,7 @@ def test_example_data_gives_each_node_its_own_file_in_every_format(tmp_path, cap
 
 
 def test_run_configs_merge_in_order_from_files_and_pairs(tmp_path):
-    from operate import merged_run_config
+    from ldpfda.deploy.operate import merged_run_config
 
     toml = tmp_path / "run.toml"
     toml.write_text('[data]\nn-train = 3\nn-eval = 1\n[flower]\nspec = "a b.toml"\n')
@@ -49,7 +49,7 @@ def test_run_configs_merge_in_order_from_files_and_pairs(tmp_path):
 
 
 def test_a_node_exiting_with_305_is_started_again_after_a_back_off(tmp_path):
-    from loopback import _Process, join_with_backoff
+    from ldpfda.deploy.loopback import _Process, join_with_backoff
 
     # Exits as Flower's code 305 does on its first two starts (status 1, the code in
     # its log), then logs what a ready node logs.
@@ -83,7 +83,7 @@ def test_a_node_exiting_with_305_is_started_again_after_a_back_off(tmp_path):
 
 
 def test_a_node_exiting_with_another_code_is_not_started_again(tmp_path):
-    from loopback import _Process, join_with_backoff
+    from ldpfda.deploy.loopback import _Process, join_with_backoff
 
     log = tmp_path / "node.log"
     log.touch()

@@ -135,7 +135,7 @@ class _Session(threading.Thread):
             raise RuntimeError("the session was called off before its first run")
 
     def run(self) -> None:
-        from multiserver_loopback import run_loopback_session
+        from ldpfda.deploy.multiserver_loopback import run_loopback_session
 
         # Vector data: the federation above serves curves, so both kinds of data
         # files reach real SuperNodes.
@@ -196,7 +196,7 @@ class Deployment:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    from loopback import (
+    from ldpfda.deploy.loopback import (
         LoopbackFederation,
         make_node_files,
         wait_for_report,
@@ -310,7 +310,7 @@ def test_every_process_starts_and_every_one_is_stopped(deployment):
 
 
 def test_tls_with_authenticated_supernodes_and_no_insecure_warning(deployment):
-    from loopback import INSECURE_WARNING
+    from ldpfda.deploy.loopback import INSECURE_WARNING
 
     assert "root-certificates" in deployment.connection
     assert "insecure" not in deployment.connection
@@ -322,7 +322,7 @@ def test_tls_with_authenticated_supernodes_and_no_insecure_warning(deployment):
 
 
 def test_an_insecure_federation_warns(deployment):
-    from loopback import INSECURE_WARNING
+    from ldpfda.deploy.loopback import INSECURE_WARNING
 
     assert INSECURE_WARNING in deployment.insecure_stderr, "insecure mode must warn"
 

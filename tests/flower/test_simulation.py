@@ -44,7 +44,7 @@ FILES_RUN, FILE_NODES = "wearable-files", 12
 def _own_files(folder: Path) -> dict[str, Any]:
     """The spec, one wearable subject's file per node (``ldpfda deploy
     example-data``), the server's public and test files; the run config on them."""
-    from operate import write_example_data
+    from ldpfda.deploy.operate import write_example_data
 
     files = write_example_data(folder, FILE_NODES, seed=31, public=300, test=500)
     spec = folder / "wearable.toml"
@@ -84,8 +84,8 @@ class Simulations:
 
 @pytest.fixture(scope="module")
 def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
-    from local_superlink import find_local_superlinks, stop_pid
-    from loopback import (
+    from ldpfda.deploy.local_superlink import find_local_superlinks, stop_pid
+    from ldpfda.deploy.loopback import (
         _executable,
         flower_env,
         free_port,

@@ -66,7 +66,7 @@ def _pids(workdir: Path) -> set[int]:
 
 def run_walkthrough(workdir: Path, timeout: float = 600.0) -> WalkthroughRun:
     """Run every block of the walkthrough in ``workdir``; stop what it left."""
-    from loopback import flower_env, free_port
+    from ldpfda.deploy.loopback import flower_env, free_port
 
     workdir.mkdir(parents=True, exist_ok=True)
     blocks = walkthrough_blocks()
