@@ -659,6 +659,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     files = make_node_files(settings, workdir / "data")
     started = time.perf_counter()
     with LoopbackFederation(workdir, files, tls=args.tls) as federation:
+        assert federation.superlink is not None  # started on entering
         print(
             f"SuperLink on 127.0.0.1:{federation.port} (pid {federation.superlink.pid})"
         )

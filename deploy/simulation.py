@@ -16,10 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ldpfda.deploy import local_superlink
-from ldpfda.deploy import loopback
-
 from ldpfda.config import Settings
+from ldpfda.deploy import local_superlink, loopback
 from ldpfda.server.multiserver import ServerSpec
 from ldpfda.server.multiserver_flower import (
     PHASES,

@@ -57,14 +57,22 @@ def _room(module: str) -> str:
 
 #: What each room must never import (anywhere in a module, lazily included).
 FORBIDDEN = {
-    "client": {"server", "engine", "experiments", "labeldp"},
-    "server": {"client", "engine", "experiments"},
-    "schema": {"client", "server", "engine", "experiments", "labeldp"},
-    "privacy": {"client", "server", "engine", "schema", "experiments", "datasets"},
-    "fda": {"client", "server", "engine", "schema", "privacy", "experiments"},
-    "datasets": {"client", "server", "engine", "experiments"},
-    "labeldp": {"client", "server", "engine", "experiments"},
-    "engine": {"experiments"},
+    "client": {"server", "engine", "experiments", "labeldp", "deploy"},
+    "server": {"client", "engine", "experiments", "deploy"},
+    "schema": {"client", "server", "engine", "experiments", "labeldp", "deploy"},
+    "privacy": {
+        "client",
+        "server",
+        "engine",
+        "schema",
+        "experiments",
+        "datasets",
+        "deploy",
+    },
+    "fda": {"client", "server", "engine", "schema", "privacy", "experiments", "deploy"},
+    "datasets": {"client", "server", "engine", "experiments", "deploy"},
+    "labeldp": {"client", "server", "engine", "experiments", "deploy"},
+    "engine": {"experiments", "deploy"},
 }
 
 

@@ -7,7 +7,6 @@ ignored, once, while flwr is first imported here.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,8 +25,7 @@ with warnings.catch_warnings():
     import flwr.clientapp  # noqa: F401
     import flwr.serverapp  # noqa: F401
 
-from .support import ROOT, app_config  # noqa: E402
-
+from .support import app_config  # noqa: E402
 
 
 @pytest.fixture

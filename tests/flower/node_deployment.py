@@ -109,7 +109,12 @@ def _wait(what: str, condition: Any, timeout: float) -> Any:
 
 def run_node_deployment(workdir: Path) -> NodeRun:
     """Start the federation, run it as the module docstring says, stop it."""
-    from ldpfda.deploy.loopback import LoopbackFederation, make_node_files, run_stage, wait_for_report
+    from ldpfda.deploy.loopback import (
+        LoopbackFederation,
+        make_node_files,
+        run_stage,
+        wait_for_report,
+    )
 
     reports = workdir / "reports"
     config = {**RUN_CONFIG, "flower.report-dir": str(reports)}

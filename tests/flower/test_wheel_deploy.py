@@ -86,7 +86,11 @@ def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
     but runs none of the ``.pth`` files in it, so the editable install's finder of
     this environment stays inactive and ``import ldpfda`` can only find the wheel.
     """
-    from ldpfda.deploy.local_superlink import _processes, find_local_superlinks, stop_pid
+    from ldpfda.deploy.local_superlink import (
+        _processes,
+        find_local_superlinks,
+        stop_pid,
+    )
     from ldpfda.deploy.loopback import free_port, run_config_arg, wait_for_report
 
     from ..test_packaging import build_wheel
