@@ -14,10 +14,17 @@ AUDIT_ROWS: list[tuple[str, float, float, float, float, bool]] = []
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001
-    """Slow files first: they mostly wait on Flower processes, and the workers hand out
-    files in this order, so the rest of the suite runs beside them instead of after."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+    """Files marked slow (they mostly wait on Flower processes) go first, so the rest
+    of the suite runs beside them instead of after. The workers take two files each to
+    start with, in this order (addopts keep xdist from reordering): the first two
+    slow files go one to each worker, then a quick file, so that the third slow file
+    does not queue behind the first (the loopback deployments, the longest)."""
+    files = list(dict.fromkeys(item.path for item in items))
+    marked = {item.path for item in items if item.get_closest_marker("slow")}
+    slow = [f for f in files if f in marked]
+    quick = [f for f in files if f not in marked]
+    order = {f: n for n, f in enumerate(slow[:2] + quick[:1] + slow[2:] + quick[1:])}
+    items.sort(key=lambda item: order[item.path])
 
 
 def pytest_runtest_logreport(report):
