@@ -342,11 +342,7 @@ class OwnFit:
             "server-method": self.result.method,
             "epsilon": self.settings.epsilon,
             "labels": list(self.spec.labels),
-            "coef": [float(v) for v in self.model.coef[0]],
-            "intercept": float(self.model.intercept[0]),
-            "decision": "labels[1] if intercept + coef . x > 0 else labels[0], with x "
-            "the spec's features of a subject in [-1, 1]^p",
-            "probability": _PROBABILITY[self.result.method],
+            **self._coefficients(),
             "spec": {
                 "text": self.spec_text,
                 "hash": self.spec.hash,
@@ -356,7 +352,27 @@ class OwnFit:
             "measured": self.measured(),
         }
 
+    def _coefficients(self) -> dict[str, Any]:
+        """Two labels: one row (``coef``, ``intercept``); K labels: a row per label."""
+        coef, intercept = self.model.coef, self.model.intercept
+        x = "with x the spec's features of a subject in [-1, 1]^p"
+        if len(self.spec.labels) == 2:
+            return {
+                "coef": [float(v) for v in coef[0]],
+                "intercept": float(intercept[0]),
+                "decision": "labels[1] if intercept + coef . x > 0 else labels[0], "
+                + x,
+                "probability": _PROBABILITY[self.result.method],
+            }
+        return {
+            "coef": coef.tolist(),
+            "intercept": intercept.tolist(),
+            "decision": f"labels[k] of the largest intercept[k] + coef[k] . x, {x}",
+            "probability": _PROBABILITY_K,
+        }
 
+
+_PROBABILITY_K = "softmax of the K scores: monotone in each score, not calibrated"
 _PROBABILITY = {
     "moment": "(1 + score) / 2 clipped to [0, 1]: the moment classifier's "
     "least-squares estimate of P(labels[1] | x)",
@@ -392,11 +408,7 @@ def fit_own(
         raise ValueError(
             f"protocol must be one of {tuple(PROTOCOLS)}, got {protocol!r}"
         )
-    if len(spec.labels) != 2:
-        raise ValueError(
-            f"the protocols classify two labels; the spec declares {len(spec.labels)}: "
-            f"{spec.labels}"
-        )
+    n_classes = len(spec.labels)
     labels = features.labels
     train_idx, test_idx = stratified_split(labels, test_fraction, seed, spec.labels)
     groups = np.random.default_rng(derive_seed(seed, "groups"))
@@ -415,6 +427,7 @@ def fit_own(
         repeats=1,
         seed=seed,
     )
+    settings.check_n_classes(n_classes)
     x = features.features
     y = labels.astype(np.int8)
     identity = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
@@ -433,8 +446,9 @@ def fit_own(
         clean_train=(x[clean_idx], y[clean_idx]),
         keep_payload=False,
         public=public if settings.public_features else None,
+        n_classes=n_classes,
     )
-    majority = int(np.argmax(np.bincount(y[train_idx], minlength=2)))
+    majority = int(np.argmax(np.bincount(y[train_idx], minlength=n_classes)))
     errors = dict(result.test_errors)
     errors["majority"] = float(np.mean(y[test_idx] != majority))
     return OwnFit(
@@ -494,7 +508,8 @@ class OwnModel:
 
     spec: FederationSpec
     coef: NDArray[np.float64]
-    intercept: float
+    #: A number for two labels, one per label for K > 2 (``coef`` then has K rows).
+    intercept: NDArray[np.float64]
     method: str
     protocol: str
     epsilon: float
@@ -535,11 +550,23 @@ class OwnModel:
                 f"not the recorded {str(spec_part.get('hash'))[:16]}; the file was "
                 "changed"
             )
-        coef = np.asarray(record["coef"], dtype=float)
-        if coef.shape != (spec.n_features,) or not np.all(np.isfinite(coef)):
+        k = len(spec.labels)
+        shape = (spec.n_features,) if k == 2 else (k, spec.n_features)
+        try:
+            coef = np.asarray(record["coef"], dtype=float)
+            intercept = np.asarray(record["intercept"], dtype=float)
+        except (TypeError, ValueError):
+            coef = intercept = np.full(0, np.nan)
+        if coef.shape != shape or not np.all(np.isfinite(coef)):
             raise OwnDataError(
-                f"{source}: key 'coef' must hold {spec.n_features} finite numbers (the "
-                f"spec's features), got shape {coef.shape}"
+                f"{source}: key 'coef' must hold {' x '.join(map(str, shape))} finite "
+                f"numbers (the spec's features, a row per label for K > 2), got shape "
+                f"{coef.shape}"
+            )
+        if intercept.shape != shape[:-1] or not np.all(np.isfinite(intercept)):
+            raise OwnDataError(
+                f"{source}: key 'intercept' must hold {k if k > 2 else 1} finite "
+                f"number(s), got shape {intercept.shape}"
             )
         if list(record["labels"]) != list(spec.labels):
             raise OwnDataError(
@@ -555,7 +582,7 @@ class OwnModel:
         return cls(
             spec=spec,
             coef=coef,
-            intercept=float(record["intercept"]),
+            intercept=intercept,
             method=method,
             protocol=str(record["protocol"]),
             epsilon=float(record.get("epsilon", math.nan)),
@@ -567,12 +594,21 @@ class OwnModel:
         return self.spec.labels
 
     def scores(self, features: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.asarray(features, dtype=float) @ self.coef + self.intercept
+        """Two labels: the score of labels[1], shape (n,); K labels: (n, K)."""
+        return np.asarray(features, dtype=float) @ self.coef.T + self.intercept
 
     def predict_features(
         self, features: SubjectFeatures, *, labelled: bool = True
     ) -> Predictions:
         score = self.scores(features.features)
+        if score.ndim == 2:
+            from scipy.special import softmax
+
+            label = score.argmax(axis=1)
+            p = softmax(score, axis=1)[np.arange(label.size), label]
+            names = self.label_names
+            truth = features.labels if labelled else None
+            return Predictions(features.subject_ids, label, p, names, truth)
         if self.method == "moment":
             p1 = np.clip((1.0 + score) / 2.0, 0.0, 1.0)
         else:

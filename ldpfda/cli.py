@@ -650,7 +650,9 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         metavar=("LOW", "HIGH"),
         help="data-independent bounds of every channel's values",
     )
-    own.add_argument("--labels", default=None, help="the two labels, comma-separated")
+    own.add_argument(
+        "--labels", default=None, help="the labels (two or more), comma-separated"
+    )
     own.add_argument("--n-basis", type=_integer, default=None, help="default: 10")
     own.add_argument("--order", type=_integer, default=None, help="default: 4")
     own.add_argument("--penalty", type=_real, default=None, help="default: 0")
@@ -707,8 +709,10 @@ def _spec_labels(args: argparse.Namespace) -> list[str]:
             "public calibration curves: ldpfda spec init --calibration PUBLIC ..."
         )
     labels = [s.strip() for s in args.labels.split(",")]
-    if len(labels) != 2 or len(set(labels)) != 2:
-        raise _UsageError(f"--labels must name two labels, got {args.labels!r}")
+    if len(labels) < 2 or len(set(labels)) != len(labels):
+        raise _UsageError(
+            f"--labels must name two labels or more, all different, got {args.labels!r}"
+        )
     return labels
 
 
@@ -890,9 +894,11 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
     s = fit.settings
     clients = f"{s.n_train + s.n_eval} clients ({s.n_train} + {s.n_eval})"
     if protocol == "default":
+        k = len(spec.labels)
+        release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
         print(
             f"default protocol, epsilon {epsilon:g}: {clients}, each releasing "
-            "y~(1, x) once with the hybrid mechanism; the moment classifier"
+            f"{release} once with the hybrid mechanism; the moment classifier"
         )
     else:
         print(

@@ -324,7 +324,7 @@ def test_spec_less_labels_are_checked_against_the_file(files, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "wide.csv row 2: label" in err and "('a', 'b')" in err
     assert _code([*args, *options, "--labels", "a", "--epsilon", "5"]) == 2
-    assert "--labels must name two labels" in capsys.readouterr().err
+    assert "--labels must name two labels or more" in capsys.readouterr().err
 
 
 def test_a_tiny_file_says_it_has_too_few_training_subjects(files, tmp_path, capsys):

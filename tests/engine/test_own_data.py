@@ -194,13 +194,26 @@ def test_a_spec_from_options_has_value_bounds():
     assert spec.release.epsilon == 2.0 and spec.n_features == 8
 
 
-def test_more_than_two_labels_are_refused(features):
-    spec = options_spec(
-        ("heart_rate",),
-        domain=(0, 1440),
-        value_range=(40, 200),
-        labels=("a", "b", "c"),
-        epsilon=2.0,
+def test_three_labels_fit_the_k_class_default_and_the_model_file_keeps_k_rows():
+    spec = wearable_spec(n_classes=3)
+    featurizer = spec.featurizer()
+    three = featurizer.featurize(make_wearable(1500, n_classes=3, seed=100))
+    public = featurizer.transform(
+        make_wearable(300, n_classes=3, seed=PUBLIC_SEED_BASE + 5)
     )
-    with pytest.raises(ValueError, match="two labels"):
-        fit_own(features, spec, epsilon=2.0, protocol="default", seed=0)
+    fit = fit_own(three, spec, epsilon=5.0, protocol="default", seed=0, public=public)
+    assert fit.model.coef.shape == (3, spec.n_features)
+    assert fit.result.privacy["max_spent"] == pytest.approx(5.0)
+    # Better than the majority class by far more than its standard error (~0.024).
+    majority = fit.test_errors["majority"]
+    assert fit.test_errors["moment"] < majority - 10 * fit.standard_error(majority)
+    record = json.loads(json.dumps(fit.model_record(spec_source="s", data="d")))
+    model = OwnModel.from_record(record)
+    assert model.coef.shape == (3, spec.n_features) and model.intercept.shape == (3,)
+    predictions = model.predict_features(three)
+    scores = three.features @ fit.model.coef.T + fit.model.intercept
+    np.testing.assert_array_equal(predictions.labels, scores.argmax(axis=1))
+    assert np.all((predictions.probability > 1 / 3) & (predictions.probability <= 1))
+    record["intercept"] = record["intercept"][:2]
+    with pytest.raises(OwnDataError, match="key 'intercept'"):
+        OwnModel.from_record(record)
