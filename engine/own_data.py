@@ -600,26 +600,16 @@ class OwnModel:
     def predict_features(
         self, features: SubjectFeatures, *, labelled: bool = True
     ) -> Predictions:
-        score = self.scores(features.features)
-        if score.ndim == 2:
-            from scipy.special import softmax
+        from scipy.special import expit, softmax
 
+        score = self.scores(features.features)
+        if score.ndim == 2:  # K labels: the largest score, its softmax share
             label = score.argmax(axis=1)
             p = softmax(score, axis=1)[np.arange(label.size), label]
-            names = self.label_names
-            truth = features.labels if labelled else None
-            return Predictions(features.subject_ids, label, p, names, truth)
-        if self.method == "moment":
-            p1 = np.clip((1.0 + score) / 2.0, 0.0, 1.0)
         else:
-            from scipy.special import expit
-
-            p1 = expit(score)
-        label = (score > 0).astype(np.int64)
-        return Predictions(
-            features.subject_ids,
-            label,
-            np.where(label == 1, p1, 1.0 - p1),
-            self.label_names,
-            features.labels if labelled else None,
-        )
+            p1 = np.clip((1.0 + score) / 2.0, 0.0, 1.0)
+            p1 = p1 if self.method == "moment" else expit(score)
+            label = (score > 0).astype(np.int64)
+            p = np.where(label == 1, p1, 1.0 - p1)
+        truth = features.labels if labelled else None
+        return Predictions(features.subject_ids, label, p, self.label_names, truth)

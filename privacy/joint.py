@@ -60,7 +60,47 @@ def _signed(
     return signs[:, None] * np.clip(x, -1.0, 1.0)
 
 
-class SignedFeatureMechanism(Mechanism):
+class _JointRelease(Mechanism):
+    """What both joint releases share: a vector ``mechanism`` on (1, x) of
+    ``n_features`` features, its parameters, the rows ``(label, x)`` that
+    :meth:`randomise` takes, and its output range."""
+
+    def __init__(
+        self, *, epsilon: float, n_features: int, mechanism: str = "hybrid"
+    ) -> None:
+        super().__init__(epsilon=epsilon)
+        self.n_features = check_int(n_features, "n_features", minimum=1)
+        self.dimension = self.n_features + 1
+        self.inner = make_vector_mechanism(
+            mechanism, epsilon=self.epsilon, dimension=self.dimension
+        )
+
+    def _own_parameters(self) -> dict[str, Any]:
+        return {}
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "inner": self.inner.name,
+            "fit_intercept": True,
+            **self._own_parameters(),
+            **self.inner.parameters(),
+        }
+
+    def _rows(self, values: ArrayLike) -> NDArray[np.float64]:
+        v = check_finite_array(values, "values", ndim=2)
+        if v.shape[1] != self.dimension:
+            raise ValueError(
+                f"values must have shape (n_clients, {self.dimension}) "
+                f"(label, then features), got {v.shape}"
+            )
+        return v
+
+    def output_range(self) -> tuple[float, float]:
+        """The inner mechanism's range of every released coordinate (of z)."""
+        return self.inner.output_range()  # type: ignore[attr-defined]
+
+
+class SignedFeatureMechanism(_JointRelease):
     r"""One release per client of :math:`u = \tilde y (1, x)` with the vector
     ``mechanism`` (:func:`~ldpfda.privacy.vector_mechanisms.make_vector_mechanism`).
 
@@ -76,30 +116,8 @@ class SignedFeatureMechanism(Mechanism):
 
     name = "signed_features"
 
-    def __init__(
-        self, *, epsilon: float, n_features: int, mechanism: str = "hybrid"
-    ) -> None:
-        super().__init__(epsilon=epsilon)
-        self.n_features = check_int(n_features, "n_features", minimum=1)
-        self.dimension = self.n_features + 1
-        self.inner = make_vector_mechanism(
-            mechanism, epsilon=self.epsilon, dimension=self.dimension
-        )
-
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "inner": self.inner.name,
-            "fit_intercept": True,
-            **self.inner.parameters(),
-        }
-
     def _encode(self, values: ArrayLike) -> NDArray[np.float64]:
-        v = check_finite_array(values, "values", ndim=2)
-        if v.shape[1] != self.dimension:
-            raise ValueError(
-                f"values must have shape (n_clients, {self.dimension}) "
-                f"(label, then features), got {v.shape}"
-            )
+        v = self._rows(values)
         return signed_features(v[:, 1:], v[:, 0])
 
     def randomise(
@@ -124,12 +142,8 @@ class SignedFeatureMechanism(Mechanism):
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         return self.inner.variance(self._encode(values))
 
-    def output_range(self) -> tuple[float, float]:
-        """The inner mechanism's range of every released coordinate."""
-        return self.inner.output_range()  # type: ignore[attr-defined]
 
-
-class ClassSignedFeatureMechanism(Mechanism):
+class ClassSignedFeatureMechanism(_JointRelease):
     r"""One release per client of K > 2 classes: a class j drawn uniformly at random,
     and :math:`v = \tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\} - 1`,
     through the vector ``mechanism`` at the whole epsilon.
@@ -168,29 +182,14 @@ class ClassSignedFeatureMechanism(Mechanism):
         n_classes: int,
         mechanism: str = "hybrid",
     ) -> None:
-        super().__init__(epsilon=epsilon)
-        self.n_features = check_int(n_features, "n_features", minimum=1)
+        super().__init__(epsilon=epsilon, n_features=n_features, mechanism=mechanism)
         self.n_classes = check_int(n_classes, "n_classes", minimum=3, maximum=127)
-        self.dimension = self.n_features + 1
-        self.inner = make_vector_mechanism(
-            mechanism, epsilon=self.epsilon, dimension=self.dimension
-        )
 
-    def parameters(self) -> dict[str, Any]:
-        return {
-            "inner": self.inner.name,
-            "fit_intercept": True,
-            "n_classes": self.n_classes,
-            **self.inner.parameters(),
-        }
+    def _own_parameters(self) -> dict[str, Any]:
+        return {"n_classes": self.n_classes}
 
     def _split(self, values: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-        v = check_finite_array(values, "values", ndim=2)
-        if v.shape[1] != self.dimension:
-            raise ValueError(
-                f"values must have shape (n_clients, {self.dimension}) "
-                f"(label, then features), got {v.shape}"
-            )
+        v = self._rows(values)
         return v[:, 1:], check_class_labels(v[:, 0], self.n_classes)
 
     def draw_classes(self, n: int, rng: RandomLike) -> NDArray[np.int64]:
@@ -249,7 +248,3 @@ class ClassSignedFeatureMechanism(Mechanism):
         rows = u.reshape(-1, self.dimension)
         inner = self.inner.variance(rows).reshape(u.shape)
         return (self.n_classes * (inner + u**2) - u**2).reshape(u.shape[0], -1)
-
-    def output_range(self) -> tuple[float, float]:
-        """The inner mechanism's range of every released coordinate of z."""
-        return self.inner.output_range()  # type: ignore[attr-defined]
