@@ -57,6 +57,14 @@ STYLES = {
     "non_private": ("k", "", "--"),
     "majority": ("0.4", "", ":"),
 }
+#: MRMA at the cut-offs of an ablation: c = 0.2 (the reference) in MRMA's own
+#: style, the others in shades of it, so that no colour means one method in one
+#: figure and another in the next.
+CUTOFF_STYLES = (("C3", "o", "-"), ("#8c1515", "s", "-"), ("#f4a3a3", "^", "-"))
+#: Horizontal offset between the methods at one x, as a fraction of a decade on
+#: the log axis: error bars of methods with equal means (many baselines sit near
+#: 0.5 at small epsilon) are drawn side by side instead of on top of each other.
+DODGE = 0.012
 #: Protocols of the sample-size table, and its margin to the non-private error.
 SAMPLE_SIZE_METHODS = ("default", "mrma")
 MARGIN = 0.05
@@ -133,11 +141,13 @@ def _line(
     label: str,
     style: tuple[str, str, str] | None = None,
     x: str = "epsilon",
+    slot: float = 0.0,
 ) -> None:
     pts = sorted((r[x], r["mean"], r["se"]) for r in rows if r["method"] == method)
     if not pts:
         return
     eps, mean, se = zip(*pts, strict=True)
+    eps = tuple(e * 10 ** (DODGE * slot) for e in eps)
     color, marker, ls = style or STYLES.get(method, ("C7", "o", "-"))
     yerr = [0.0 if math.isnan(s) else s for s in se]
     ax.errorbar(
@@ -154,8 +164,41 @@ def _line(
     )
 
 
+def _slots(methods: list[str]) -> dict[str, float]:
+    """Dodge slot of each drawn method (references stay on their x): centred on 0."""
+    drawn = [m for m in methods if m not in ("non_private", "majority")]
+    return {m: k - (len(drawn) - 1) / 2 for k, m in enumerate(drawn)}
+
+
+def _draw_panel(ax: Any, sel: list[dict[str, Any]], ablation: bool, x: str) -> None:
+    """One panel's lines: the methods of the study, or an ablation's MRMA cut-offs."""
+    if ablation:
+        cutoffs = sorted({r["cutoff"] for r in sel})
+        slots = _slots([*ABLATION_METHODS, *(f"c{c}" for c in cutoffs)])
+        for m in ABLATION_METHODS:
+            _line(ax, _at_reference_cutoff(sel, cutoffs), m, LABELS[m], slot=slots[m])
+        shades = iter(CUTOFF_STYLES[1:] * len(cutoffs))
+        for c in cutoffs:  # the reference cut-off in MRMA's colour, others in shades
+            style = CUTOFF_STYLES[0] if math.isclose(c, 0.2) else next(shades)
+            label = f"MRMA, c = {c:g}"
+            _line(ax, _select(sel, cutoff=c), "mrma", label, style, slot=slots[f"c{c}"])
+        return
+    methods = CLIENTS_METHODS if x == "n_clients" else MAIN_METHODS
+    present = [m for m in methods if any(r["method"] == m for r in sel)]
+    slots = _slots(present)
+    for m in present:
+        _line(ax, sel, m, LABELS[m], x=x, slot=slots.get(m, 0.0))
+    if "majority" not in present:  # chance on the balanced designs
+        ax.axhline(0.5, color="0.6", linewidth=0.8, linestyle=":")
+
+
 def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
-    """Draw one study's figure into ``out/<study>.png``; returns the path."""
+    """Draw one study's figure into ``out/<study>.png``; returns the path.
+
+    The legend sits below the panels, outside them, in a layout that makes room for
+    it (nothing is cut at the edges); every method keeps one colour and marker in
+    every figure (:data:`STYLES`).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,31 +214,17 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
     fig, axes = plt.subplots(
         nrows,
         ncols,
-        figsize=(max(4.6 * ncols, 8.5), 3.7 * nrows),
+        figsize=(max(4.6 * ncols, 9.0), 3.7 * nrows + 0.9),
         squeeze=False,
         sharey=True,
+        layout="constrained",
     )
     for ax, (title, sel) in zip(axes.flat, panels, strict=False):
-        if ablation:
-            cutoffs = sorted({r["cutoff"] for r in sel})
-            for m in ABLATION_METHODS:
-                _line(ax, _at_reference_cutoff(sel, cutoffs), m, LABELS[m])
-            for k, c in enumerate(cutoffs):
-                _line(
-                    ax,
-                    _select(sel, cutoff=c),
-                    "mrma",
-                    f"MRMA, c = {c:g}",
-                    (("C3", "C6", "C0")[k % 3], "os^"[k % 3], "-"),
-                )
-        else:
-            for m in CLIENTS_METHODS if x == "n_clients" else MAIN_METHODS:
-                _line(ax, sel, m, LABELS[m], x=x)
+        _draw_panel(ax, sel, ablation, x)
         ax.set_xscale("log")
         ticks = sorted({r[x] for r in sel if math.isfinite(r[x])})
         ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
         ax.minorticks_off()
-        ax.axhline(0.5, color="0.6", linewidth=0.8, linestyle=":")
         ax.set_title(title)
         ax.set_xlabel(
             "clients (log scale)"
@@ -206,22 +235,23 @@ def plot_study(study: str, rows: list[dict[str, Any]], out: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    seen: dict[str, Any] = {}
+    for ax in axes.flat:  # every method of every panel, once, in drawing order
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
     fig.legend(
-        handles,
-        labels,
-        loc="lower center",
-        ncol=min(4, len(labels)),
+        list(seen.values()),
+        list(seen),
+        loc="outside lower center",
+        ncol=min(3 if ncols == 1 else 4, len(seen)),
         frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
     )
     n = max((r["n"] for r in rows), default=0)
     against = "the number of clients" if x == "n_clients" else "epsilon"
     fig.suptitle(f"{study}: test error vs {against} ({n} repeats per point)")
-    fig.tight_layout(rect=(0, 0.06 + 0.04 * math.ceil(len(labels) / 4) / nrows, 1, 1))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{study}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

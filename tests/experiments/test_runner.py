@@ -331,3 +331,57 @@ def test_sample_size_table_needs_the_criterion_from_that_size_on():
     assert "| d | 1 | 100 | 200 | 100 | > 200 |" in table
     rows = [r for r in rows if r["n_clients"] != 50]
     assert "| d | 1 | ≤ 20 | 200 | 100 | > 200 |" in plot.sample_size_table(rows)
+
+
+def _rows(methods: tuple[str, ...], datasets: tuple[str, ...]) -> list[dict]:
+    """Summary rows in which every method has the same mean at every epsilon (the
+    overlap near chance that the figures must keep readable)."""
+    return [
+        {
+            "dataset": d,
+            "method": m,
+            "epsilon": e,
+            "mean": 0.5,
+            "se": 0.01,
+            "n": 3,
+            "n_basis": 5,
+            "order": 4,
+            "cutoff": 0.2,
+            "n_clients": None,
+        }
+        for d in datasets
+        for m in methods
+        for e in (0.5, 1.0, 5.0)
+    ]
+
+
+@pytest.mark.parametrize("datasets", [("vector",), ("GunPoint", "Pima")])
+def test_figures_keep_colours_legend_inside_and_apart(datasets, tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    methods = ("mrma", "voting", "averaging", "default", "non_private", "majority")
+    plot.plot_study("s", _rows(methods, datasets), tmp_path)
+    (fig,) = figures
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    legend = (
+        fig.legends[0].get_window_extent().transformed(fig.dpi_scale_trans.inverted())
+    )
+    # the saved image is cut to ``box``: the whole legend lies inside it
+    assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and box.y0 <= legend.y0
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == [plot.LABELS[m] for m in methods]  # once each, in order
+    for ax in fig.axes[: len(datasets)]:
+        xs = {}
+        for bars in ax.containers:  # one errorbar container per method
+            line = bars.lines[0]
+            method = next(m for m in methods if plot.LABELS[m] == bars.get_label())
+            assert to_rgba(line.get_color()) == to_rgba(plot.STYLES[method][0])
+            xs[method] = tuple(line.get_xdata())
+        # equal means: the compared methods sit side by side, references do not move
+        at_one = [xs[m][1] for m in ("mrma", "voting", "averaging", "default")]
+        assert len(set(at_one)) == 4 and min(at_one) < 1.0 < max(at_one)
+        assert xs["non_private"][1] == 1.0 and xs["majority"][1] == 1.0
