@@ -17,15 +17,35 @@ JapaneseVowels       640     12 x 20 (resampled)  speakers 5-9 (0 = speakers 1-4
 Pima                 532     7 features           diabetic ("Yes")
 ===================  ======  ===================  ==================================
 
+The K-class sets keep every class, labels ``0 .. K-1`` in the order of ``classes``
+(class names sorted, numerically when they are numbers):
+
+=====================  ====  ======================  ===  ===========================
+name                   n     curve                   K    classes
+=====================  ====  ======================  ===  ===========================
+BasicMotions-K         80    6 x 100                 4    badminton, running, ...
+JapaneseVowels-K       640   12 x 20 (resampled)     9    speakers 1-9
+OSULeaf                442   1 x 427                 6    leaf species 1-6
+PickupGestureWiimoteZ  100   1 x 29..361 (irregular) 10   gestures 1-10
+ACSF1                  200   1 x 1460                10   appliances 0-9
+=====================  ====  ======================  ===  ===========================
+
+PickupGestureWiimoteZ keeps each series on its own points (``times``, see
+:class:`RealDataset`), to be projected by least squares on those points
+(:class:`~ldpfda.fda.irregular.IrregularProjection`), not resampled.
+
 References
 ----------
 H. A. Dau et al., "The UCR time series archive", IEEE/CAA J. Autom. Sinica 6 (2019).
 A. Bagnall et al., "The UEA multivariate time series classification archive, 2018",
 arXiv:1811.00075. M. Kudo, J. Toyama, M. Shimbo, "Multidimensional curve classification
 using passing-through regions", Pattern Recognit. Lett. 20 (1999) (JapaneseVowels).
-J. W. Smith et al., "Using the ADAP learning algorithm to forecast the onset of diabetes
-mellitus", Proc. Symp. Comput. Appl. Med. Care (1988); W. N. Venables, B. D. Ripley,
-*Modern Applied Statistics with S*, 4th ed., Springer 2002 (``MASS::Pima.tr/te``).
+C. Gisler et al., "Appliance consumption signature database and recognition test
+protocols", WoSSPA (2013) (ACSF1); OSULeaf and PickupGestureWiimoteZ as distributed
+in the UCR archive (Dau et al.). J. W. Smith et al., "Using the ADAP learning
+algorithm to forecast the onset of diabetes mellitus", Proc. Symp. Comput. Appl. Med.
+Care (1988); W. N. Venables, B. D. Ripley, *Modern Applied Statistics with S*, 4th
+ed., Springer 2002 (``MASS::Pima.tr/te``).
 """
 
 from __future__ import annotations
@@ -33,6 +53,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +62,12 @@ __all__ = [
     "REAL_DATASETS",
     "RealDataset",
     "aeon_data_dir",
+    "irregular_long_form",
+    "load_acsf1",
+    "load_basic_motions_k",
+    "load_japanese_vowels_k",
+    "load_osuleaf",
+    "load_pickup_gesture",
     "load_basic_motions",
     "load_gunpoint",
     "load_italy_power_demand",
@@ -58,7 +85,13 @@ JAPANESE_VOWELS_POINTS = 20
 class RealDataset:
     """One real data set: ``curves`` (n, T), (n, C, T) with C named ``channels``, or
     feature rows (n, p) when ``is_tabular``; their ``grid`` (``0 .. p-1`` for tabular
-    data); ``labels`` in {0, 1}; and a ``description`` of how they were derived."""
+    data); ``labels`` in {0, 1}, or ``0 .. K-1`` naming ``classes``; and a
+    ``description`` of how they were derived.
+
+    Irregular curves (``times`` not None) are rows of ``curves`` (n, T_max) padded
+    with NaN after each curve's own points, observed at the same places of ``times``
+    (rescaled to [0, 1] per curve); ``grid`` is then empty.
+    """
 
     name: str
     curves: NDArray[np.float64]
@@ -67,10 +100,17 @@ class RealDataset:
     channels: tuple[str, ...] = ()
     is_tabular: bool = False
     description: str = field(default="", repr=False)
+    classes: tuple[str, ...] = ()
+    times: NDArray[np.float64] | None = field(default=None, repr=False)
 
     @property
     def n_samples(self) -> int:
         return int(self.labels.size)
+
+    @property
+    def n_classes(self) -> int:
+        """K: the number of ``classes``, or 2 for a binary set."""
+        return len(self.classes) or 2
 
 
 def aeon_data_dir() -> str:
@@ -190,6 +230,105 @@ def load_japanese_vowels(n_points: int = JAPANESE_VOWELS_POINTS) -> RealDataset:
     )
 
 
+def _class_labels(y: NDArray[np.str_]) -> tuple[NDArray[np.int8], tuple[str, ...]]:
+    """Labels ``0 .. K-1`` and the K class names, sorted (numerically if numbers)."""
+    names = sorted(set(y.tolist()))
+    if all(n.lstrip("-").isdigit() for n in names):
+        names.sort(key=int)
+    index = {n: k for k, n in enumerate(names)}
+    return np.array([index[v] for v in y.tolist()], dtype=np.int8), tuple(names)
+
+
+def _k_class(
+    name: str, curves: NDArray[np.float64], y: NDArray[np.str_], how: str, **more: Any
+) -> RealDataset:
+    """A K-class set of regular curves: ``curves`` (n, T) or (n, C, T) on [0, 1]."""
+    labels, classes = _class_labels(y)
+    return RealDataset(
+        name=name,
+        curves=curves,
+        grid=np.linspace(0.0, 1.0, curves.shape[-1]),
+        labels=labels,
+        classes=classes,
+        description=f"{how}, train+test pooled; {len(classes)} classes kept.",
+        **more,
+    )
+
+
+def load_basic_motions_k() -> RealDataset:
+    """BasicMotions with its 4 activities as classes (20 recordings each)."""
+    series, y = _read_bundled("BasicMotions")
+    return _k_class(
+        "BasicMotions-K",
+        np.stack(series),
+        np.char.lower(y),
+        "UEA BasicMotions",
+        channels=BASIC_MOTIONS_CHANNELS,
+    )
+
+
+def load_japanese_vowels_k(n_points: int = JAPANESE_VOWELS_POINTS) -> RealDataset:
+    """JapaneseVowels with its 9 speakers as classes, resampled as
+    :func:`load_japanese_vowels`."""
+    series, y = _read_bundled("JapaneseVowels")
+    curves = resample_series(series, n_points)
+    return _k_class(
+        "JapaneseVowels-K",
+        curves,
+        y,
+        f"UEA JapaneseVowels resampled onto {n_points} points",
+        channels=tuple(f"lpc_{k + 1}" for k in range(curves.shape[1])),
+    )
+
+
+def load_osuleaf() -> RealDataset:
+    """OSULeaf (UCR): 442 leaf outlines of 6 species as curves of 427 points."""
+    series, y = _read_bundled("OSULeaf")
+    return _k_class("OSULeaf", np.stack(series)[:, 0, :], y, "UCR OSULeaf")
+
+
+def load_acsf1() -> RealDataset:
+    """ACSF1 (UCR): 200 power-consumption curves (1460 points) of 10 appliance
+    types, 20 each."""
+    series, y = _read_bundled("ACSF1")
+    return _k_class("ACSF1", np.stack(series)[:, 0, :], y, "UCR ACSF1")
+
+
+def load_pickup_gesture() -> RealDataset:
+    """PickupGestureWiimoteZ (UCR): 100 z-accelerations of 10 gestures, 29 to 361
+    points each; every series kept on its own points, time rescaled to [0, 1]."""
+    series, y = _read_bundled("PickupGestureWiimoteZ")
+    lengths = np.array([s.shape[1] for s in series])
+    curves = np.full((len(series), lengths.max()), np.nan)
+    times = np.full_like(curves, np.nan)
+    for i, s in enumerate(series):
+        curves[i, : s.shape[1]] = s[0]
+        times[i, : s.shape[1]] = np.linspace(0.0, 1.0, s.shape[1])
+    labels, classes = _class_labels(y)
+    return RealDataset(
+        name="PickupGestureWiimoteZ",
+        curves=curves,
+        grid=np.empty(0),
+        labels=labels,
+        classes=classes,
+        times=times,
+        description="UCR PickupGestureWiimoteZ, train+test pooled; 10 gestures; "
+        f"{lengths.min()} to {lengths.max()} points a series, each on its own "
+        "times rescaled to [0, 1] (not resampled).",
+    )
+
+
+def irregular_long_form(
+    data: RealDataset,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    """(times, values, curve) of every observed point of irregular ``data``, the
+    long form :meth:`~ldpfda.fda.irregular.IrregularProjection.fit_curves` takes."""
+    if data.times is None:
+        raise ValueError(f"{data.name} has regular curves (no times)")
+    seen = np.isfinite(data.times)
+    return data.times[seen], data.curves[seen], np.nonzero(seen)[0].astype(np.int64)
+
+
 #: Pima features, in the order of ``MASS::Pima.tr``.
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 
@@ -232,6 +371,11 @@ REAL_DATASETS: dict[str, Callable[[], RealDataset]] = {
     "BasicMotions": load_basic_motions,
     "JapaneseVowels": load_japanese_vowels,
     "Pima": load_pima,
+    "BasicMotions-K": load_basic_motions_k,
+    "JapaneseVowels-K": load_japanese_vowels_k,
+    "OSULeaf": load_osuleaf,
+    "PickupGestureWiimoteZ": load_pickup_gesture,
+    "ACSF1": load_acsf1,
 }
 
 
