@@ -27,6 +27,7 @@ __all__ = [
     "ALL_METHODS",
     "BASELINES",
     "REFERENCE_PROTOCOL",
+    "default_settings",
     "evaluate",
     "limit_blas_threads",
     "mean_se",
@@ -49,6 +50,19 @@ REFERENCE_PROTOCOL = {"mechanism": "reference", "method": "mrma"}
 def reference_settings(**changes: Any) -> Settings:
     """:class:`Settings` of the reference MRMA protocol with ``changes``."""
     return Settings(**{**REFERENCE_PROTOCOL, **changes})
+
+
+def default_settings(settings: Settings, *, public: bool = True) -> Settings:
+    """``settings`` with ldpfda's default protocol: one joint hybrid release per
+    client and the moment classifier, its feature second moment from public features
+    when ``public``."""
+    return settings.replace(
+        mechanism="joint-hybrid",
+        method="moment",
+        weak_learner="auto",
+        label_share=None,
+        public_features=public,
+    )
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
@@ -132,13 +146,7 @@ def evaluate(
             else:
                 extra["gaussian_sigma"] = dict(clf.event.parameters)["sigma"]
         elif name == "default":
-            default = settings.replace(
-                mechanism="joint-hybrid",
-                method="moment",
-                weak_learner="auto",
-                label_share=None,
-                public_features=public is not None,
-            )
+            default = default_settings(settings, public=public is not None)
             moment = run_protocol(
                 train,
                 evaluation,

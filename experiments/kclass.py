@@ -28,10 +28,10 @@ Run ``python -m ldpfda.experiments.kclass --help``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,7 +43,7 @@ from ldpfda.experiments.common import mean_se
 from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
-from ldpfda.server.fitting import model_error
+from ldpfda.server.fitting import ProtocolResult, model_error
 from ldpfda.server.mrma import (
     average_models,
     fit_linear,
@@ -58,6 +58,8 @@ __all__ = [
     "compare",
     "main",
     "mrma_ablation",
+    "one_vs_rest",
+    "release_and_fit",
     "three_class_toy",
 ]
 
@@ -94,23 +96,19 @@ def three_class_toy(
     return np.clip(x, -1.0, 1.0), y
 
 
-def _run(
-    x: NDArray[np.float64],
-    y: NDArray[np.int8],
-    public: NDArray[np.float64],
-    epsilon: float,
+def release_and_fit(
+    train: ArrayClients,
+    evaluation: ArrayClients,
+    settings: Settings,
     n_classes: int,
     seed: int,
-) -> Any:
-    """One run of the default protocol on clients (x, y), every client releasing."""
-    ids = np.arange(y.size, dtype=np.int64)
-    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
-    settings = Settings(
-        epsilon=epsilon, n_train=y.size, n_eval=1, n_test=1, repeats=1, seed=seed
-    )
+    public: NDArray[np.float64] | None,
+) -> ProtocolResult:
+    """One run of ``settings`` with K = ``n_classes`` labels, client noise and server
+    randomness keyed by ``seed``; in a moment run every client releases."""
     return run_protocol(
-        ArrayClients(ids, x, y, featurizer),
-        ArrayClients(ids[:0], x[:0], y[:0], featurizer),
+        train,
+        evaluation,
         settings,
         seed=derive_seed(seed, "clients"),
         server_rng=np.random.default_rng(derive_seed(seed, "server")),
@@ -118,6 +116,41 @@ def _run(
         public=public,
         n_classes=n_classes,
     )
+
+
+def one_vs_rest(
+    train: ArrayClients,
+    evaluation: ArrayClients,
+    settings: Settings,
+    n_classes: int,
+    x_test: NDArray[np.float64],
+    *,
+    seed: int,
+    public: NDArray[np.float64] | None,
+) -> tuple[NDArray[np.float64], float]:
+    """Scores (n_test, K) of one-vs-rest: K binary runs of ``settings`` at
+    ``settings.epsilon / K``, run k on the labels 1{y = k} (every client releasing
+    once per run); and the most any client spent over the K runs. Predict the class
+    of the largest score."""
+    per_run = settings.replace(epsilon=settings.epsilon / n_classes)
+    scores = np.zeros((len(x_test), n_classes))
+    spent = 0.0
+    for c in range(n_classes):
+        binary = release_and_fit(
+            _one_label(train, c),
+            _one_label(evaluation, c),
+            per_run,
+            2,
+            derive_seed(seed, c),
+            public,
+        )
+        scores[:, c] = binary.final.decision_function(x_test)[:, 0]
+        spent += binary.privacy["max_spent"]
+    return scores, spent
+
+
+def _one_label(clients: ArrayClients, c: int) -> ArrayClients:
+    return dataclasses.replace(clients, labels=(clients.labels == c).astype(np.int8))
 
 
 def compare(
@@ -136,20 +169,17 @@ def compare(
     x_test, y_test = three_class_toy(n_test, derive_seed(seed, "test", repeat))
     k = 3
     run_seed = derive_seed(seed, "run", repeat)
-    joint = _run(x, y, public, epsilon, k, run_seed)
-    scores = np.zeros((n_test, k))
-    spent = 0.0
-    for c in range(k):
-        binary = _run(
-            x,
-            (y == c).astype(np.int8),
-            public,
-            epsilon / k,
-            2,
-            derive_seed(run_seed, c),
-        )
-        scores[:, c] = binary.final.decision_function(x_test)[:, 0]
-        spent += binary.privacy["max_spent"]
+    ids = np.arange(y.size, dtype=np.int64)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), x.shape[1])
+    clients = ArrayClients(ids, x, y, featurizer)
+    nobody = ArrayClients(ids[:0], x[:0], y[:0], featurizer)
+    settings = Settings(
+        epsilon=epsilon, n_train=y.size, n_eval=1, n_test=1, repeats=1, seed=run_seed
+    )
+    joint = release_and_fit(clients, nobody, settings, k, run_seed, public)
+    scores, spent = one_vs_rest(
+        clients, nobody, settings, k, x_test, seed=run_seed, public=public
+    )
     majority = np.bincount(y, minlength=k).argmax()
     return {
         "k-class": model_error(joint.final, x_test, y_test),

@@ -5,7 +5,9 @@ from the data set's size alone, into public calibration rows (they fix the resca
 bounds), training and evaluation clients and clean test rows; the rule also sizes
 MRMA's ensemble by the evaluation group. Univariate curves are projected on a B-spline
 basis and rescaled, multivariate curves channel by channel (:class:`ChannelFeaturizer`),
-tabular rows only rescaled.
+tabular rows only rescaled, irregular curves projected by least squares on their own
+points and then rescaled (:func:`irregular_coefficients`). :func:`split_real` is the
+split both this study and the K-class one (:mod:`ldpfda.experiments.kclass`) use.
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ldpfda.config import Settings
-from ldpfda.datasets.real import RealDataset, load_real
+from ldpfda.datasets.real import RealDataset, irregular_long_form, load_real
 from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.experiments.common import evaluate
 from ldpfda.fda.features import CurveFeaturizer, Featurizer, VectorFeaturizer
+from ldpfda.fda.irregular import IrregularProjection
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
 
-__all__ = ["ChannelFeaturizer", "SplitRule", "make_real_featurizer", "run_point"]
+__all__ = [
+    "ChannelFeaturizer",
+    "RealRepeat",
+    "SplitRule",
+    "irregular_coefficients",
+    "make_real_featurizer",
+    "run_point",
+    "split_real",
+]
 
 
 class ChannelFeaturizer:
@@ -76,7 +87,7 @@ def make_real_featurizer(
     data: RealDataset, public: NDArray[np.float64], settings: Settings
 ) -> Featurizer:
     """The featurizer of ``data``, calibrated on the public rows ``public``."""
-    if data.is_tabular:
+    if data.is_tabular or data.times is not None:
         scaler = CoefficientScaler.from_public(public)
         return VectorFeaturizer(scaler, public.shape[1])
     if public.ndim == 3:
@@ -150,6 +161,78 @@ def _load(name: str) -> RealDataset:
     return load_real(name)
 
 
+def irregular_coefficients(
+    data: RealDataset, n_basis: int, order: int
+) -> NDArray[np.float64]:
+    """B-spline coefficients (n, ``n_basis``) of irregular curves, each fitted by least
+    squares on its own points (:class:`~ldpfda.fda.irregular.IrregularProjection`)."""
+    projection = IrregularProjection.equispaced((0.0, 1.0), n_basis, order)
+    fit = projection.fit_curves(*irregular_long_form(data))
+    if not (
+        fit.usable.all() and np.array_equal(fit.curve_ids, np.arange(data.n_samples))
+    ):
+        bad = np.flatnonzero(~fit.usable)
+        raise ValueError(f"{data.name}: curves {bad.tolist()} do not determine "
+                         f"{n_basis} coefficients of order {order}")  # fmt: skip
+    return fit.coefficients
+
+
+@dataclass(frozen=True)
+class RealRepeat:
+    """One repeat's split of a real data set: ``settings`` sized by the split rule,
+    the training and evaluation clients, the clean scaled test set, the public
+    calibration rows scaled, the client and server seeds, the split sizes and the
+    number of classes."""
+
+    settings: Settings
+    train: ArrayClients
+    evaluation: ArrayClients
+    test: tuple[NDArray[np.float64], NDArray[np.int8]]
+    public: NDArray[np.float64]
+    seed: int
+    server_seed: int
+    sizes: dict[str, int]
+    n_classes: int
+
+
+def split_real(
+    settings: Settings, repeat: int, *, dataset: str, rule: SplitRule | None = None
+) -> RealRepeat:
+    """Shuffle ``dataset`` for repeat ``repeat`` and split it by ``rule``; irregular
+    curves become their least-squares coefficients (:func:`irregular_coefficients`)
+    before the calibration rows fix the bounds."""
+    rule = rule or SplitRule()
+    data = _load(dataset)
+    n_cal, n_train, n_eval, n_test = rule.sizes(data.n_samples)
+    rng = np.random.default_rng(derive_seed(settings.seed, "data", dataset, repeat))
+    order = rng.permutation(data.n_samples)
+    cal, tr, ev, te = np.split(order, np.cumsum([n_cal, n_train, n_eval]))
+    settings = settings.replace(
+        n_train=n_train, n_eval=n_eval, n_test=n_test, **rule.mrma(n_train, n_eval)
+    )
+    x, y = data.curves, data.labels
+    if data.times is not None:
+        x = irregular_coefficients(data, settings.n_basis, settings.order)
+    featurizer = make_real_featurizer(data, x[cal], settings)
+    return RealRepeat(
+        settings,
+        ArrayClients(np.arange(n_train), x[tr], y[tr], featurizer),
+        ArrayClients(n_train + np.arange(n_eval), x[ev], y[ev], featurizer),
+        (featurizer.transform(x[te]), y[te]),
+        featurizer.transform(x[cal]),
+        derive_seed(settings.seed, "clients", dataset, repeat),
+        derive_seed(settings.seed, "server", dataset, repeat),
+        {
+            "n_calibration": n_cal,
+            "n_train": n_train,
+            "n_eval": n_eval,
+            "n_test": n_test,
+            "subsample_size": settings.subsample_size,
+        },
+        data.n_classes,
+    )
+
+
 def run_point(
     settings: Settings,
     repeat: int,
@@ -164,36 +247,16 @@ def run_point(
     the weak learner; the split sizes and MRMA's ``num_weak_models`` and
     ``subsample_size`` follow ``rule``.
     """
-    rule = rule or SplitRule()
-    data = _load(dataset)
-    n_cal, n_train, n_eval, n_test = rule.sizes(data.n_samples)
-    rng = np.random.default_rng(derive_seed(settings.seed, "data", dataset, repeat))
-    order = rng.permutation(data.n_samples)
-    cal, tr, ev, te = np.split(order, np.cumsum([n_cal, n_train, n_eval]))
-    settings = settings.replace(
-        n_train=n_train, n_eval=n_eval, n_test=n_test, **rule.mrma(n_train, n_eval)
-    )
-    featurizer = make_real_featurizer(data, data.curves[cal], settings)
-    x, y = data.curves, data.labels
-    train = ArrayClients(np.arange(n_train), x[tr], y[tr], featurizer)
-    evaluation = ArrayClients(n_train + np.arange(n_eval), x[ev], y[ev], featurizer)
+    split = split_real(settings, repeat, dataset=dataset, rule=rule)
     errors, extra = evaluate(
-        train,
-        evaluation,
-        (featurizer.transform(x[te]), y[te]),
-        settings,
-        seed=derive_seed(settings.seed, "clients", dataset, repeat),
-        server_rng=np.random.default_rng(
-            derive_seed(settings.seed, "server", dataset, repeat)
-        ),
+        split.train,
+        split.evaluation,
+        split.test,
+        split.settings,
+        seed=split.seed,
+        server_rng=np.random.default_rng(split.server_seed),
         baselines=baselines,
-        public=featurizer.transform(data.curves[cal]),
+        public=split.public,
     )
-    extra.update(
-        n_calibration=n_cal,
-        n_train=n_train,
-        n_eval=n_eval,
-        n_test=n_test,
-        subsample_size=settings.subsample_size,
-    )
+    extra.update(split.sizes)
     return errors, extra
