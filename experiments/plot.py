@@ -37,6 +37,7 @@ LABELS = {
     "histogram": "histogram (Berrett-Butucea)",
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
+    "one_vs_rest": "one-vs-rest (K default releases at ε/K)",
     "non_private": "non-private",
     "majority": "majority class",
 }
@@ -54,6 +55,7 @@ STYLES = {
     "histogram": ("C4", "*", "-"),
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
+    "one_vs_rest": ("C1", "d", "-."),
     "non_private": ("k", "", "--"),
     "majority": ("0.4", "", ":"),
 }

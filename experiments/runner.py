@@ -48,7 +48,11 @@ POINT_FIELDS = ("dataset", "epsilon", "n_basis", "order", "cutoff", "n_clients")
 #: A [grid] key of the synthetic driver that is no setting: the number of clients of
 #: the federation, split and MRMA sized by the study's [clients] table (a SplitRule).
 CLIENTS_KEY = "n-clients"
-DRIVERS = ("synthetic", "real")
+DRIVERS = ("synthetic", "real", "kclass")
+#: Drivers whose [grid] datasets take per-data-set settings and the [split] rule.
+SPLIT_DRIVERS = ("real", "kclass")
+#: Methods a summary may hold: every study's, then the K-class study's one-vs-rest.
+SUMMARY_METHODS = (*ALL_METHODS, "one_vs_rest")
 
 Task = dict[str, Any]
 
@@ -123,6 +127,7 @@ def code_fingerprint() -> str:
     """
     global _FINGERPRINT
     if _FINGERPRINT is None:
+        import ldpfda.experiments.multiclass  # noqa: F401
         import ldpfda.experiments.realdata  # noqa: F401
         import ldpfda.experiments.synthetic  # noqa: F401
 
@@ -160,14 +165,14 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
         if CLIENTS_KEY in changes:
             from ldpfda.experiments.realdata import SplitRule
 
-            if driver == "real":
+            if driver in SPLIT_DRIVERS:
                 raise ValueError(f"{CLIENTS_KEY} is a grid key of the synthetic driver")
             rule = SplitRule.from_mapping(conf.get("clients"))
             sizes = rule.federation(changes.pop(CLIENTS_KEY))
             changes.update({k.replace("_", "-"): v for k, v in sizes.items()})
-        if driver == "real":
+        if driver in SPLIT_DRIVERS:
             if dataset is None:
-                raise ValueError("the real driver needs a dataset in [grid]")
+                raise ValueError(f"the {driver} driver needs a dataset in [grid]")
             changes = {**flatten(conf.get("datasets", {}).get(dataset, {})), **changes}
             extra = {"rule": conf.get("split", {})}
         elif dataset is not None:
@@ -175,7 +180,7 @@ def plan(conf: dict[str, Any], *, repeats: int | None = None) -> list[Task]:
         settings = Settings.from_mapping(changes, base=base)
         info = {k: getattr(settings, k) for k in POINT_FIELDS[:-1]}
         info["n_clients"] = (
-            None if driver == "real" else settings.n_train + settings.n_eval
+            None if driver in SPLIT_DRIVERS else settings.n_train + settings.n_eval
         )
         if dataset is not None:
             info["dataset"] = dataset
@@ -208,11 +213,12 @@ def run_task(task: Task) -> dict[str, Any]:
     """Run one (point, repeat); return its JSON record."""
     settings = Settings.from_mapping(task["settings"])
     t0 = time.perf_counter()
-    if task["driver"] == "real":
+    if task["driver"] in SPLIT_DRIVERS:
+        from ldpfda.experiments.multiclass import run_point as run_kclass
         from ldpfda.experiments.realdata import SplitRule
         from ldpfda.experiments.realdata import run_point as run_real
 
-        errors, extra = run_real(
+        errors, extra = (run_real if task["driver"] == "real" else run_kclass)(
             settings,
             task["repeat"],
             task["baselines"],
@@ -309,7 +315,8 @@ def summarise(
         runs.append(records[task["key"]])
     rows = []
     for point, runs in groups.values():
-        for method in (m for m in ALL_METHODS if all(m in r["errors"] for r in runs)):
+        present = (m for m in SUMMARY_METHODS if all(m in r["errors"] for r in runs))
+        for method in present:
             mean, se = mean_se([r["errors"][method] for r in runs])
             rows.append(
                 {

@@ -1,0 +1,160 @@
+"""Driver of the K-class study (issue 17): real multi-class curves and the wearable
+default with K conditions, five columns at the same per-client budget.
+
+A real data set (:data:`~ldpfda.datasets.real.REAL_DATASETS`, K-class names) is split
+by the real-data study's rule (:func:`~ldpfda.experiments.realdata.split_real`); the
+wearable default (settings ``data.dataset = "wearable"``, ``data.n-classes`` K) is
+drawn as the synthetic studies draw it. Columns (:data:`STUDY_METHODS`), every client
+of the training and evaluation groups taking part and spending ``epsilon`` in total:
+
+- ``default``: the K-class default protocol, one joint release per client at its
+  whole epsilon, the K-class moment classifier;
+- ``mrma``: K-class MRMA on the reference release (K-ary randomized response on the
+  label), weak models from the training clients, feedback from the evaluators;
+- ``one_vs_rest``: K binary default runs at epsilon / K on the labels 1{y = k}, the
+  class of the largest score (:func:`~ldpfda.experiments.kclass.one_vs_rest`);
+- ``non_private``: multinomial logistic regression on the clean features of the same
+  clients;
+- ``majority``: the class most frequent among the clients' labels.
+
+Both joint-release columns take the feature second moment from the public
+calibration rows (real data) or the public sample (wearable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ldpfda.config import Settings
+from ldpfda.engine import run_protocol
+from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.experiments.common import default_settings
+from ldpfda.experiments.kclass import one_vs_rest, release_and_fit
+from ldpfda.experiments.realdata import SplitRule, split_real
+from ldpfda.experiments.synthetic import draw_repeat
+from ldpfda.privacy.random import derive_seed
+from ldpfda.server.fitting import model_error
+
+__all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
+
+#: The study's columns, in table order.
+STUDY_METHODS = ("default", "mrma", "one_vs_rest", "non_private", "majority")
+
+
+def evaluate_kclass(
+    train: ArrayClients,
+    evaluation: ArrayClients,
+    test: tuple[NDArray[np.float64], NDArray[np.int8]],
+    settings: Settings,
+    *,
+    n_classes: int,
+    seed: int,
+    server_rng: np.random.Generator,
+    public: NDArray[np.float64],
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Test errors of :data:`STUDY_METHODS` on one population with K classes.
+
+    ``settings`` is the reference MRMA protocol; ``seed`` keys MRMA's clients (the
+    other columns derive their own streams from it), ``server_rng`` its server.
+    """
+    k = n_classes
+    x_all = np.vstack([train.features(), evaluation.features()])
+    y_all = np.concatenate([train.labels, evaluation.labels]).astype(np.int8)
+    mrma = run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=seed,
+        server_rng=server_rng,
+        test=test,
+        clean_train=(x_all, y_all),
+        keep_payload=False,
+        n_classes=k,
+    )
+    default, failed = default_settings(settings), False
+    try:
+        joint = release_and_fit(
+            train, evaluation, default, k, derive_seed(seed, "default"), public
+        )
+        default_error = model_error(joint.final, *test)
+        default_spent = float(joint.privacy["max_spent"])
+    except ValueError as exc:
+        # The moment classifier refuses a class drawn by fewer than 2 clients (a
+        # small federation, many classes): no model, so a uniform guess, whose
+        # expected error is 1 - 1/K; every client has released (spent epsilon).
+        if "must be drawn" not in str(exc):
+            raise
+        default_error, default_spent, failed = 1.0 - 1.0 / k, settings.epsilon, True
+    scores, spent = one_vs_rest(
+        train,
+        evaluation,
+        default,
+        k,
+        test[0],
+        seed=derive_seed(seed, "one-vs-rest"),
+        public=public,
+    )
+    majority = int(np.argmax(np.bincount(y_all, minlength=k)))
+    errors = {
+        "default": default_error,
+        "mrma": mrma.test_errors["mrma"],
+        "one_vs_rest": float(np.mean(scores.argmax(axis=1) != test[1])),
+        "non_private": mrma.test_errors["non_private"],
+        "majority": float(np.mean(test[1] != majority)),
+    }
+    extra = {
+        "n_classes": k,
+        "majority_class": majority,
+        "default_fit_failed": failed,
+        "n_features": int(x_all.shape[1]),
+        "spent": {
+            "default": default_spent,
+            "mrma": float(mrma.privacy["max_spent"]),
+            "one_vs_rest": spent,
+        },
+    }
+    return errors, extra
+
+
+def run_point(
+    settings: Settings,
+    repeat: int,
+    baselines: dict[str, dict[str, Any]] | None = None,
+    *,
+    dataset: str,
+    rule: SplitRule | None = None,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Errors of :data:`STUDY_METHODS` in repeat ``repeat`` on ``dataset``: the
+    wearable default when ``settings.dataset`` is ``"wearable"`` (K its
+    ``n_classes``), else the real data set of that name, split by ``rule``.
+    ``baselines`` is not used (the columns are fixed)."""
+    if settings.dataset == "wearable":
+        data = draw_repeat(settings, repeat)
+        errors, extra = evaluate_kclass(
+            data.train,
+            data.evaluation,
+            data.test,
+            settings,
+            n_classes=settings.n_classes,
+            seed=data.client_seed,
+            server_rng=data.server_rng(),
+            public=data.public,
+        )
+        extra.update(n_train=settings.n_train, n_eval=settings.n_eval)
+        return errors, extra
+    split = split_real(settings, repeat, dataset=dataset, rule=rule)
+    errors, extra = evaluate_kclass(
+        split.train,
+        split.evaluation,
+        split.test,
+        split.settings,
+        n_classes=split.n_classes,
+        seed=split.seed,
+        server_rng=np.random.default_rng(split.server_seed),
+        public=split.public,
+    )
+    extra.update(split.sizes)
+    return errors, extra
