@@ -383,30 +383,22 @@ class Settings:
             )
         self.check_n_classes(self.n_classes)
 
-    def check_n_classes(self, n_classes: int, *, flower: bool = False) -> None:
+    def check_n_classes(self, n_classes: int) -> None:
         """Refuse K > 2 classes (the data's or a spec's) in a run of these settings
-        without a K-class method: the moment protocol of a joint release, or, in
-        process (not yet on Flower: ``flower``), MRMA on the reference release with a
-        logistic or svm weak learner and the label-only modes ``label-uniform`` and
-        ``label-cluster`` (``label-p2p`` relays bits)."""
+        without a K-class method: the moment protocol of a joint release, MRMA on the
+        reference release with a logistic or svm weak learner, or a label-only mode;
+        each runs alike in process and on Flower."""
         if n_classes == 2:
             return
         joint = self.joint_release and self.protocol == "moment"
         reference = self.mechanism == "reference" and self.protocol == "mrma"
-        labels = self.mechanism in ("label-uniform", "label-cluster")
-        if not (joint or ((reference or labels) and not flower)):
-            more = (
-                ""
-                if flower
-                else ", MRMA on the reference release or the label-only modes "
-                "label-uniform and label-cluster (label-p2p relays bits)"
-            )
+        if not (joint or reference or self.label_release):
             raise SettingError(
                 "n_classes",
                 f"n_classes = {n_classes}: K > 2 classes need the moment protocol "
                 f"of a joint release (privacy.mechanism joint-*, server.method auto "
-                f"or moment){more}, got mechanism {self.mechanism!r} with protocol "
-                f"{self.protocol!r}",
+                f"or moment), MRMA on the reference release or a label-only mode, "
+                f"got mechanism {self.mechanism!r} with protocol {self.protocol!r}",
             )
         if reference and self.learner not in ("logistic", "svm"):
             raise SettingError(

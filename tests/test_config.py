@@ -384,10 +384,11 @@ def test_more_than_two_classes_are_the_wearable_conditions_of_the_default():
         with pytest.raises(SettingError, match=match) as info:
             Settings(**changes)
         assert info.value.name == "n_classes", changes
-    # K-class MRMA runs in process; on Flower only the K-class default does so far.
+    # K-class MRMA takes a logistic or svm weak learner, in process and on Flower.
     reference = Settings(dataset="wearable", n_classes=3, mechanism="reference")
-    with pytest.raises(SettingError, match="joint") as info:
-        reference.check_n_classes(3, flower=True)
+    reference.check_n_classes(3)
+    with pytest.raises(SettingError, match="weak learner") as info:
+        reference.replace(weak_learner="natarajan")
     assert info.value.name == "n_classes"
 
 

@@ -175,7 +175,10 @@ def test_a_run_under_a_three_label_spec_fits_three_classes(tmp_path, run_config)
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"privacy.mechanism": "reference"}, "K > 2 classes need the moment protocol"),
+        (
+            {"server.method": "mrma", "mrma.weak-learner": "moment"},
+            "K > 2 classes need the moment protocol",
+        ),
         ({"data.dataset": "wearable", "data.n-classes": 4}, "its label set fixes K"),
     ],
 )
