@@ -285,9 +285,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
         return 2
     first = settings_list[0]
+    design = f"the {first.dataset} design" + (
+        f" with K = {first.n_classes} classes" if first.n_classes > 2 else ""
+    )
     if first.protocol == "label":
         print(
-            f"Label-only {first.mechanism} on the {first.dataset} design: "
+            f"Label-only {first.mechanism} on {design}: "
             f"{first.n_train + first.n_eval} clients, each sending public features and "
             f"one randomized label; {first.correction}-corrected logistic regression; "
             f"{first.n_test} test points, {first.repeats} repeats, seed {first.seed}"
@@ -303,7 +306,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
         gram = "public" if first.public_features else "released"
         print(
-            f"Moment classifier on the {first.dataset} design: "
+            f"Moment classifier on {design}: "
             f"{first.n_train + first.n_eval} clients, each releasing {release} once; "
             f"feature second moment from {gram} features; {first.n_test} test "
             f"points, {first.repeats} repeats, seed {first.seed} "
@@ -311,7 +314,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"MRMA on the {first.dataset} design ({first.mechanism} release): "
+            f"MRMA on {design} ({first.mechanism} release): "
             f"{first.n_train} training + {first.n_eval} evaluation clients, "
             f"M={first.num_weak_models} {first.learner} weak models on "
             f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} "

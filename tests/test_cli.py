@@ -222,6 +222,21 @@ def test_simulate_wearable_dataset(tmp_path, capsys):
     assert set(summary["test_error"]) == {"moment", "non_private"}
 
 
+@pytest.mark.parametrize(
+    ("mechanism", "start"),
+    [("reference", "MRMA on"), ("label-p2p", "Label-only label-p2p on")],
+)
+def test_simulate_names_k_classes(mechanism, start, tmp_path, capsys):
+    out = tmp_path / "k.json"
+    argv = ["simulate", "--dataset", "wearable", "--n-classes", "3", *FAST]
+    argv += ["--mechanism", mechanism, "--repeats", "1", "--epsilon", "5"]
+    assert main([*argv, "--calibration-size", "100", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{start} the wearable design with K = 3 classes")
+    summary = json.loads(out.read_text())["summaries"][0]
+    assert summary["settings"]["data.n-classes"] == 3
+
+
 def test_spec_delegates_to_the_spec_command(tmp_path, capsys):
     from ldpfda.datasets.wearable_spec import WEARABLE_SPEC, wearable_spec
 
