@@ -141,10 +141,15 @@ def clone_epsilon(*, local_epsilon: float, cluster_size: int, delta: float) -> f
 
     An outcome :math:`(u, v)` has :math:`c = u + v - 1` clones; with
     :math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`,
-    :math:`P(u, v) = \mathrm{Bin}(c; s-1, e^{-\varepsilon_0})\,(p\,B_c(u-1) +
-    (1-p)\,B_c(u))` and :math:`Q` with :math:`p` and :math:`1-p` swapped,
+    :math:`P(u, v) = w_c\,(p\,B_c(u-1) + (1-p)\,B_c(u))` and :math:`Q` with :math:`p`
+    and :math:`1-p` swapped, :math:`w_c = \mathrm{Bin}(c; s-1, e^{-\varepsilon_0})`,
     :math:`B_c = \mathrm{Bin}(c, 1/2)`; swapping the coordinates maps P to Q, so one
-    order suffices. Memory grows as :math:`s^2`.
+    order suffices. The loss :math:`\log P/Q` grows with :math:`r = u/(c - u + 1)`,
+    so :math:`P > e^\varepsilon Q` on a tail :math:`u \ge u^*_c`, and
+    :math:`\delta(\varepsilon) = \sum_c (P - e^\varepsilon Q)(u \ge u^*_c)` is a sum
+    of binomial tails: :math:`O(s)` per :math:`\varepsilon`. The returned epsilon is
+    the upper end of a bisection on :math:`\delta(\varepsilon) \le \delta` (width
+    below :math:`10^{-12}\varepsilon_0`).
     """
     eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
     s = check_int(cluster_size, "cluster_size", minimum=1)
@@ -152,13 +157,24 @@ def clone_epsilon(*, local_epsilon: float, cluster_size: int, delta: float) -> f
     from scipy.stats import binom
 
     p = 1.0 / (1.0 + math.exp(-eps0))
-    c = np.arange(s)[:, None]
-    u = np.arange(s + 1)[None, :]
+    c = np.arange(s)
     weight = binom.pmf(c, s - 1, math.exp(-eps0))
-    below, at = binom.pmf(u - 1, c, 0.5), binom.pmf(u, c, 0.5)
-    law_p = weight * (p * below + (1 - p) * at)
-    law_q = weight * (p * at + (1 - p) * below)
-    return min(float(hockey_stick_epsilon(law_p.ravel(), law_q.ravel(), d)[0]), eps0)
+
+    def excess(eps: float) -> float:
+        e = math.exp(eps)
+        rho = (e * p - (1 - p)) / (p - e * (1 - p))  # P > e^eps Q iff r > rho
+        start = np.floor(rho * (c + 1) / (1 + rho)).astype(np.int64) + 1
+        below, at = binom.sf(start - 2, c, 0.5), binom.sf(start - 1, c, 0.5)
+        tail = p * below + (1 - p) * at - e * (p * at + (1 - p) * below)
+        return float(np.sum(weight * np.maximum(tail, 0.0)))
+
+    if excess(0.0) <= d:
+        return 0.0
+    low, high = 0.0, eps0
+    while high - low > 1e-12 * eps0:
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if excess(mid) <= d else (mid, high)
+    return high
 
 
 def p2p_guarantee(

@@ -65,6 +65,23 @@ def test_clone_bound_covers_the_enumerated_k_ary_outputs(delta):
         assert hockey_stick_epsilon(pa, pb, delta)[0] <= bound + 1e-12
 
 
+@pytest.mark.parametrize(("s", "eps0"), [(1, 1.0), (3, 0.5), (40, 2.0), (150, 1.0)])
+@pytest.mark.parametrize("delta", [0.0, 1e-4, 0.05])
+def test_clone_bound_is_the_hockey_stick_of_the_full_clone_laws(s, eps0, delta):
+    # The tail sums equal sorting every outcome (c, u) of P and Q by its loss.
+    from scipy.stats import binom
+
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    c, u = np.arange(s)[:, None], np.arange(s + 1)[None, :]
+    weight = binom.pmf(c, s - 1, math.exp(-eps0))
+    below, at = binom.pmf(u - 1, c, 0.5), binom.pmf(u, c, 0.5)
+    law_p = (weight * (p * below + (1 - p) * at)).ravel()
+    law_q = (weight * (p * at + (1 - p) * below)).ravel()
+    full = min(hockey_stick_epsilon(law_p, law_q, delta)[0], eps0)
+    bound = clone_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta)
+    assert full <= bound <= full + 1e-9
+
+
 @pytest.mark.parametrize(("s", "eps0"), [(10, 1.0), (50, 2.0), (200, 0.5)])
 def test_clone_bound_is_above_the_exact_binary_profile(s, eps0):
     # The binary mechanism is one eps0-LDP randomizer: its exact profile cannot exceed
