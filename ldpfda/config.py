@@ -338,13 +338,14 @@ class Settings:
                     f"session and needs server_id >= 0, got {name}="
                     f"{getattr(self, name)!r} with server_id={self.server_id}",
                 )
-        if self.dataset == "wearable" and self.server_id >= 0:
-            raise SettingError(
-                "server_id",
-                "dataset 'wearable' has no shifted populations for the servers of a "
-                f"multi-server session; use one of {DESIGNS}, got server_id="
-                f"{self.server_id}",
-            )
+        for name in ("feature_shift", "label_shift"):
+            if self.dataset == "wearable" and getattr(self, name) != 0.0:
+                raise SettingError(
+                    name,
+                    "dataset 'wearable' has no shifted populations: its servers of a "
+                    f"multi-server session draw their own subjects; use one of "
+                    f"{DESIGNS} for {name}, got {getattr(self, name)!r}",
+                )
         integer("seed", 0, MAX_SEED)
 
     def _check_dataset(self) -> None:

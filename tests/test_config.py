@@ -392,9 +392,12 @@ def test_more_than_two_classes_are_the_wearable_conditions_of_the_default():
     assert info.value.name == "n_classes"
 
 
-def test_wearable_has_no_multi_server_populations():
-    with pytest.raises(ValueError, match="server_id"):
-        Settings(dataset="wearable", server_id=0)
+def test_wearable_servers_draw_their_own_unshifted_subjects():
+    assert Settings(dataset="wearable", server_id=1).server_id == 1
+    for name in ("feature_shift", "label_shift"):
+        with pytest.raises(ValueError, match="no shifted populations") as info:
+            Settings(dataset="wearable", server_id=0, **{name: 0.5})
+        assert info.value.name == name
 
 
 def test_every_validation_error_names_its_setting():

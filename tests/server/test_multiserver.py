@@ -122,3 +122,31 @@ def test_three_class_servers_cross_evaluate_k_row_models():
         assert (predicted != y_test).mean() < 0.6
     for session in sessions:
         assert session.ledger.spent_all().max() == pytest.approx(5.0)
+
+
+def test_a_three_class_wearable_session_runs_in_process():
+    # Every server draws its own wearable subjects (3 conditions) and trains 3-row
+    # weak models; every client releases once, and each server's models have K rows.
+    base = Settings.reference(
+        dataset="wearable",
+        n_classes=3,
+        num_weak_models=5,
+        subsample_size=50,
+        n_test=300,
+        seed=1,
+        calibration_size=200,
+    )
+    servers = (ServerSpec(200, 200, 5.0), ServerSpec(150, 150, 2.0))
+    result = run_multiserver_repeat(servers, base, 0)
+    assert result.privacy["max_spent_over_budget"] == pytest.approx(1.0)
+    assert result.estimates.shape == (2, 10)
+    assert {name: m.coef.shape for name, m in result.models.items()} == {
+        "global": (3, 10),
+        "server0": (3, 10),
+        "server1": (3, 10),
+    }
+    for row in result.test_errors.values():
+        assert set(row) == {"multi_server", "global", "single_server", "voting_all"}
+        assert all(0.0 <= v <= 1.0 for v in row.values())
+    again = run_multiserver_repeat(servers, base, 0)
+    assert again.test_errors == result.test_errors
