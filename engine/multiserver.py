@@ -22,7 +22,8 @@ from ldpfda.engine.runner import run_protocol
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema.payloads import LinearModels
-from ldpfda.server.mrma import ensemble_predictions, majority_vote
+from ldpfda.server.fitting import model_error
+from ldpfda.server.mrma import majority_vote
 from ldpfda.server.multiserver import (
     ServerSpec,
     check_reference,
@@ -131,9 +132,6 @@ def run_multiserver_repeat(
         n_classes=k,
     )
 
-    def error(model: LinearModels, x: NDArray[np.float64], y: NDArray) -> float:
-        return float((ensemble_predictions(model, x, k)[:, 0] != y).mean())
-
     # 3. Test errors on each server's own population, and the single-server baseline.
     test_errors: dict[str, dict[str, float]] = {}
     for s, (cfg, (train, evaluation)) in enumerate(
@@ -150,9 +148,9 @@ def run_multiserver_repeat(
             n_classes=k,
         )
         test_errors[f"server{s}"] = {
-            "multi_server": error(models[f"server{s}"], x_test, y_test),
-            "global": error(models["global"], x_test, y_test),
-            "single_server": error(alone.final, x_test, y_test),
+            "multi_server": model_error(models[f"server{s}"], x_test, y_test),
+            "global": model_error(models["global"], x_test, y_test),
+            "single_server": model_error(alone.final, x_test, y_test),
             "voting_all": float((majority_vote(weak, x_test, k) != y_test).mean()),
         }
     spent = np.concatenate([ledger.spent_all() for ledger in ledgers])

@@ -31,6 +31,7 @@ from ldpfda.server.mrma import (
     ErrorEstimates,
     average_models,
     estimate_errors,
+    model_rows,
     mrma_weights,
     reverse_models,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "combine_estimates",
     "final_models",
     "evaluate_phase",
+    "model_slices",
     "train_phase",
     "training_rng",
     "worst_case_variance",
@@ -89,6 +91,13 @@ def check_reference(settings: Settings) -> None:
             f'"reference"), got mechanism={settings.mechanism!r}, '
             f"method={settings.method!r}"
         )
+
+
+def model_slices(rows: dict[int, slice], n_classes: int) -> dict[int, slice]:
+    """Each server's models among all (by model) from its rows (a K-class model is K
+    consecutive rows)."""
+    k = model_rows(n_classes)
+    return {r: slice(s.start // k, s.stop // k) for r, s in rows.items()}
 
 
 def training_rng(settings: Settings, repeat: int) -> np.random.Generator:
