@@ -272,3 +272,16 @@ def test_simulate_warns_when_the_model_carries_no_signal(tmp_path, capsys):
     assert "20 clients at epsilon 5 are too few" in printed
     run = json.loads(out.read_text())["summaries"][0]["runs"][0]
     assert run["signal"]["no_signal"] is True
+
+
+def test_multiserver_takes_k_wearable_classes(tmp_path, capsys):
+    out = tmp_path / "ms.json"
+    servers = ["--server", "60,40,5,0,0", "--server", "40,30,2,0,0"]
+    argv = ["multiserver", "--dataset", "wearable", "--n-classes", "3", *servers]
+    argv += ["--num-weak-models", "3", "--subsample-size", "20", "--n-test", "200"]
+    assert main([*argv, "--repeats", "2", "--no-progress", "--out", str(out)]) == 0
+    assert "server1 (40+30, eps=2)" in capsys.readouterr().out
+    # A shift is refused for the wearable dataset, before anything runs.
+    shifted = [*argv[:5], "--server", "60,40,5,0.2,0", *argv[9:], "--out", str(out)]
+    assert main(shifted) == 2
+    assert "no shifted populations" in capsys.readouterr().err
