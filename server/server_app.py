@@ -146,6 +146,7 @@ def run_server(
         report.update(
             ldpfda_version=__version__,
             run_id=int(run_id),
+            n_classes=int(data.n_classes),
             settings=settings.to_mapping(),
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),
