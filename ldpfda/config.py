@@ -228,7 +228,8 @@ class Settings:
         2,
         "data",
         "classes K of the embedded dataset: 2, or with dataset 'wearable' its first "
-        "3 to 5 conditions (K > 2: the moment protocol of a joint release)",
+        "3 to 5 conditions (K > 2: the moment protocol of a joint release, MRMA on "
+        "the reference release or a label-only mode)",
     )
     public_features: bool = setting(
         True,
