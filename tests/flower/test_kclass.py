@@ -2,8 +2,9 @@
 
 A run of ``data.n-classes = 3`` (three wearable conditions) over a grid of ClientApps
 (:class:`~.support.FakeGrid`) against ``run_repeat`` with every client in this
-process; then nodes that refuse a privatize query for another number of classes than
-their data or their federation spec hold.
+process; then nodes that refuse a query for another number of classes than their data
+or their federation spec hold. Every other K-class protocol (MRMA on the reference
+release, the label-only modes) runs on both transports in ``test_contract.py``.
 """
 
 from __future__ import annotations
