@@ -154,7 +154,7 @@ def _evaluate(batch: ClientBatch, request: Request, s: Settings) -> dict[str, ND
     coef = request.per_client("coef", n)
     intercept = request.per_client("intercept", n).reshape(n, -1)
     # A K-class model (K > 2) comes as K intercepts and its K x p coefficients.
-    k = intercept.shape[1] if intercept.shape[1] > 2 else 2
+    k = catalog.request_classes(request)
     rows = 1 if k == 2 else k
     if coef.shape != (n, rows * p) or intercept.shape != (n, rows):
         raise ValueError(
@@ -187,6 +187,9 @@ def _label(batch: ClientBatch, request: Request, s: Settings) -> dict[str, NDArr
     q = request.per_client("q", batch.ids.size).astype(np.float64)
     if q.ndim != 2 or not np.all(np.isfinite(q)) or np.any(q < 0):
         raise ValueError("the prior must be finite and >= 0")
+    k = catalog.request_classes(request)
+    if k > 2 and q.shape[1] != k:  # a K-class query's prior has K entries
+        raise ValueError(f"the prior must have {k} entries, got {q.shape[1]}")
     # Sums off 1 by rounding are renormalised; an entry the sampler cannot realise
     # (its uniforms have 52 bits) would be a category that is never drawn.
     q = q / q.sum(axis=1, keepdims=True)
@@ -232,6 +235,7 @@ def _p2p_randomize(
         cluster_sizes=sizes,
         ledger=batch.ledger,
         release=release_index(batch.ledger, P2P_RR),
+        n_classes=catalog.request_classes(request),
     )
     return {"label": bits}
 
@@ -254,6 +258,7 @@ def _p2p_forward(
         client_ids=batch.ids,
         seed=batch.seed,
         release=max(release_index(batch.ledger, P2P_RR) - 1, 0),
+        n_classes=catalog.request_classes(request),
     )
     return {"label": bits}
 

@@ -90,11 +90,13 @@ def node_query(name: str, settings: Any, n_features: int, n_classes: int = 2) ->
         catalog.PRIVATIZE: lambda: catalog.privatize_query(
             settings, n_features, n_classes
         ),
-        catalog.EVALUATE: lambda: catalog.evaluate_query(settings, n_features),
-        catalog.FEATURES: lambda: catalog.features_query(n_features),
-        catalog.LABEL: lambda: catalog.label_query(settings),
-        catalog.P2P_RANDOMIZE: catalog.p2p_randomize_query,
-        catalog.P2P_FORWARD: catalog.p2p_forward_query,
+        catalog.EVALUATE: lambda: catalog.evaluate_query(
+            settings, n_features, n_classes
+        ),
+        catalog.FEATURES: lambda: catalog.features_query(n_features, n_classes),
+        catalog.LABEL: lambda: catalog.label_query(settings, n_classes),
+        catalog.P2P_RANDOMIZE: lambda: catalog.p2p_randomize_query(n_classes),
+        catalog.P2P_FORWARD: lambda: catalog.p2p_forward_query(n_classes),
     }
     return builders[name]()
 
@@ -126,10 +128,11 @@ def _reply_content(
 
 
 def query_classes(name: str, message: Message) -> int:
-    """K of a query: a privatize request's ``n-classes``, else 2."""
+    """K of a query: its request's ``n-classes`` (every query of a K-class run but
+    ``identify`` carries it), else 2."""
     spec = catalog.CLASSES_SPEC
     record = message.content.array_records.get(spec.record)
-    if name != catalog.PRIVATIZE or record is None or spec.key not in record:
+    if name == catalog.IDENTIFY or record is None or spec.key not in record:
         return 2
     arrays = _request_arrays(message, (spec,))
     try:

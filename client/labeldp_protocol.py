@@ -27,13 +27,13 @@ server sends can make it spend more than :math:`\varepsilon`; a prior with a zer
 is refused. With the uniform prior this is K-ary randomized response
 (:math:`\lambda = K/(e^\varepsilon + K - 1)`, UniformRR).
 
-**Peer-to-peer** (binary labels; :func:`p2p_randomize`, :func:`p2p_forward`). A client
-randomizes its bit by randomized response at :math:`\varepsilon_0` and hands it to the
-relay; later it receives the noisy bits of its cluster, draws one uniformly (with
-replacement, possibly its own) and reports it. The reported bits are
+**Peer-to-peer** (:func:`p2p_randomize`, :func:`p2p_forward`). A client randomizes its
+label by randomized response at :math:`\varepsilon_0` (K-ary for K > 2 classes) and
+hands it to the relay; later it receives the noisy labels of its cluster, draws one
+uniformly (with replacement, possibly its own) and reports it. The reported labels are
 :math:`(\varepsilon, \delta = 1/s^2)`-label-DP toward the analyst
 (:func:`~ldpfda.privacy.peer_to_peer.p2p_guarantee`), while the relay sees
-:math:`\varepsilon_0`-LDP bits. Forwarding is post-processing: it costs nothing.
+:math:`\varepsilon_0`-LDP labels. Forwarding is post-processing: it costs nothing.
 
 References
 ----------
@@ -47,14 +47,22 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_binary_labels, check_epsilon, check_finite_array
+from ldpfda._validation import (
+    check_binary_labels,
+    check_class_labels,
+    check_epsilon,
+    check_finite_array,
+)
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.labels import check_labels
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.peer_to_peer import pick_peers
 from ldpfda.privacy.random import ClientStreams
-from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
+from ldpfda.privacy.randomized_response import (
+    BinaryRandomizedResponse,
+    KaryRandomizedResponse,
+)
 from ldpfda.schema.releases import (
     check_priors,
     label_event,
@@ -176,6 +184,15 @@ def _client_ids(client_ids: ArrayLike) -> NDArray[np.int64]:
 # -- peer to peer ----------------------------------------------------------------------
 
 
+def _labels(
+    values: ArrayLike, n_classes: int, name: str = "labels"
+) -> NDArray[np.int8]:
+    """Labels in {0, 1} (two classes) or in 0 .. K - 1, as int8."""
+    if n_classes == 2:
+        return check_binary_labels(values, name)
+    return check_class_labels(values, n_classes, name)
+
+
 def p2p_randomize(
     labels: ArrayLike,
     *,
@@ -185,23 +202,34 @@ def p2p_randomize(
     cluster_sizes: ArrayLike,
     ledger: PrivacyLedger | None = None,
     release: int = 0,
+    n_classes: int = 2,
 ) -> NDArray[np.int8]:
-    r"""Step 1 of the peer-to-peer mechanism: every client's bit by randomized response.
+    r"""Step 1 of the peer-to-peer mechanism: every client's label by randomized
+    response at :math:`\varepsilon_0`.
 
-    Each client flips its bit with probability :math:`1/(1 + e^{\varepsilon_0})`, noise
-    from its stream ``labeldp/p2p-rr#<release>``. The ledger is charged
-    :func:`~ldpfda.schema.releases.p2p_relay_event` (what the relay, the server, sees)
-    before anything is released.
+    Each client flips its bit with probability :math:`1/(1 + e^{\varepsilon_0})`
+    (``n_classes`` K > 2: keeps its label with probability
+    :math:`e^{\varepsilon_0}/(e^{\varepsilon_0} + K - 1)`, else reports one of the
+    K - 1 others uniformly), noise from its stream ``labeldp/p2p-rr#<release>``. The
+    ledger is charged :func:`~ldpfda.schema.releases.p2p_relay_event` (what the
+    relay, the server, sees) before anything is released.
     """
     ids = _client_ids(client_ids)
-    y = check_binary_labels(labels)
+    y = _labels(labels, n_classes)
     if y.size != ids.size:
         raise ValueError(f"labels has {y.size} entries for {ids.size} clients")
-    event = p2p_relay_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
+    event = p2p_relay_event(
+        local_epsilon=local_epsilon, cluster_sizes=cluster_sizes, n_classes=n_classes
+    )
     if ledger is not None:
         ledger.charge(event, ids)
     stream = ClientStreams(seed, ids).stream(f"{P2P_RR_STREAM}#{release}")
-    mechanism = BinaryRandomizedResponse(epsilon=float(local_epsilon))
+    eps0 = float(local_epsilon)
+    mechanism = (
+        BinaryRandomizedResponse(epsilon=eps0)
+        if n_classes == 2
+        else KaryRandomizedResponse(epsilon=eps0, n_categories=n_classes)
+    )
     return mechanism.randomise(y, stream).astype(np.int8)
 
 
@@ -213,16 +241,18 @@ def p2p_forward(
     client_ids: ArrayLike,
     seed: int,
     release: int = 0,
+    n_classes: int = 2,
 ) -> NDArray[np.int8]:
-    r"""Step 2: every client reports the noisy bit of a peer it draws uniformly.
+    r"""Step 2: every client reports the noisy label of a peer it draws uniformly.
 
     Client ``i``'s peers are ``peer_labels[offsets[i] : offsets[i] + counts[i]]`` (its
-    cluster's noisy bits, ordered by client id, its own among them); it draws one with
-    replacement using its stream ``labeldp/p2p-draw#<release>``. Post-processing of
-    released bits: no epsilon is charged.
+    cluster's noisy labels in ``0 .. n_classes - 1``, ordered by client id, its own
+    among them); it draws one with replacement using its stream
+    ``labeldp/p2p-draw#<release>``. Post-processing of released labels: no epsilon is
+    charged.
     """
     ids = _client_ids(client_ids)
-    bits = check_binary_labels(peer_labels, "peer_labels")
+    bits = _labels(peer_labels, n_classes, "peer_labels")
     start = np.asarray(offsets).reshape(-1)
     size = np.asarray(counts).reshape(-1)
     for name, value in (("offsets", start), ("counts", size)):

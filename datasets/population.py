@@ -152,10 +152,15 @@ def population_data(
     :func:`repeat_data` for a single server; server ``s >= 0`` of a multi-server
     session draws training, evaluation and test samples from the design shifted by
     ``settings.feature_shift`` and ``settings.label_shift`` on the stream
-    ``(seed, "data", repeat, s)``, with the shared :func:`public_featurizer`.
+    ``(seed, "data", repeat, s)``, with the shared :func:`public_featurizer` (the
+    wearable dataset, unshifted: its own subjects of that seed, and test subjects of
+    ``(seed, "test", s)``).
     """
     if settings.server_id < 0:
         return repeat_data(settings, repeat, with_test=with_test)
+    if settings.dataset == "wearable":
+        server = (settings.server_id,)
+        return _wearable_repeat(settings, repeat, with_test=with_test, server=server)
     featurizer, _ = public_featurizer(settings, repeat)
     design = make_design(
         settings.dataset,
@@ -292,13 +297,15 @@ def _draw_wearable(
     return features, labels
 
 
-def _wearable_repeat(settings: Settings, repeat: int, *, with_test: bool) -> RepeatData:
-    seed = derive_seed(settings.seed, "data", repeat)
+def _wearable_repeat(
+    settings: Settings, repeat: int, *, with_test: bool, server: tuple[int, ...] = ()
+) -> RepeatData:
+    seed = derive_seed(settings.seed, "data", repeat, *server)
     basis, k = (settings.n_basis, settings.order), settings.n_classes
     train = wearable_features(*basis, seed, 0, settings.n_train, k)
     evaluation = wearable_features(*basis, seed, settings.n_train, settings.n_eval, k)
     test = None
     if with_test:
-        test_seed = derive_seed(settings.seed, "test")
+        test_seed = derive_seed(settings.seed, "test", *server)
         test = wearable_features(*basis, test_seed, 0, settings.n_test, k)
     return RepeatData(_wearable_featurizer(settings), train, evaluation, test)

@@ -22,6 +22,7 @@ from ldpfda.engine.runner import run_protocol
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import derive_seed
 from ldpfda.schema.payloads import LinearModels
+from ldpfda.server.fitting import model_error
 from ldpfda.server.mrma import majority_vote
 from ldpfda.server.multiserver import (
     ServerSpec,
@@ -68,14 +69,16 @@ def run_multiserver_repeat(
     a server's clients is keyed by its own seed
     (:func:`~ldpfda.datasets.population.simulated_noise_seed`). The single-server
     baseline of server s is the MRMA run it would do alone on the same clients (a
-    counterfactual: in either world each client releases once).
+    counterfactual: in either world each client releases once). With
+    ``settings.n_classes`` K > 2 (the ``wearable`` dataset, every server its own
+    subjects) every model has K rows and errors are those of the argmax.
     """
     check_reference(settings)
     s_count = len(servers)
     if s_count < 1:
         raise ValueError("servers must name at least one server")
     heterogeneity = check_real(heterogeneity, "heterogeneity", low=0.0)
-    m = settings.num_weak_models
+    m, k = settings.num_weak_models, settings.n_classes
     configs = [spec.settings(settings, s) for s, spec in enumerate(servers)]
     populations, tests, sessions, ledgers = [], [], [], []
     for s, cfg in enumerate(configs):
@@ -100,7 +103,7 @@ def run_multiserver_repeat(
 
     # 1. Every server asks its training clients and trains M weak models.
     weak_parts = [
-        train_phase(session, cfg, train.client_ids, n_features, repeat)[1]
+        train_phase(session, cfg, train.client_ids, n_features, repeat, k)[1]
         for session, cfg, (train, _) in zip(sessions, configs, populations, strict=True)
     ]
     weak = LinearModels(
@@ -115,13 +118,18 @@ def run_multiserver_repeat(
         zip(sessions, configs, populations, strict=True)
     ):
         _, est = evaluate_phase(
-            session, cfg, evaluation.client_ids, weak, n_features, repeat
+            session, cfg, evaluation.client_ids, weak, n_features, repeat, k
         )
         estimates[r] = est.raw
         variances[r] = worst_case_variance(est.counts, cfg.epsilon)
 
     models = final_models(
-        weak, estimates, variances, settings=settings, heterogeneity=heterogeneity
+        weak,
+        estimates,
+        variances,
+        settings=settings,
+        heterogeneity=heterogeneity,
+        n_classes=k,
     )
 
     # 3. Test errors on each server's own population, and the single-server baseline.
@@ -137,12 +145,13 @@ def run_multiserver_repeat(
             seed=derive_seed(settings.seed, "clients-alone", repeat, s),
             server_rng=training_rng(cfg, repeat),
             keep_payload=False,
+            n_classes=k,
         )
         test_errors[f"server{s}"] = {
-            "multi_server": float(models[f"server{s}"].errors(x_test, y_test)[0]),
-            "global": float(models["global"].errors(x_test, y_test)[0]),
-            "single_server": float(alone.final.errors(x_test, y_test)[0]),
-            "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
+            "multi_server": model_error(models[f"server{s}"], x_test, y_test),
+            "global": model_error(models["global"], x_test, y_test),
+            "single_server": model_error(alone.final, x_test, y_test),
+            "voting_all": float((majority_vote(weak, x_test, k) != y_test).mean()),
         }
     spent = np.concatenate([ledger.spent_all() for ledger in ledgers])
     budgets = np.concatenate(

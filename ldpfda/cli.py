@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ldpfda import __version__
-from ldpfda.config import DESIGNS, SettingError, Settings, settings_table
+from ldpfda.config import DATASETS, SettingError, Settings, settings_table
 
 __all__ = ["main", "simulate"]
 
@@ -285,9 +285,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
         return 2
     first = settings_list[0]
+    design = f"the {first.dataset} design" + (
+        f" with K = {first.n_classes} classes" if first.n_classes > 2 else ""
+    )
     if first.protocol == "label":
         print(
-            f"Label-only {first.mechanism} on the {first.dataset} design: "
+            f"Label-only {first.mechanism} on {design}: "
             f"{first.n_train + first.n_eval} clients, each sending public features and "
             f"one randomized label; {first.correction}-corrected logistic regression; "
             f"{first.n_test} test points, {first.repeats} repeats, seed {first.seed}"
@@ -303,7 +306,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
         gram = "public" if first.public_features else "released"
         print(
-            f"Moment classifier on the {first.dataset} design: "
+            f"Moment classifier on {design}: "
             f"{first.n_train + first.n_eval} clients, each releasing {release} once; "
             f"feature second moment from {gram} features; {first.n_test} test "
             f"points, {first.repeats} repeats, seed {first.seed} "
@@ -311,7 +314,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"MRMA on the {first.dataset} design ({first.mechanism} release): "
+            f"MRMA on {design} ({first.mechanism} release): "
             f"{first.n_train} training + {first.n_eval} evaluation clients, "
             f"M={first.num_weak_models} {first.learner} weak models on "
             f"{first.subsample_size} payloads each, c={first.cutoff}, {first.n_test} "
@@ -394,7 +397,18 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         help="n_train,n_eval,epsilon,feature_shift,label_shift (repeat per "
         f"server; default: {' '.join(DEFAULT_SERVERS)})",
     )
-    p.add_argument("--dataset", choices=DESIGNS, default="vector")
+    p.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default="vector",
+        help="wearable: every server its own subjects, no shifts (give --server)",
+    )
+    p.add_argument(
+        "--n-classes",
+        type=int,
+        default=2,
+        help="classes K (K > 2: the wearable dataset's first K conditions)",
+    )
     p.add_argument("--num-weak-models", type=int, default=50)
     p.add_argument("--subsample-size", type=int, default=50)
     p.add_argument(
@@ -443,6 +457,7 @@ def _run_multiserver(args: argparse.Namespace) -> int:
         # Cross-evaluation of weak models is an MRMA concept: the reference protocol.
         base = Settings.reference(
             dataset=args.dataset,
+            n_classes=args.n_classes,
             num_weak_models=args.num_weak_models,
             subsample_size=min(args.subsample_size, min(s.n_train for s in specs)),
             n_test=args.n_test,
@@ -451,6 +466,8 @@ def _run_multiserver(args: argparse.Namespace) -> int:
         )
         if args.flower and args.repeats not in (None, 1):
             raise ValueError("--flower runs one repeat; leave out --repeats")
+        for s, spec in enumerate(specs):  # each server's population is valid
+            spec.settings(base, s)
     except (TypeError, ValueError) as exc:
         print(f"ldpfda multiserver: error: {exc}", file=sys.stderr)
         return 2

@@ -228,7 +228,8 @@ class Settings:
         2,
         "data",
         "classes K of the embedded dataset: 2, or with dataset 'wearable' its first "
-        "3 to 5 conditions (K > 2: the moment protocol of a joint release)",
+        "3 to 5 conditions (K > 2: the moment protocol of a joint release, MRMA on "
+        "the reference release or a label-only mode)",
     )
     public_features: bool = setting(
         True,
@@ -338,13 +339,14 @@ class Settings:
                     f"session and needs server_id >= 0, got {name}="
                     f"{getattr(self, name)!r} with server_id={self.server_id}",
                 )
-        if self.dataset == "wearable" and self.server_id >= 0:
-            raise SettingError(
-                "server_id",
-                "dataset 'wearable' has no shifted populations for the servers of a "
-                f"multi-server session; use one of {DESIGNS}, got server_id="
-                f"{self.server_id}",
-            )
+        for name in ("feature_shift", "label_shift"):
+            if self.dataset == "wearable" and getattr(self, name) != 0.0:
+                raise SettingError(
+                    name,
+                    "dataset 'wearable' has no shifted populations: its servers of a "
+                    f"multi-server session draw their own subjects; use one of "
+                    f"{DESIGNS} for {name}, got {getattr(self, name)!r}",
+                )
         integer("seed", 0, MAX_SEED)
 
     def _check_dataset(self) -> None:
@@ -383,30 +385,22 @@ class Settings:
             )
         self.check_n_classes(self.n_classes)
 
-    def check_n_classes(self, n_classes: int, *, flower: bool = False) -> None:
+    def check_n_classes(self, n_classes: int) -> None:
         """Refuse K > 2 classes (the data's or a spec's) in a run of these settings
-        without a K-class method: the moment protocol of a joint release, or, in
-        process (not yet on Flower: ``flower``), MRMA on the reference release with a
-        logistic or svm weak learner and the label-only modes ``label-uniform`` and
-        ``label-cluster`` (``label-p2p`` relays bits)."""
+        without a K-class method: the moment protocol of a joint release, MRMA on the
+        reference release with a logistic or svm weak learner, or a label-only mode;
+        each runs alike in process and on Flower."""
         if n_classes == 2:
             return
         joint = self.joint_release and self.protocol == "moment"
         reference = self.mechanism == "reference" and self.protocol == "mrma"
-        labels = self.mechanism in ("label-uniform", "label-cluster")
-        if not (joint or ((reference or labels) and not flower)):
-            more = (
-                ""
-                if flower
-                else ", MRMA on the reference release or the label-only modes "
-                "label-uniform and label-cluster (label-p2p relays bits)"
-            )
+        if not (joint or reference or self.label_release):
             raise SettingError(
                 "n_classes",
                 f"n_classes = {n_classes}: K > 2 classes need the moment protocol "
                 f"of a joint release (privacy.mechanism joint-*, server.method auto "
-                f"or moment){more}, got mechanism {self.mechanism!r} with protocol "
-                f"{self.protocol!r}",
+                f"or moment), MRMA on the reference release or a label-only mode, "
+                f"got mechanism {self.mechanism!r} with protocol {self.protocol!r}",
             )
         if reference and self.learner not in ("logistic", "svm"):
             raise SettingError(

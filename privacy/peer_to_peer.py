@@ -1,4 +1,4 @@
-r"""Peer-to-peer cluster randomized response for binary labels (Algorithm 2).
+r"""Peer-to-peer cluster randomized response (Algorithm 2), for two or K labels.
 
 User :math:`i` randomises her bit with binary randomized response at
 :math:`\varepsilon_0` (keep probability
@@ -15,8 +15,25 @@ the cluster of size s. With :math:`a` of the other :math:`s-1` users holding lab
 
 are the laws of :math:`m` for :math:`y_k = 1, 0`; the exact :math:`\varepsilon(\delta)`
 of every pair (:func:`hockey_stick_epsilon`; one order suffices by complementing all
-bits) replaces the asymptotic statement of the paper's Theorem 3. Needs numpy and scipy
-only; re-exported by :mod:`ldpfda.labeldp.peer_to_peer`.
+bits) replaces the asymptotic statement of the paper's Theorem 3.
+
+**K labels** (K > 2). User :math:`i` randomises her label by K-ary randomized response
+at :math:`\varepsilon_0` and forwards the noisy label of a peer drawn as above. The
+forwarded labels are a post-processing of the cluster's multiset of noisy labels,
+i.e. of the shuffled outputs of an :math:`\varepsilon_0`-LDP randomizer, so the
+"hiding among the clones" bound applies (Feldman, McMillan, Talwar, Theorem 3.2): with
+:math:`C \sim \mathrm{Bin}(s-1, e^{-\varepsilon_0})`,
+:math:`A \sim \mathrm{Bin}(C, 1/2)`, :math:`\Delta \sim
+\mathrm{Bern}(e^{\varepsilon_0}/(1+e^{\varepsilon_0}))`, the pair of laws
+
+.. math:: P = (A + \Delta,\; C - A + 1 - \Delta), \qquad
+          Q = (A + 1 - \Delta,\; C - A + \Delta)
+
+dominates every pair of neighbouring clusters, whatever K and the other labels are;
+:func:`clone_epsilon` is their exact :math:`\varepsilon(\delta)`. It holds for any
+:math:`\varepsilon_0`-LDP randomizer and is never below the exact binary profile
+(two classes keep that one). Needs numpy and scipy only; re-exported by
+:mod:`ldpfda.labeldp.peer_to_peer`.
 
 References
 ----------
@@ -42,6 +59,7 @@ from ldpfda.privacy.randomized_response import BinaryRandomizedResponse
 
 __all__ = [
     "PeerToPeerRelease",
+    "clone_epsilon",
     "hockey_stick_epsilon",
     "p2p_epsilon",
     "p2p_guarantee",
@@ -117,13 +135,60 @@ def p2p_epsilon(*, local_epsilon: float, cluster_size: int, delta: float) -> flo
     return min(worst, eps0)
 
 
+def clone_epsilon(*, local_epsilon: float, cluster_size: int, delta: float) -> float:
+    r""":math:`\varepsilon(\delta)` of the clone pair :math:`(P, Q)` of the module
+    docstring for a cluster of ``cluster_size`` users, at most ``local_epsilon``.
+
+    An outcome :math:`(u, v)` has :math:`c = u + v - 1` clones; with
+    :math:`p = e^{\varepsilon_0}/(1+e^{\varepsilon_0})`,
+    :math:`P(u, v) = w_c\,(p\,B_c(u-1) + (1-p)\,B_c(u))` and :math:`Q` with :math:`p`
+    and :math:`1-p` swapped, :math:`w_c = \mathrm{Bin}(c; s-1, e^{-\varepsilon_0})`,
+    :math:`B_c = \mathrm{Bin}(c, 1/2)`; swapping the coordinates maps P to Q, so one
+    order suffices. The loss :math:`\log P/Q` grows with :math:`r = u/(c - u + 1)`,
+    so :math:`P > e^\varepsilon Q` on a tail :math:`u \ge u^*_c`, and
+    :math:`\delta(\varepsilon) = \sum_c (P - e^\varepsilon Q)(u \ge u^*_c)` is a sum
+    of binomial tails: :math:`O(s)` per :math:`\varepsilon`. The returned epsilon is
+    the upper end of a bisection on :math:`\delta(\varepsilon) \le \delta` (width
+    below :math:`10^{-12}\varepsilon_0`).
+    """
+    eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
+    s = check_int(cluster_size, "cluster_size", minimum=1)
+    d = check_real(delta, "delta", low=0.0, high=1.0)
+    from scipy.stats import binom
+
+    p = 1.0 / (1.0 + math.exp(-eps0))
+    c = np.arange(s)
+    weight = binom.pmf(c, s - 1, math.exp(-eps0))
+
+    def excess(eps: float) -> float:
+        e = math.exp(eps)
+        rho = (e * p - (1 - p)) / (p - e * (1 - p))  # P > e^eps Q iff r > rho
+        start = np.floor(rho * (c + 1) / (1 + rho)).astype(np.int64) + 1
+        below, at = binom.sf(start - 2, c, 0.5), binom.sf(start - 1, c, 0.5)
+        tail = p * below + (1 - p) * at - e * (p * at + (1 - p) * below)
+        return float(np.sum(weight * np.maximum(tail, 0.0)))
+
+    if excess(0.0) <= d:
+        return 0.0
+    low, high = 0.0, eps0
+    while high - low > 1e-12 * eps0:
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if excess(mid) <= d else (mid, high)
+    return high
+
+
 def p2p_guarantee(
-    *, local_epsilon: float, cluster_sizes: ArrayLike, delta: float | None = None
+    *,
+    local_epsilon: float,
+    cluster_sizes: ArrayLike,
+    delta: float | None = None,
+    n_classes: int = 2,
 ) -> tuple[float, float]:
     r"""The :math:`(\varepsilon, \delta)` of Algorithm 2 toward the learner.
 
     :math:`\delta = 1/s^2` with :math:`s` the smallest non-empty cluster (unless given);
-    :math:`\varepsilon = \max_c` :func:`p2p_epsilon` over the distinct cluster sizes.
+    :math:`\varepsilon = \max_c` over the distinct cluster sizes of
+    :func:`p2p_epsilon` (two classes) or :func:`clone_epsilon` (``n_classes`` K > 2).
     """
     sizes = np.asarray(cluster_sizes, dtype=np.int64).reshape(-1)
     sizes = sizes[sizes > 0]
@@ -131,8 +196,10 @@ def p2p_guarantee(
         raise ValueError("cluster_sizes must contain a non-empty cluster")
     s = int(sizes.min())
     d = 1.0 / s**2 if delta is None else check_real(delta, "delta", low=0.0, high=1.0)
+    k = check_int(n_classes, "n_classes", minimum=2)
+    exact = p2p_epsilon if k == 2 else clone_epsilon
     eps = max(
-        p2p_epsilon(local_epsilon=local_epsilon, cluster_size=int(size), delta=d)
+        exact(local_epsilon=local_epsilon, cluster_size=int(size), delta=d)
         for size in np.unique(sizes)
     )
     return eps, d

@@ -55,10 +55,10 @@ LABEL = "label"
 P2P_RANDOMIZE = "p2p_randomize"
 P2P_FORWARD = "p2p_forward"
 
-#: The request key of a K-class privatize query: K.
+#: The request key of every query of a K-class run (K > 2): K.
 N_CLASSES_KEY = "n-classes"
-#: Where a K-class privatize request carries K.
-CLASSES_SPEC = ArraySpec("joint", N_CLASSES_KEY, "int64")
+#: Where every request of a K-class run carries K (absent for two classes).
+CLASSES_SPEC = ArraySpec("classes", N_CLASSES_KEY, "int64")
 
 #: The featurizer's box, with room for the last bit of its rounding.
 FEATURE_BOX = (-1.0 - 1e-12, 1.0 + 1e-12)
@@ -105,7 +105,7 @@ def release_range(settings: Settings, n_features: int) -> tuple[float, float]:
 
 
 def request_classes(request: Request) -> int:
-    """K of a privatize request: its ``n-classes`` (K > 2), else 2."""
+    """K of a request: its ``n-classes`` (K > 2), else 2."""
     if N_CLASSES_KEY not in {*request.rows, *request.shared}:
         return 2
     k = np.asarray(request.common(N_CLASSES_KEY)).reshape(-1)
@@ -114,11 +114,19 @@ def request_classes(request: Request) -> int:
     return int(k[0])
 
 
-def classes_request(n_classes: int) -> Request:
-    """The privatize request of a K-class run (empty for two classes)."""
+def classes_request(n_classes: int, request: Request | None = None) -> Request:
+    """``request`` (default: empty) as a K-class run sends it: with ``n-classes``
+    shared by every client for K > 2, unchanged for two classes."""
+    request = Request() if request is None else request
     if n_classes == 2:
-        return Request()
-    return Request(shared={N_CLASSES_KEY: np.array([n_classes], dtype=np.int64)})
+        return request
+    shared = {**request.shared, N_CLASSES_KEY: np.array([n_classes], dtype=np.int64)}
+    return Request(request.rows, shared, request.ragged)
+
+
+def _classes(specs: tuple[ArraySpec, ...], n_classes: int) -> tuple[ArraySpec, ...]:
+    """A query's request arrays, with :data:`CLASSES_SPEC` for K > 2 classes."""
+    return specs if n_classes == 2 else (*specs, CLASSES_SPEC)
 
 
 def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> Query:
@@ -130,14 +138,12 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
     """
     mechanisms = _privatize_mechanisms(settings, n_features, n_classes)
     low, high = mechanisms[0].output_range()
-    request: tuple[ArraySpec, ...] = ()
     reply: tuple[ArraySpec, ...]
     if settings.joint_release:
         reply = (
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
-            request = (CLASSES_SPEC,)
             describe = f"drawn class must be in {{0, ..., {n_classes - 1}}}"
             reply = (
                 _categorical("payload", "class", "int64", "label", describe, n_classes),
@@ -146,12 +152,12 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
     else:
         describe = "randomized label must be 0 or 1"
         if n_classes > 2:
-            request = (ArraySpec("labels", N_CLASSES_KEY, "int64"),)
             describe = f"randomized label must be in {{0, ..., {n_classes - 1}}}"
         reply = (
             ArraySpec("payload", "features", "float64", (n_features,), low, high),
             _categorical("payload", "labels", "int8", "label", describe, n_classes),
         )
+    request = _classes((), n_classes)
     return Query(
         PRIVATIZE, request, reply, cost=_constant([m.event() for m in mechanisms])
     )
@@ -163,7 +169,7 @@ def evaluate_query(settings: Settings, n_features: int, n_classes: int = 2) -> Q
     A K-class model (K > 2) travels as its K x p coefficients row after row and its
     K intercepts; the client predicts the class of the largest score.
     """
-    request = (
+    request: tuple[ArraySpec, ...] = (
         ArraySpec("model", "coef", "float64", (n_features,), lead=False),
         ArraySpec("model", "intercept", "float64"),
     )
@@ -173,6 +179,7 @@ def evaluate_query(settings: Settings, n_features: int, n_classes: int = 2) -> Q
                 "model", "coef", "float64", (n_classes * n_features,), lead=False
             ),
             ArraySpec("model", "intercept", "float64", (n_classes,), lead=False),
+            CLASSES_SPEC,
         )
     describe = "feedback must be a bit (0 or 1)"
     reply = (_categorical("feedback", "bit", "int8", "bit", describe),)
@@ -180,15 +187,17 @@ def evaluate_query(settings: Settings, n_features: int, n_classes: int = 2) -> Q
     return Query(EVALUATE, request, reply, _constant(events))
 
 
-def features_query(n_features: int) -> Query:
-    """A client's scaled features in the clear (label-only modes: features public)."""
+def features_query(n_features: int, n_classes: int = 2) -> Query:
+    """A client's scaled features in the clear (label-only modes: features public);
+    a K-class run says K, so that a node whose label or spec disagrees refuses
+    before anything else."""
     low, high = FEATURE_BOX
     reply = (
         ArraySpec(
             "features", "x", "float64", (n_features,), low, high, what="features"
         ),
     )
-    return Query(FEATURES, reply=reply)
+    return Query(FEATURES, _classes((), n_classes), reply)
 
 
 def _label_reply(dtype: str, n_classes: int) -> tuple[ArraySpec, ...]:
@@ -210,12 +219,14 @@ def label_query(settings: Settings, n_classes: int = 2) -> Query:
         return [(label_event(row, eps),) for row in rows], group
 
     # Any length: the node checks the prior itself (K classes, positive, sums to 1).
-    request = (ArraySpec("prior", "q", "float64", (-1,), lead=False),)
+    prior = ArraySpec("prior", "q", "float64", (-1,), lead=False)
+    request = _classes((prior,), n_classes)
     return Query(LABEL, request, _label_reply("int64", n_classes), cost)
 
 
-def p2p_randomize_query() -> Query:
-    """A client's bit by randomized response at the local epsilon, for the relay."""
+def p2p_randomize_query(n_classes: int = 2) -> Query:
+    """A client's label by (K-ary) randomized response at the local epsilon, for the
+    relay."""
 
     def cost(
         request: Request, index: NDArray[np.int64]
@@ -223,17 +234,22 @@ def p2p_randomize_query() -> Query:
         event = p2p_relay_event(
             local_epsilon=float(request.common("local-epsilon").reshape(-1)[0]),
             cluster_sizes=request.common("cluster-sizes"),
+            n_classes=n_classes,
         )
         return _constant([event])(request, index)
 
-    request = (
-        ArraySpec("p2p", "local-epsilon", "float64"),
-        ArraySpec("p2p", "cluster-sizes", "int64", (-1,), lead=False, ragged=True),
+    request = _classes(
+        (
+            ArraySpec("p2p", "local-epsilon", "float64"),
+            ArraySpec("p2p", "cluster-sizes", "int64", (-1,), lead=False, ragged=True),
+        ),
+        n_classes,
     )
-    return Query(P2P_RANDOMIZE, request, _label_reply("int8", 2), cost)
+    return Query(P2P_RANDOMIZE, request, _label_reply("int8", n_classes), cost)
 
 
-def p2p_forward_query() -> Query:
-    """The noisy bit of a peer a client draws from its cluster (post-processing)."""
-    request = (ArraySpec("peers", "labels", "int8", (-1,), lead=False, ragged=True),)
-    return Query(P2P_FORWARD, request, _label_reply("int8", 2))
+def p2p_forward_query(n_classes: int = 2) -> Query:
+    """The noisy label of a peer a client draws from its cluster (post-processing)."""
+    peers = ArraySpec("peers", "labels", "int8", (-1,), lead=False, ragged=True)
+    request = _classes((peers,), n_classes)
+    return Query(P2P_FORWARD, request, _label_reply("int8", n_classes))

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda._validation import check_epsilon
+from ldpfda._validation import check_epsilon, check_int
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
 from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
@@ -158,29 +158,43 @@ def label_events(priors: ArrayLike, *, epsilon: float) -> list[ReleaseEvent]:
     return [events[g] for g in inverse]
 
 
+def _classes(n_classes: int) -> dict[str, int]:
+    """The ``n_classes`` parameter of a K-class peer-to-peer event (none for two)."""
+    return {} if n_classes == 2 else {"n_classes": n_classes}
+
+
 @functools.lru_cache(maxsize=16)
-def _p2p_event(local_epsilon: float, sizes: tuple[int, ...]) -> ReleaseEvent:
-    eps, delta = p2p_guarantee(local_epsilon=local_epsilon, cluster_sizes=sizes)
+def _p2p_event(
+    local_epsilon: float, sizes: tuple[int, ...], n_classes: int
+) -> ReleaseEvent:
+    eps, delta = p2p_guarantee(
+        local_epsilon=local_epsilon, cluster_sizes=sizes, n_classes=n_classes
+    )
     return ReleaseEvent.of(
         P2P_RR,
         eps,
         delta=delta,
         local_epsilon=local_epsilon,
         min_cluster_size=min(sizes),
+        **_classes(n_classes),
     )
 
 
-def p2p_relay_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
-    r"""What a peer-to-peer bit costs its client when the relay is the server.
+def p2p_relay_event(
+    *, local_epsilon: float, cluster_sizes: ArrayLike, n_classes: int = 2
+) -> ReleaseEvent:
+    r"""What a peer-to-peer label costs its client when the relay is the server.
 
-    The relay (the ServerApp) receives the bit by randomized response at
+    The relay (the ServerApp) receives the label by (K-ary) randomized response at
     :math:`\varepsilon_0`, so the client is charged :math:`\varepsilon_0` (pure,
     :math:`\delta = 0`), whatever cluster sizes the server claims (a client cannot
     check them); the stronger :math:`(\varepsilon, \delta)` toward an analyst who
     sees only the forwarded bits (:func:`p2p_event`) is recorded as
     ``analyst_epsilon`` and ``analyst_delta``.
     """
-    analyst = p2p_event(local_epsilon=local_epsilon, cluster_sizes=cluster_sizes)
+    analyst = p2p_event(
+        local_epsilon=local_epsilon, cluster_sizes=cluster_sizes, n_classes=n_classes
+    )
     return ReleaseEvent.of(
         P2P_RR,
         float(local_epsilon),
@@ -188,16 +202,22 @@ def p2p_relay_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> Releas
         analyst_epsilon=analyst.epsilon,
         analyst_delta=float(analyst.as_dict()["delta"]),
         min_cluster_size=int(analyst.as_dict()["min_cluster_size"]),
+        **_classes(n_classes),
     )
 
 
-def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent:
-    r"""What one peer-to-peer release costs: the exact :math:`(\varepsilon, \delta)`.
+def p2p_event(
+    *, local_epsilon: float, cluster_sizes: ArrayLike, n_classes: int = 2
+) -> ReleaseEvent:
+    r"""What one peer-to-peer release costs: the :math:`(\varepsilon, \delta)` toward
+    the analyst.
 
     ``epsilon`` of the event is :func:`~ldpfda.privacy.peer_to_peer.p2p_guarantee`
-    toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`), with
-    ``local_epsilon`` :math:`\varepsilon_0` (what the relay sees) and ``delta`` as
-    parameters: the event of :func:`~ldpfda.privacy.peer_to_peer.peer_to_peer_rr`.
+    toward the analyst (:math:`\delta = 1/s^2` for the smallest cluster :math:`s`;
+    the exact binary profile for two classes, the clone bound for ``n_classes``
+    K > 2, recorded as a parameter), with ``local_epsilon`` :math:`\varepsilon_0`
+    (what the relay sees) and ``delta`` as parameters: the event of
+    :func:`~ldpfda.privacy.peer_to_peer.peer_to_peer_rr`.
     """
     eps0 = check_epsilon(local_epsilon, "local_epsilon", allow_inf=False)
     sizes = np.asarray(cluster_sizes)
@@ -207,4 +227,5 @@ def p2p_event(*, local_epsilon: float, cluster_sizes: ArrayLike) -> ReleaseEvent
         )
     if np.any(sizes < 1):
         raise ValueError(f"cluster_sizes must be >= 1, got {int(sizes.min())}")
-    return _p2p_event(eps0, tuple(sorted(int(s) for s in sizes)))
+    k = check_int(n_classes, "n_classes", minimum=2)
+    return _p2p_event(eps0, tuple(sorted(int(s) for s in sizes)), k)

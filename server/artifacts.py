@@ -90,7 +90,9 @@ def featurizer_fingerprint(description: dict[str, Any]) -> str:
 
 def session_fingerprint(settings: Settings, repeat: int) -> str:
     """Fingerprint of the session's feature space: the public settings that fix the
-    featurizer (design, basis, calibration size, seed and repeat)."""
+    featurizer (design, basis, calibration size, seed and repeat), and K for K > 2
+    classes (a model is K rows; binary fingerprints are unchanged)."""
+    classes = {} if settings.n_classes == 2 else {"n_classes": settings.n_classes}
     return featurizer_fingerprint(
         {
             "dataset": settings.dataset,
@@ -100,6 +102,7 @@ def session_fingerprint(settings: Settings, repeat: int) -> str:
             "seed": settings.seed,
             "repeat": int(repeat),
             "stream": "public",
+            **classes,
         }
     )
 

@@ -8,7 +8,10 @@ bias. Server s weighs its own estimates by :math:`1/v_s` and server r's by
 debiased estimate and :math:`\\tau` the assumed spread of a model's error across
 populations; the global model pools all by :math:`1/v_r`. Reversal, selection and
 averaging then run over all S*M models. Only the reference MRMA protocol has weak
-models to evaluate (:meth:`ldpfda.config.Settings.reference`).
+models to evaluate (:meth:`ldpfda.config.Settings.reference`). With K > 2 classes
+(``n_classes``) every model is K rows, its evaluators answer the same bit "was the
+model wrong on me" (the error's worst-case variance is still that at 1/2), and, as in
+single-server K-class MRMA, no model is reversed: a model at or below chance weighs 0.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ldpfda.server.mrma import (
     ErrorEstimates,
     average_models,
     estimate_errors,
+    model_rows,
     mrma_weights,
     reverse_models,
 )
@@ -40,6 +44,7 @@ __all__ = [
     "combine_estimates",
     "final_models",
     "evaluate_phase",
+    "model_slices",
     "train_phase",
     "training_rng",
     "worst_case_variance",
@@ -86,6 +91,13 @@ def check_reference(settings: Settings) -> None:
             f'"reference"), got mechanism={settings.mechanism!r}, '
             f"method={settings.method!r}"
         )
+
+
+def model_slices(rows: dict[int, slice], n_classes: int) -> dict[int, slice]:
+    """Each server's models among all (by model) from its rows (a K-class model is K
+    consecutive rows)."""
+    k = model_rows(n_classes)
+    return {r: slice(s.start // k, s.stop // k) for r, s in rows.items()}
 
 
 def training_rng(settings: Settings, repeat: int) -> np.random.Generator:
@@ -146,6 +158,7 @@ def final_models(
     settings: Settings,
     heterogeneity: float,
     names: Sequence[str] | None = None,
+    n_classes: int = 2,
 ) -> dict[str, LinearModels]:
     """Reversal, selection and averaging of all weak models, per server and globally.
 
@@ -157,11 +170,15 @@ def final_models(
         [f"server{s}" for s in range(estimates.shape[0])] if names is None else names
     )
 
+    k = n_classes
+
     def final(errors: NDArray[np.float64]) -> LinearModels:
-        reversed_models, _ = reverse_models(weak, errors)
-        weights, _, _ = mrma_weights(errors, cutoff=settings.cutoff)
+        models = reverse_models(weak, errors)[0] if k == 2 else weak
+        weights, _, _ = mrma_weights(
+            errors, cutoff=settings.cutoff, reversal=k == 2, n_classes=k
+        )
         return average_models(
-            reversed_models, weights, normalize=settings.normalize_models
+            models, weights, normalize=settings.normalize_models, n_classes=k
         )
 
     models = {
@@ -182,16 +199,22 @@ def train_phase(
     train_ids: NDArray[np.int64],
     n_features: int,
     repeat: int,
+    n_classes: int = 2,
 ) -> tuple[TrainingPayload, LinearModels]:
     """Phase ``train``: :func:`~ldpfda.server.plans.train_round` on the server's
-    :func:`training_rng`."""
+    :func:`training_rng` (K-class weak models for ``n_classes`` K > 2)."""
     rng = training_rng(settings, repeat)
-    payload, weak = train_round(
-        session,
-        Plan(
-            settings, train_ids, _NONE, n_features, rng, planned=planned_ids(settings)
-        ),
+    planned = planned_ids(settings)
+    plan = Plan(
+        settings,
+        train_ids,
+        _NONE,
+        n_features,
+        rng,
+        planned=planned,
+        n_classes=n_classes,
     )
+    payload, weak = train_round(session, plan)
     assert isinstance(payload, TrainingPayload)
     return payload, weak
 
@@ -203,6 +226,7 @@ def evaluate_phase(
     weak: LinearModels,
     n_features: int,
     repeat: int,
+    n_classes: int = 2,
 ) -> tuple[NDArray[np.int64], ErrorEstimates]:
     """Phase ``evaluate``: each evaluation client (subgroups from the server's own
     ``groups`` stream) answers for one of all the models; the clients whose bit came
@@ -211,11 +235,11 @@ def evaluate_phase(
     rng = np.random.default_rng(
         derive_seed(settings.seed, "groups", repeat, settings.server_id)
     )
+    planned = planned_ids(settings)
     plan = Plan(
-        settings, _NONE, eval_ids, n_features, rng, planned=planned_ids(settings)
+        settings, _NONE, eval_ids, n_features, rng, planned=planned, n_classes=n_classes
     )
     answered, bits, groups = ask_feedback(session, plan, weak)
-    estimates = estimate_errors(
-        bits, groups, n_models=len(weak), epsilon=settings.epsilon
-    )
+    m = len(weak) // (1 if n_classes == 2 else n_classes)
+    estimates = estimate_errors(bits, groups, n_models=m, epsilon=settings.epsilon)
     return answered, estimates

@@ -25,7 +25,12 @@ from ldpfda.server.artifacts import (
     write_models,
 )
 from ldpfda.server.grid import GridClients
-from ldpfda.server.multiserver import check_reference, evaluate_phase, train_phase
+from ldpfda.server.multiserver import (
+    check_reference,
+    evaluate_phase,
+    model_slices,
+    train_phase,
+)
 from ldpfda.server.options import FlowerOptions
 from ldpfda.server.report import Status, privacy_section, write_report
 from ldpfda.server.server_app import connect
@@ -62,7 +67,7 @@ def _train(
     ids = clients.ids()
     train_ids = ids[ids < settings.n_train]
     payload, weak = train_phase(
-        session, settings, train_ids, n_features, options.repeat
+        session, settings, train_ids, n_features, options.repeat, settings.n_classes
     )
     with session.timed("server_train_s"):
         artifact = write_models(
@@ -96,12 +101,19 @@ def _evaluate(
     for rejected, reason in found.rejected.items():
         logger.warning("ldpfda: artifact %s rejected: %s", rejected, reason)
     rows, weak = found.stacked()
+    models = model_slices(rows, settings.n_classes)
     clients, session = _start(grid, settings, options, status)
     ids = clients.ids()
     eval_ids = ids[ids >= settings.n_train]
     with session.timed("clients_evaluate_s"):
         answered, estimates = evaluate_phase(
-            session, settings, eval_ids, weak, n_features, options.repeat
+            session,
+            settings,
+            eval_ids,
+            weak,
+            n_features,
+            options.repeat,
+            settings.n_classes,
         )
     by_server = {
         r: ModelEstimates(
@@ -110,7 +122,7 @@ def _evaluate(
             estimates.counts[i],
             settings.epsilon,
         )
-        for r, i in rows.items()
+        for r, i in models.items()
     }
     artifact = write_estimates(
         estimates_path(options.artifact_dir, settings.server_id),

@@ -14,12 +14,13 @@ import numpy as np
 from ldpfda.config import Settings
 from ldpfda.datasets.population import design_test_set, public_featurizer
 from ldpfda.server.artifacts import load_directory, session_fingerprint
-from ldpfda.server.fitting import model_report
+from ldpfda.server.fitting import model_error, model_report
 from ldpfda.server.mrma import LinearModels, majority_vote
 from ldpfda.server.multiserver import (
     ServerSpec,
     check_reference,
     final_models,
+    model_slices,
     worst_case_variance,
 )
 
@@ -121,10 +122,10 @@ def _estimate_matrix(
                     f"{artifact.path}: estimates of server {owner} are of models "
                     f"{entry.models}, but {mine.path} is {mine.digest}"
                 )
-            elif entry.errors.size != len(mine.models):
+            elif entry.errors.size != columns[owner].stop - columns[owner].start:
                 rejected[where] = (
                     f"{artifact.path}: {entry.errors.size} estimates of server "
-                    f"{owner}'s {len(mine.models)} models"
+                    f"{owner}'s {columns[owner].stop - columns[owner].start} models"
                 )
             else:
                 cols = columns[owner]
@@ -141,14 +142,16 @@ def _test_errors(
     weak: LinearModels,
     repeat: int,
 ) -> dict[str, dict[str, float]]:
-    """Every server's models scored on its own population's test set."""
+    """Every server's models scored on its own population's test set (K > 2
+    classes: the argmax)."""
     out = {}
     for cfg, name in zip(configs, names, strict=True):
         x_test, y_test = design_test_set(cfg, repeat)
+        k = cfg.n_classes
         out[name] = {
-            "multi_server": float(models[name].errors(x_test, y_test)[0]),
-            "global": float(models["global"].errors(x_test, y_test)[0]),
-            "voting_all": float((majority_vote(weak, x_test) != y_test).mean()),
+            "multi_server": model_error(models[name], x_test, y_test),
+            "global": model_error(models["global"], x_test, y_test),
+            "voting_all": float((majority_vote(weak, x_test, k) != y_test).mean()),
         }
     return out
 
@@ -180,7 +183,8 @@ def combine_session(
         fingerprint=session_fingerprint(base, repeat),
         session=session,
     )
-    columns, weak = found.stacked()
+    rows, weak = found.stacked()
+    columns = model_slices(rows, base.n_classes)
     rejected = dict(found.rejected)
     estimates, variances, used = _estimate_matrix(found, configs, columns, rejected)
     names = [f"server{cfg.server_id}" for cfg in configs]
@@ -191,6 +195,7 @@ def combine_session(
         settings=base,
         heterogeneity=heterogeneity,
         names=names,
+        n_classes=base.n_classes,
     )
     return {
         "session": session,

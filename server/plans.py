@@ -6,7 +6,7 @@ the same settings and seed end with the same model by construction.
 ``mrma``: training clients release, the server fits M weak models, each evaluation
 client answers one feedback bit on its subgroup's model, then reversal, selection and
 averaging. ``label``: every client sends its public features, then a randomized label
-(``label-p2p``: a bit for the relay, then a peer's bit). ``server_rng`` is drawn in a
+(``label-p2p``: a label for the relay, then a peer's). ``server_rng`` is drawn in a
 fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label).
 """
 
@@ -50,7 +50,7 @@ class Plan:
     output width, public, unlabeled scaled features (the moment classifier's second
     moment) and the number of classes K (public; K > 2 in the ``moment`` protocol of a
     joint release, in the ``mrma`` protocol of the reference release and in the
-    label-only modes ``label-uniform`` and ``label-cluster``)."""
+    label-only modes; every request of a K-class run says K)."""
 
     settings: Settings
     train_ids: NDArray[np.int64]
@@ -206,7 +206,9 @@ def ask_feedback(
     if k == 2:
         intercept = intercept[:, 0]  # binary models travel with a scalar intercept
     groups = assign_groups(eval_ids.size, coef.shape[0], plan.server_rng)
-    request = Request(rows={"coef": coef[groups], "intercept": intercept[groups]})
+    request = catalog.classes_request(
+        k, Request(rows={"coef": coef[groups], "intercept": intercept[groups]})
+    )
     query = catalog.evaluate_query(plan.settings, plan.n_features, k)
     got = session.ask(
         catalog.EVALUATE,
@@ -222,15 +224,16 @@ def ask_feedback(
 
 
 def _label_only(session: Session, plan: Plan) -> ProtocolResult:
-    s = plan.settings
+    s, k = plan.settings, plan.n_classes
     planned = plan.asked_for("every")
     with session.timed("clients_features_s"):
         session.status("features", clients=int(plan.every_client.size))
-        query = catalog.features_query(plan.n_features)
+        query = catalog.features_query(plan.n_features, k)
         got = session.ask(
             catalog.FEATURES,
             query,
             plan.every_client,
+            catalog.classes_request(k),
             what="releasing",
             planned=planned,
         )
@@ -241,8 +244,8 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
         stage: str, index: NDArray[np.int64], prior_rows: NDArray[np.float64]
     ) -> NDArray[np.int64]:
         asked = ids[index]
-        query = catalog.label_query(s, plan.n_classes)
-        request = Request(rows={"q": prior_rows})
+        query = catalog.label_query(s, k)
+        request = catalog.classes_request(k, Request(rows={"q": prior_rows}))
         answers = session.ask(
             stage, query, asked, request, what="labelling", planned=planned
         )
@@ -254,7 +257,7 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
             labels, priors, info = _p2p_rounds(session, plan, ids, x)
         else:
             labels, priors, info = prior_rr_rounds(
-                s, ids, x, plan.server_rng, release, plan.n_classes
+                s, ids, x, plan.server_rng, release, k
             )
         keep = np.flatnonzero(labels >= 0)
         payload = LabelPayload(
@@ -269,36 +272,37 @@ def _label_only(session: Session, plan: Plan) -> ProtocolResult:
 def _p2p_rounds(
     session: Session, plan: Plan, ids: NDArray[np.int64], x: NDArray[np.float64]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], dict[str, Any]]:
-    r"""``label-p2p``: the relay's round, then every client forwards a peer's bit.
+    r"""``label-p2p``: the relay's round, then every client forwards a peer's label.
 
-    The relay is the server: every client randomizes its bit at its whole epsilon
-    (``eps0 = epsilon``) and is charged that; the forwarded bits, which the model is fit
-    on, are :math:`(\varepsilon, \delta)`-label-DP with a smaller epsilon toward an
-    analyst who sees only them (reported under ``labeldp``).
+    The relay is the server: every client randomizes its label (K-ary randomized
+    response for K > 2) at its whole epsilon (``eps0 = epsilon``) and is charged that;
+    the forwarded labels, which the model is fit on, are
+    :math:`(\varepsilon, \delta)`-label-DP with a smaller epsilon toward an analyst
+    who sees only them (reported under ``labeldp``).
 
     Only clients whose bit arrived are forwarded, in clusters that kept at least
     ``labeldp.min-cluster-size`` bits; the run stops if missing replies shrank the
     clusters so far that the forwarded bits would be less private than promised.
     """
-    s = plan.settings
+    s, k = plan.settings, plan.n_classes
     size = s.min_cluster_size
     clusters = cluster_features(
         x, n_clusters=s.n_clusters, min_size=size, rng=plan.server_rng
     )
     sizes = np.bincount(clusters)
     eps0 = float(s.epsilon)
-    event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes)
+    event = p2p_event(local_epsilon=eps0, cluster_sizes=sizes, n_classes=k)
     shared = {
         "local-epsilon": np.array([eps0], dtype=np.float64),
         "cluster-sizes": sizes.astype(np.int64),
     }
-    query = catalog.p2p_randomize_query()
+    query = catalog.p2p_randomize_query(k)
     planned = plan.asked_for("every")
     got = session.ask(
         catalog.P2P_RANDOMIZE,
         query,
         ids,
-        Request(shared=shared),
+        catalog.classes_request(k, Request(shared=shared)),
         what="randomizing",
         planned=planned,
     )
@@ -314,7 +318,7 @@ def _p2p_rounds(
         )
     delta = event.as_dict()["delta"]
     realized, _ = p2p_guarantee(
-        local_epsilon=eps0, cluster_sizes=kept[kept >= size], delta=delta
+        local_epsilon=eps0, cluster_sizes=kept[kept >= size], delta=delta, n_classes=k
     )
     if realized > event.epsilon * (1 + 1e-9):
         raise QuorumError(
@@ -322,8 +326,9 @@ def _p2p_rounds(
             f"{realized:.6g}-DP, above the promised {event.epsilon:.6g}; not forwarding"
         )
     index = np.flatnonzero(forward)
-    query = catalog.p2p_forward_query()
-    request = Request(ragged={"labels": p2p_blocks(noisy[index], clusters[index])})
+    query = catalog.p2p_forward_query(k)
+    blocks = p2p_blocks(noisy[index], clusters[index])
+    request = catalog.classes_request(k, Request(ragged={"labels": blocks}))
     reports = session.ask(
         catalog.P2P_FORWARD,
         query,
@@ -342,4 +347,4 @@ def _p2p_rounds(
         "min_cluster_size": int(sizes.min()),
         "forwarded_clients": int(index.size),
     }
-    return labels, uniform_priors(ids.size, 2), info
+    return labels, uniform_priors(ids.size, k), info

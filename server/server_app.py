@@ -100,7 +100,7 @@ def run_server(
     total = settings.n_train + settings.n_eval
     try:
         data = run_data(settings, options)
-        settings.check_n_classes(data.n_classes, flower=True)  # before any node
+        settings.check_n_classes(data.n_classes)  # before any node
         featurizer, public = data.featurizer, data.public
         clients, session = connect(
             grid, settings, options, status, spec_hash=data.spec_hash
@@ -146,6 +146,7 @@ def run_server(
         report.update(
             ldpfda_version=__version__,
             run_id=int(run_id),
+            n_classes=int(data.n_classes),
             settings=settings.to_mapping(),
             flower=options.to_mapping(),
             participation=participation(clients, session, total, **extra),

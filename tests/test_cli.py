@@ -222,6 +222,21 @@ def test_simulate_wearable_dataset(tmp_path, capsys):
     assert set(summary["test_error"]) == {"moment", "non_private"}
 
 
+@pytest.mark.parametrize(
+    ("mechanism", "start"),
+    [("reference", "MRMA on"), ("label-p2p", "Label-only label-p2p on")],
+)
+def test_simulate_names_k_classes(mechanism, start, tmp_path, capsys):
+    out = tmp_path / "k.json"
+    argv = ["simulate", "--dataset", "wearable", "--n-classes", "3", *FAST]
+    argv += ["--mechanism", mechanism, "--repeats", "1", "--epsilon", "5"]
+    assert main([*argv, "--calibration-size", "100", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{start} the wearable design with K = 3 classes")
+    summary = json.loads(out.read_text())["summaries"][0]
+    assert summary["settings"]["data.n-classes"] == 3
+
+
 def test_spec_delegates_to_the_spec_command(tmp_path, capsys):
     from ldpfda.datasets.wearable_spec import WEARABLE_SPEC, wearable_spec
 
@@ -257,3 +272,16 @@ def test_simulate_warns_when_the_model_carries_no_signal(tmp_path, capsys):
     assert "20 clients at epsilon 5 are too few" in printed
     run = json.loads(out.read_text())["summaries"][0]["runs"][0]
     assert run["signal"]["no_signal"] is True
+
+
+def test_multiserver_takes_k_wearable_classes(tmp_path, capsys):
+    out = tmp_path / "ms.json"
+    servers = ["--server", "60,40,5,0,0", "--server", "40,30,2,0,0"]
+    argv = ["multiserver", "--dataset", "wearable", "--n-classes", "3", *servers]
+    argv += ["--num-weak-models", "3", "--subsample-size", "20", "--n-test", "200"]
+    assert main([*argv, "--repeats", "2", "--no-progress", "--out", str(out)]) == 0
+    assert "server1 (40+30, eps=2)" in capsys.readouterr().out
+    # A shift is refused for the wearable dataset, before anything runs.
+    shifted = [*argv[:5], "--server", "60,40,5,0.2,0", *argv[9:], "--out", str(out)]
+    assert main(shifted) == 2
+    assert "no shifted populations" in capsys.readouterr().err

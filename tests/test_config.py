@@ -384,16 +384,20 @@ def test_more_than_two_classes_are_the_wearable_conditions_of_the_default():
         with pytest.raises(SettingError, match=match) as info:
             Settings(**changes)
         assert info.value.name == "n_classes", changes
-    # K-class MRMA runs in process; on Flower only the K-class default does so far.
+    # K-class MRMA takes a logistic or svm weak learner, in process and on Flower.
     reference = Settings(dataset="wearable", n_classes=3, mechanism="reference")
-    with pytest.raises(SettingError, match="joint") as info:
-        reference.check_n_classes(3, flower=True)
+    reference.check_n_classes(3)
+    with pytest.raises(SettingError, match="weak learner") as info:
+        reference.replace(weak_learner="natarajan")
     assert info.value.name == "n_classes"
 
 
-def test_wearable_has_no_multi_server_populations():
-    with pytest.raises(ValueError, match="server_id"):
-        Settings(dataset="wearable", server_id=0)
+def test_wearable_servers_draw_their_own_unshifted_subjects():
+    assert Settings(dataset="wearable", server_id=1).server_id == 1
+    for name in ("feature_shift", "label_shift"):
+        with pytest.raises(ValueError, match="no shifted populations") as info:
+            Settings(dataset="wearable", server_id=0, **{name: 0.5})
+        assert info.value.name == name
 
 
 def test_every_validation_error_names_its_setting():

@@ -32,7 +32,28 @@ PROTOCOLS = {
 @pytest.mark.parametrize("dataset", ["vector", "functional"])
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_both_transports_run_the_same_protocol(run_config, protocol, dataset):
-    config = run_config(SMALL, PROTOCOLS[protocol], {"data.dataset": dataset})
+    *_, report = _same_run(
+        run_config(SMALL, PROTOCOLS[protocol], {"data.dataset": dataset})
+    )
+    assert report["n_classes"] == 2
+
+
+#: The protocols that take K > 2 classes, on three wearable conditions.
+K_CLASS = ["default-moment", "reference-mrma", "label-uniform", "label-cluster"]
+
+
+@pytest.mark.parametrize("protocol", [*K_CLASS, "label-p2p"])
+def test_both_transports_run_the_same_three_class_protocol(run_config, protocol):
+    from .test_kclass import THREE
+
+    flower, local, report = _same_run(run_config(SMALL, PROTOCOLS[protocol], THREE))
+    assert flower.final.coef.shape[0] == local.final.coef.shape[0] == 3
+    assert report["n_classes"] == 3
+
+
+def _same_run(config):
+    """Run ``config`` on both transports; assert they agree; both results and the
+    Flower run's report."""
     settings, options = parse_run_config(config)
     grid = FakeGrid(client_app, config, partitions(settings.n_train + settings.n_eval))
     flower, report = run_server(grid, settings, options, run_id=7)
@@ -48,3 +69,4 @@ def test_both_transports_run_the_same_protocol(run_config, protocol, dataset):
     assert flower.privacy["releases"] == local.privacy["releases"]
     # Nobody was missing or rejected, and the report says so.
     assert report["participation"]["rejections"] == []
+    return flower, local, report

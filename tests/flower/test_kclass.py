@@ -2,8 +2,9 @@
 
 A run of ``data.n-classes = 3`` (three wearable conditions) over a grid of ClientApps
 (:class:`~.support.FakeGrid`) against ``run_repeat`` with every client in this
-process; then nodes that refuse a privatize query for another number of classes than
-their data or their federation spec hold.
+process; then nodes that refuse a query for another number of classes than their data
+or their federation spec hold. Every other K-class protocol (MRMA on the reference
+release, the label-only modes) runs on both transports in ``test_contract.py``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,33 @@ def test_a_node_refuses_a_query_for_fewer_classes_than_its_labels(runs):
     assert bad.has_error() and bad.error.code == ERROR_REQUEST
 
 
+def test_a_label_only_node_takes_k_from_every_query(run_config):
+    # The features query of a K-class label run says K: a node whose label is the
+    # third condition answers it for K = 3 and refuses it for two (data code).
+    config = run_config(SMALL, THREE, {"privacy.mechanism": "label-uniform"})
+    settings, options = parse_run_config(config)
+    from ldpfda.datasets.population import simulated_partition
+
+    client = next(
+        i
+        for i in range(settings.n_train + settings.n_eval)
+        if simulated_partition(settings, options.repeat, i)[1][0] == 2
+    )
+    for k, code in ((3, None), (2, ERROR_DATA)):
+        content = RecordDict()
+        if k != 2:
+            value = Array(np.array([k], dtype=np.int64))
+            content[catalog.CLASSES_SPEC.record] = ArrayRecord(
+                {catalog.N_CLASSES_KEY: value}
+            )
+        message = Message(content, 99, f"query.{catalog.FEATURES}")
+        reply = client_app(message, _context(config, {"partition-id": client}))
+        if code is None:
+            assert not reply.has_error(), reply.error.reason
+        else:
+            assert reply.has_error() and reply.error.code == code
+
+
 def test_a_node_refuses_a_number_of_classes_its_spec_does_not_declare(
     run_config, tmp_path
 ):
@@ -175,7 +203,10 @@ def test_a_run_under_a_three_label_spec_fits_three_classes(tmp_path, run_config)
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"privacy.mechanism": "reference"}, "K > 2 classes need the moment protocol"),
+        (
+            {"server.method": "mrma", "mrma.weak-learner": "moment"},
+            "K > 2 classes need the moment protocol",
+        ),
         ({"data.dataset": "wearable", "data.n-classes": 4}, "its label set fixes K"),
     ],
 )

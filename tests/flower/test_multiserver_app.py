@@ -278,3 +278,38 @@ def test_phase_options_and_settings_are_validated(tmp_path):
         )
     with pytest.raises(ValueError, match="needs server_id >= 0"):
         Settings.reference(feature_shift=0.5)
+
+
+def test_three_class_flower_phases_equal_the_in_process_multiserver(tmp_path):
+    # Two servers of wearable subjects with three conditions: 3-row weak models in the
+    # artifacts, one feedback bit per evaluator, the same estimates and final models.
+    base = Settings.reference(
+        dataset="wearable",
+        n_classes=3,
+        num_weak_models=3,
+        subsample_size=20,
+        n_test=300,
+        seed=4,
+        calibration_size=200,
+    )
+    specs = (ServerSpec(60, 30, 5.0), ServerSpec(40, 20, 2.0))
+    configs = server_settings(specs, base)
+    reports = _session(tmp_path, configs)
+    combined = combine_session(
+        tmp_path / "artifacts", configs, session=SESSION, repeat=1, heterogeneity=0.05
+    )
+    reference = run_multiserver_repeat(specs, base, 1, heterogeneity=0.05)
+
+    assert combined["rejected_artifacts"] == {}
+    np.testing.assert_array_equal(np.array(combined["estimates"]), reference.estimates)
+    assert reference.estimates.shape == (2, 6)
+    for name, model in combined["models"].items():
+        assert np.shape(model["coef"]) == reference.models[name].coef.shape == (3, 10)
+        np.testing.assert_array_equal(model["coef"], reference.models[name].coef)
+    for name, errors in combined["test_errors"].items():
+        for method, value in errors.items():
+            assert value == reference.test_errors[name][method]
+    for cfg in configs:
+        report, _ = reports[cfg.server_id, "evaluate"]
+        counts = [c for m in report["models_evaluated"].values() for c in m["counts"]]
+        assert sum(counts) == cfg.n_eval and len(counts) == 6

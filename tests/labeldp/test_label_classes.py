@@ -1,6 +1,6 @@
 """The label-only modes with K = 3 classes in process: K-ary randomized response with
-the uniform or a cluster's prior, the forward-corrected fit through each example's
-K x K channel, a K-row model, and what each client spends."""
+the uniform or a cluster's prior (or relayed between peers), the forward-corrected fit
+through each example's K x K channel, a K-row model, and what each client spends."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.labeldp import resampling_epsilon
-from ldpfda.server.plans import Plan
 from tests.server.test_mrma_classes import K, _toy
 
 # 300 clients with 12 public features: few examples per learner parameter, so the
@@ -50,7 +49,7 @@ def _label_run(mechanism: str):
     return result, test
 
 
-@pytest.mark.parametrize("mechanism", ["label-uniform", "label-cluster"])
+@pytest.mark.parametrize("mechanism", ["label-uniform", "label-cluster", "label-p2p"])
 def test_a_three_class_label_run_beats_chance_and_spends_epsilon_once(mechanism):
     result, (x_test, y_test) = _label_run(mechanism)
     assert result.method == "label" and result.n_classes == K
@@ -86,23 +85,24 @@ def test_three_class_cluster_priors_come_from_the_pilots_k_ary_labels():
     assert np.all(priors > 0) and len(np.unique(priors[~uniform], axis=0)) > 1
 
 
-def test_peer_to_peer_refuses_more_than_two_classes():
-    settings = Settings(mechanism="label-p2p", n_train=20, n_eval=20, n_clusters=2)
-    ids = np.arange(20, dtype=np.int64)
-    rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="label-p2p relays bits"):
-        Plan(settings, ids, ids + 20, 4, rng, n_classes=3)
-    assert Plan(settings, ids, ids + 20, 4, rng).n_classes == 2
+def test_three_class_peer_to_peer_relays_k_ary_labels_at_the_clone_bound():
+    # Every client is charged eps0 = eps (what the relay sees); the forwarded labels
+    # carry the clone bound toward the analyst, below eps0 and above the exact binary
+    # profile of the same clusters.
+    from ldpfda.privacy.peer_to_peer import p2p_guarantee
+
+    result, _ = _label_run("label-p2p")
+    info = result.privacy["labeldp"]
+    (event,) = result.privacy["releases"]
+    assert event == "peer_to_peer_rr" and info["forwarded_clients"] == N
+    sizes = [info["min_cluster_size"]]
+    clone, delta = p2p_guarantee(local_epsilon=1.0, cluster_sizes=sizes, n_classes=K)
+    binary, _ = p2p_guarantee(local_epsilon=1.0, cluster_sizes=sizes)
+    assert info["delta"] == delta and binary < clone <= info["epsilon"] < 1.0
 
 
-def test_k_label_settings_run_in_process_and_stay_binary_on_flower():
-    from ldpfda.config import SettingError
-
-    for mechanism in ("label-uniform", "label-cluster"):
+def test_k_label_settings_run_in_process_and_on_flower():
+    for mechanism in ("label-uniform", "label-cluster", "label-p2p"):
         settings = Settings(dataset="wearable", n_classes=3, mechanism=mechanism)
         assert settings.n_classes == 3
-        with pytest.raises(SettingError, match="joint") as info:
-            settings.check_n_classes(3, flower=True)
-        assert info.value.name == "n_classes"
-    with pytest.raises(SettingError, match="label-p2p relays bits"):
-        Settings(dataset="wearable", n_classes=3, mechanism="label-p2p")
+        settings.check_n_classes(3)

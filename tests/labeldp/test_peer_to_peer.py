@@ -15,15 +15,19 @@ from ldpfda.labeldp import (
     peer_to_peer_rr,
 )
 from ldpfda.labeldp.peer_to_peer import hockey_stick_epsilon
+from ldpfda.privacy.peer_to_peer import clone_epsilon
 
 
-def _forwarded_law(labels: tuple[int, ...], eps0: float) -> dict[tuple, float]:
-    """Exact law of the forwarded bits of one cluster, by enumeration."""
+def _forwarded_law(
+    labels: tuple[int, ...], eps0: float, k: int = 2
+) -> dict[tuple, float]:
+    """Exact law of the forwarded labels of one cluster (K-ary RR), by enumeration."""
     s = len(labels)
-    p = math.exp(eps0) / (1 + math.exp(eps0))
+    p = math.exp(eps0) / (math.exp(eps0) + k - 1)
+    other = (1 - p) / (k - 1)
     law: dict[tuple, float] = {}
-    for noisy in itertools.product((0, 1), repeat=s):
-        weight = math.prod(p if noisy[i] == labels[i] else 1 - p for i in range(s))
+    for noisy in itertools.product(range(k), repeat=s):
+        weight = math.prod(p if noisy[i] == labels[i] else other for i in range(s))
         for picks in itertools.product(range(s), repeat=s):
             z = tuple(noisy[j] for j in picks)
             law[z] = law.get(z, 0.0) + weight / s**s
@@ -45,6 +49,52 @@ def test_exact_count_bound_covers_the_enumerated_outputs(delta):
             hockey_stick_epsilon(pb, pa, delta)[0],
         )
         assert worst <= bound + 1e-12
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.05])
+def test_clone_bound_covers_the_enumerated_k_ary_outputs(delta):
+    # K = 3 labels, a cluster of 3: every assignment of the two others' labels; the
+    # clone bound holds for any eps0-LDP randomizer, so it covers each pair.
+    eps0, s, k = 1.0, 3, 3
+    bound = clone_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta)
+    for others in itertools.product(range(k), repeat=s - 1):
+        a = _forwarded_law((1, *others), eps0, k)
+        b = _forwarded_law((0, *others), eps0, k)
+        keys = sorted(a)
+        pa, pb = np.array([a[q] for q in keys]), np.array([b[q] for q in keys])
+        assert hockey_stick_epsilon(pa, pb, delta)[0] <= bound + 1e-12
+
+
+@pytest.mark.parametrize(("s", "eps0"), [(1, 1.0), (3, 0.5), (40, 2.0), (150, 1.0)])
+@pytest.mark.parametrize("delta", [0.0, 1e-4, 0.05])
+def test_clone_bound_is_the_hockey_stick_of_the_full_clone_laws(s, eps0, delta):
+    # The tail sums equal sorting every outcome (c, u) of P and Q by its loss.
+    from scipy.stats import binom
+
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    c, u = np.arange(s)[:, None], np.arange(s + 1)[None, :]
+    weight = binom.pmf(c, s - 1, math.exp(-eps0))
+    below, at = binom.pmf(u - 1, c, 0.5), binom.pmf(u, c, 0.5)
+    law_p = (weight * (p * below + (1 - p) * at)).ravel()
+    law_q = (weight * (p * at + (1 - p) * below)).ravel()
+    full = min(hockey_stick_epsilon(law_p, law_q, delta)[0], eps0)
+    bound = clone_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta)
+    assert full <= bound <= full + 1e-9
+
+
+@pytest.mark.parametrize(("s", "eps0"), [(10, 1.0), (50, 2.0), (200, 0.5)])
+def test_clone_bound_is_above_the_exact_binary_profile(s, eps0):
+    # The binary mechanism is one eps0-LDP randomizer: its exact profile cannot exceed
+    # the bound for all of them, and two classes keep the exact one.
+    delta = 1 / s**2
+    exact = p2p_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta)
+    clone = clone_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta)
+    assert exact <= clone <= eps0
+    assert p2p_guarantee(local_epsilon=eps0, cluster_sizes=[s])[0] == exact
+    assert p2p_guarantee(local_epsilon=eps0, cluster_sizes=[s], n_classes=3) == (
+        clone,
+        delta,
+    )
 
 
 def test_hockey_stick_of_randomized_response():
@@ -80,6 +130,8 @@ def test_exact_bound_below_the_clones_bound(s, eps0):
         * (8 * math.sqrt(e * math.log(4 / delta)) / math.sqrt(s) + 8 * e / s)
     )
     assert p2p_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta) <= clones
+    # The numerical clone bound is the pair (P, Q) that closed form bounds.
+    assert clone_epsilon(local_epsilon=eps0, cluster_size=s, delta=delta) <= clones
 
 
 def test_guarantee_takes_the_worst_cluster():

@@ -172,29 +172,32 @@ def _joint_classes(epsilon: float, p: int, k: int, amplified: bool = False) -> C
     )
 
 
-def _privatize(epsilon: float, p: int) -> Case:
-    # The whole training release (Laplace coefficients + RR label) of one client.
+def _privatize(epsilon: float, p: int, k: int = 2) -> Case:
+    # The whole training release (Laplace coefficients + RR label) of one client; with
+    # k > 2 classes its label by K-ary randomized response.
     def release(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         seed = int(rng.integers(2**62))
         x, y = values[:, :p], values[:, p].astype(np.int8)
         ids = np.arange(values.shape[0])
-        out = privatize(x, y, client_ids=ids, seed=seed, epsilon=epsilon)
+        out = privatize(x, y, client_ids=ids, seed=seed, epsilon=epsilon, n_classes=k)
         return np.column_stack([out.features, out.labels])
 
     b = LaplaceMechanism(epsilon=epsilon * p / (p + 1), dimension=p).scale
 
-    # Log-loss statistic: the coefficients' loss (in units of 2/b) and the label.
+    # Log-loss statistic: the coefficients' loss (in units of 2/b) and the label's
+    # (labels 0 and 1 are the inputs; any other K-ary output has loss 0).
     def statistic(z: np.ndarray) -> np.ndarray:
+        label = z[:, p] if k == 2 else (z[:, p] == 1) - 0.5 * (z[:, p] != 0)
         return (
             np.clip(z[:, :p], -1, 1).sum(axis=1) * (2 / b)
-            + z[:, p] * (epsilon / (p + 1)) * 2
+            + label * (epsilon / (p + 1)) * 2
         )
 
     edges = np.linspace(-epsilon * 1.2, epsilon * 1.2, 25)
     x = np.concatenate([-np.ones(p), [0.0]])
     x_prime = np.concatenate([np.ones(p), [1.0]])
     return Case(
-        f"privatize (features+label) p={p}",
+        f"privatize (features+label) p={p}" + (f" K={k} label" if k > 2 else ""),
         epsilon,
         release,
         x,
@@ -286,13 +289,15 @@ def _histogram(epsilon: float, noise_factor: float = 1.0) -> Case:
     )
 
 
-def _p2p_relay(local_epsilon: float, charged: float | None = None) -> Case:
-    """The peer-to-peer bit as the relay (in the Flower app: the server) receives it.
+def _p2p_relay(local_epsilon: float, charged: float | None = None, k: int = 2) -> Case:
+    """The peer-to-peer label as the relay (in the Flower app: the server) receives it.
 
     The client function :func:`~ldpfda.client.labeldp_protocol.p2p_randomize` on the
-    neighbouring labels 0 and 1, in a cluster of 10; the claim is what the client's
-    ledger is charged (:func:`~ldpfda.schema.releases.p2p_relay_event`). The broken
-    variant claims the amplified epsilon toward an analyst, as the ledger used to.
+    neighbouring labels 0 and 1, in a cluster of 10 (``k`` > 2: K-ary randomized
+    response, the released label binned as 0, 1 or another); the claim is what the
+    client's ledger is charged (:func:`~ldpfda.schema.releases.p2p_relay_event`). The
+    broken variant claims the amplified epsilon toward an analyst, as the ledger used
+    to.
     """
 
     def release(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -303,17 +308,21 @@ def _p2p_relay(local_epsilon: float, charged: float | None = None) -> Case:
             seed=int(rng.integers(2**62)),
             local_epsilon=local_epsilon,
             cluster_sizes=[10],
+            n_classes=k,
         ).astype(float)
 
-    claim = p2p_relay_event(local_epsilon=local_epsilon, cluster_sizes=[10]).epsilon
+    claim = p2p_relay_event(
+        local_epsilon=local_epsilon, cluster_sizes=[10], n_classes=k
+    ).epsilon
     label = "" if charged is None else " charged as amplified"
+    what = "bit" if k == 2 else f"label K={k}"
     return Case(
-        f"p2p relay bit eps0={local_epsilon:g}{label}",
+        f"p2p relay {what} eps0={local_epsilon:g}{label}",
         claim if charged is None else charged,
         release,
         0,
         1,
-        np.array([0.5]),
+        np.arange(min(k, 3) - 1) + 0.5,
     )
 
 
@@ -330,8 +339,10 @@ CORRECT = [
     _joint(1.0, 3),
     _joint_classes(1.0, 3, 3),
     _privatize(2.0, 3),
+    _privatize(2.0, 3, k=3),
     _histogram(1.0),
     _p2p_relay(1.0),
+    _p2p_relay(1.0, k=3),
     _memoized(1.0),
 ]
 
@@ -343,6 +354,16 @@ BROKEN = [
     (
         _p2p_relay(
             1.0, charged=p2p_event(local_epsilon=1.0, cluster_sizes=[10]).epsilon
+        ),
+        1.0,
+    ),
+    (
+        _p2p_relay(
+            1.0,
+            charged=p2p_event(
+                local_epsilon=1.0, cluster_sizes=[10], n_classes=3
+            ).epsilon,
+            k=3,
         ),
         1.0,
     ),

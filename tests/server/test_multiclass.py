@@ -91,13 +91,10 @@ def test_the_in_process_run_spends_one_release_per_client_and_reports_k_rows():
     assert len(private.final) == 3
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [{"method": "mrma", "n_eval": 10}, {"mechanism": "label-p2p"}],
-)
+@pytest.mark.parametrize("changes", [{"method": "mrma", "n_eval": 10}])
 def test_k_classes_are_refused_outside_the_moment_protocol_of_a_joint_release(changes):
-    # MRMA on the reference release and the label-only modes label-uniform and
-    # label-cluster take K classes (test_mrma_classes.py, test_label_classes.py).
+    # MRMA on the reference release and the label-only modes take K classes
+    # (test_mrma_classes.py, test_label_classes.py); MRMA on joint releases does not.
     x, y = _toy(50, 3)
     settings = Settings(n_train=50, n_eval=1, n_test=1, repeats=1, subsample_size=2)
     settings = settings.replace(**changes, num_weak_models=1)
