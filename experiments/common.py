@@ -35,8 +35,10 @@ __all__ = [
 
 #: Baselines added to the engine's methods; "default" is ldpfda's default protocol
 #: (one joint hybrid release per client, moment classifier) on the same clients,
-#: "majority" the reference that predicts the clients' most frequent label.
-BASELINES = ("histogram", "gaussian", "default", "majority")
+#: "noiseless" the same protocol with releases without noise (epsilon = inf, a
+#: simulation-only consistency check), "majority" the reference that predicts the
+#: clients' most frequent label.
+BASELINES = ("histogram", "gaussian", "default", "noiseless", "majority")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
 
@@ -131,13 +133,14 @@ def evaluate(
                 extra["histogram_bins_per_axis"] = clf.partition.bins_per_axis
             else:
                 extra["gaussian_sigma"] = dict(clf.event.parameters)["sigma"]
-        elif name == "default":
+        elif name in ("default", "noiseless"):
             default = settings.replace(
                 mechanism="joint-hybrid",
                 method="moment",
                 weak_learner="auto",
                 label_share=None,
                 public_features=public is not None,
+                **({"epsilon": math.inf} if name == "noiseless" else {}),
             )
             moment = run_protocol(
                 train,
@@ -149,7 +152,7 @@ def evaluate(
                 public=public,
                 keep_payload=False,
             )
-            errors["default"] = moment.test_errors["moment"]
+            errors[name] = moment.test_errors["moment"]
         elif name == "majority":
             # The class most frequent among the clients' labels, never the test set's.
             majority = int(np.argmax(np.bincount(y_all, minlength=2)))

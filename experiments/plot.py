@@ -37,6 +37,7 @@ LABELS = {
     "histogram": "histogram (Berrett-Butucea)",
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
+    "noiseless": "default without noise (ε = ∞)",
     "non_private": "non-private",
     "majority": "majority class",
 }
@@ -54,6 +55,7 @@ STYLES = {
     "histogram": ("C4", "*", "-"),
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
+    "noiseless": ("C6", "", ":"),
     "non_private": ("k", "", "--"),
     "majority": ("0.4", "", ":"),
 }
