@@ -198,36 +198,47 @@ class MomentLinearClassifier(_LinearClassifier):
     released features :math:`\tilde x` and y labels flipped with the known probability
     ``label_flip_rate`` :math:`= \rho`, so that
     :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
-    G is ``gram`` (of public, unlabeled features) when given, else the releases' second
-    moment with the noise of ``mechanism`` removed
-    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), entries it does not
-    identify taken as 0, clipped to the bounds of :math:`x \in [-1, 1]^p` and projected
-    to the nearest PSD matrix.
+    G is ``gram`` (a public second moment, taken as exact) when given; else the
+    releases' second moment with the noise of ``mechanism`` removed
+    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), pooled with that of
+    the ``public`` rows (unlabeled features) on the entries the releases identify,
+    with one inverse-variance weight
+    :math:`\omega = \sum V_{\mathrm{pub}} / \sum (V_{\mathrm{pub}} + V_{\mathrm{rel}})`
+    (V the variances of the entries' means; one weight keeps a convex combination, so
+    the small eigenvalues of an ill-conditioned G survive); without public rows the
+    releases' moment is shrunk towards a diagonal by the Ledoit-Wolf weight. It is
+    then clipped to the bounds of :math:`x \in [-1, 1]^p` and projected to the
+    nearest PSD matrix.
 
-    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise level
-    :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j \widehat{\mathrm{Var}}(r_{ij})` is known
-    from the data. ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
-    :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`,
-    :math:`\theta \sim (0, \tau^2 I)`:
+    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise
+    covariance :math:`S = \widehat{\mathrm{Cov}}(r)/n` is known from the data.
+    ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
+    :math:`\hat c = G\theta + e`, :math:`e \sim N(0, S)`,
+    :math:`\theta \sim N(0, T)`, :math:`T = \mathrm{diag}(\tau_0^2, \tau_x^2, \ldots,
+    \tau_x^2)` (the intercept and the slopes have their own prior variance):
 
-    .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
-              \mu = \hat\sigma^2 / \hat\tau^2, \qquad
-              \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
+    .. math:: \hat\theta = T G (G T G + S)^{-1} \hat c,
 
-    with the method-of-moments :math:`\hat\tau^2`, which shrinks noisy releases and an
+    with :math:`\tau_0^2, \tau_x^2` maximising the marginal likelihood of
+    :math:`\hat c` (type-II maximum likelihood), which shrinks noisy releases and an
     ill-conditioned G automatically. ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
-    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``,
-    ``shrinkage_`` (:math:`\mu` or :math:`\lambda`) and ``identified_`` (the entries
-    of :math:`\hat G` estimated).
+    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``
+    (:math:`\mathrm{tr}(S)/d`), ``prior_variances_``, ``shrinkage_``
+    (:math:`\mathrm{tr}(S)/(d\tau_x^2)` or :math:`\lambda`), ``identified_`` (the
+    entries of :math:`\hat G` the releases estimate), ``gram_source_``,
+    ``gram_weight_`` and ``fallback_`` (what the fit fell back to, "" for nothing).
 
     References
     ----------
     R. A. Fisher, "The use of multiple measurements in taxonomic problems", 1936;
     J. C. Duchi, M. I. Jordan, M. J. Wainwright, JASA 2018 (private moment estimation);
     A. E. Hoerl, R. W. Kennard, "Ridge regression", Technometrics 12, 1970; C. Morris,
-    "Parametric empirical Bayes inference", JASA 78, 1983.
+    "Parametric empirical Bayes inference", JASA 78, 1983; O. Ledoit, M. Wolf, "A
+    well-conditioned estimator for large-dimensional covariance matrices", J.
+    Multivariate Anal. 88, 2004; C. E. Rasmussen, C. K. I. Williams, "Gaussian
+    Processes for Machine Learning", 2006, Section 5.4 (marginal likelihood).
     """
 
     def __init__(
@@ -425,15 +436,17 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
     is unbiased for :math:`c_k = E[\tilde y_k w]`, the cross moment of the binary
     moment classifier of k against the rest. With one G (public, or from the releases
     as for the binary joint release: :math:`z z^\top` estimates :math:`w w^\top` for
-    every j) and one empirical-Bayes prior for every class,
+    every j) and one empirical-Bayes prior for every class (the binary classifier's:
+    its own variance for the intercept row and for the slopes, by maximum marginal
+    likelihood of all K columns), each column is a posterior mean
 
-    .. math:: \hat\Theta = (G^2 + \mu I)^{-1} G \hat C, \qquad
-              \mu = \frac{\hat\sigma^2 K \mathrm{tr}(G^2)}
-              {(\|\hat C\|_F^2 - K d \hat\sigma^2)_+},
+    .. math:: \hat\theta_k = T G (G T G + S_k)^{-1} (\hat c_k - a G e_0) + a e_0,
+              \qquad a = 2/K - 1,
 
-    :math:`\hat\sigma^2` the mean over classes of
-    :math:`\frac{1}{d n_k}\sum_l \widehat{\mathrm{Var}}(z_{il} \mid j_i = k)`:
-    the same linear map for every class, so the rule
+    :math:`S_k` the covariance of the releases of the clients that drew k over
+    :math:`n_k`. :math:`\sum_k \tilde y_k = 2 - K`, so every :math:`c_k` holds
+    :math:`a G e_0`, whose coefficients :math:`a e_0` do not change the argmax: only
+    the rest is shrunk, each class's intercept towards the common one. The rule
     :math:`\hat y = \arg\max_k \hat\theta_k^\top w` is that of the least-squares
     regression of the indicator matrix (Fisher's discriminant directions).
     ``"ridge"`` solves :math:`(\hat G + \lambda D)\hat\Theta = \hat C` as the binary

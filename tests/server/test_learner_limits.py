@@ -9,11 +9,12 @@ import pytest
 from scipy.special import expit
 from scipy.stats import ortho_group
 
+from ldpfda.client.protocol import privatize_joint
 from ldpfda.config import Settings
 from ldpfda.engine import run_repeat
 from ldpfda.privacy.joint import SignedFeatureMechanism
 from ldpfda.server.fitting import public_gram
-from ldpfda.server.learners import MomentLinearClassifier
+from ldpfda.server.learners import MomentLinearClassifier, MomentMulticlassClassifier
 
 
 def _thin(n, rng, p=6):
@@ -102,3 +103,24 @@ def test_without_public_features_small_epsilon_falls_back_and_says_so():
     assert signal["gram_source"] == "releases, shrunk towards a diagonal"
     assert "fallback" in signal
     assert result.test_errors["moment"] < 0.45
+
+
+def test_k_class_intercept_rows_carry_the_class_shares_without_feature_signal():
+    # Features independent of the label, classes drawn 0.6 / 0.25 / 0.15: the
+    # intercept rows, shrunk towards their common part with their own prior, keep
+    # the shares, and the argmax is the most frequent class.
+    rng = np.random.default_rng(4)
+    n = 30_000
+    x = rng.uniform(-1, 1, size=(n, 4))
+    y = rng.choice(3, size=n, p=[0.6, 0.25, 0.15]).astype(np.int8)
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(n), seed=1, epsilon=2.0, n_classes=3
+    )
+    public = rng.uniform(-1, 1, size=(1000, 4))
+    fit = MomentMulticlassClassifier(
+        n_classes=3, public=public, mechanism=payload.release_mechanism().inner
+    ).fit(payload.releases, payload.classes)
+    assert fit.prior_variances_.shape == (2,)
+    assert np.mean(fit.predict(rng.uniform(-1, 1, size=(5000, 4))) == 0) > 0.95
+    # Intercepts ordered like the shares 2 p_k - 1 = 0.2, -0.5, -0.7.
+    assert fit.intercept_[0] > fit.intercept_[1] > fit.intercept_[2]
