@@ -87,16 +87,23 @@ def _product_means(
 
 
 def _gram_fallback(
-    gram: NDArray[np.float64], var: NDArray[np.float64], start: int
+    gram: NDArray[np.float64],
+    var: NDArray[np.float64],
+    identified: NDArray[np.bool_],
+    start: int,
 ) -> tuple[NDArray[np.float64], float]:
-    r"""Release moments shrunk towards a diagonal target T (1 for the constant, the
-    mean feature variance on the rest) by one weight
+    r"""Release moments shrunk towards a diagonal target T by one weight
     :math:`\lambda = \sum \widehat{\mathrm{Var}} / \sum (\hat G - T)^2` in [0, 1]
-    (Ledoit and Wolf's rule), from released quantities only."""
+    (Ledoit and Wolf's rule) on the identified entries; T is 1 for the constant and
+    the mean identified feature variance on the rest, or 1/3 (the uniform law on
+    [-1, 1]) when the releases identify none (Duchi's release: its squares are
+    constant). Entries not identified take T's value."""
     d = gram.shape[0]
-    spread = float(np.clip(np.diag(gram)[start:], 0.0, 1.0).mean())
-    target = np.diag(np.r_[np.ones(start), np.full(d - start, max(spread, 1e-3))])
-    deviation = gram - target
+    diagonal = np.diag(identified)[start:]
+    spread = np.clip(np.diag(gram)[start:][diagonal], 0.0, 1.0)
+    level = max(float(spread.mean()), 1e-3) if spread.size else 1.0 / 3.0
+    target = np.diag(np.r_[np.ones(start), np.full(d - start, level)])
+    deviation = np.where(identified, gram - target, 0.0)
     size = float(np.sum(deviation**2))
     weight = 1.0 if size <= 0 else min(float(var.sum()) / size, 1.0)
     return target + (1.0 - weight) * deviation, weight
@@ -344,7 +351,7 @@ class MomentLinearClassifier(_LinearClassifier):
             self.gram_source_ = "public features and releases"
             self.gram_weight_ = weight
         elif noisy:
-            gram, self.gram_weight_ = _gram_fallback(gram, var, start)
+            gram, self.gram_weight_ = _gram_fallback(gram, var, identified, start)
             self.gram_source_ = "releases, shrunk towards a diagonal"
             if self.gram_weight_ >= 0.5:
                 self.fallback_ = (

@@ -101,8 +101,21 @@ def test_without_public_features_small_epsilon_falls_back_and_says_so():
     result = run_repeat(settings, 0)
     signal = result.report()["signal"]
     assert signal["gram_source"] == "releases, shrunk towards a diagonal"
-    assert "fallback" in signal
+    # Below epsilon 0.61 the hybrid release is Duchi's: its squares are constant and
+    # identify no feature entry, so the diagonal is all there is.
+    assert signal["fallback"] == "a diagonal second moment (the releases' weight 0.00)"
     assert result.test_errors["moment"] < 0.45
+
+
+def test_a_release_that_identifies_no_feature_moment_takes_the_uniform_law():
+    rng = np.random.default_rng(5)
+    x, y = _unbalanced(3000, rng, intercept=0.0)
+    mech = SignedFeatureMechanism(epsilon=0.5, n_features=4)
+    z = mech.release(x, y, rng)
+    fit = MomentLinearClassifier(joint=True, mechanism=mech.inner).fit(z)
+    assert not fit.identified_[1:, 1:].any()
+    np.testing.assert_allclose(fit.gram_, np.diag([1.0, *[1 / 3] * 4]), atol=1e-9)
+    assert fit.fallback_.startswith("a diagonal second moment")
 
 
 def test_k_class_intercept_rows_carry_the_class_shares_without_feature_signal():
