@@ -36,8 +36,10 @@ __all__ = [
 
 #: Baselines added to the engine's methods; "default" is ldpfda's default protocol
 #: (one joint hybrid release per client, moment classifier) on the same clients,
-#: "majority" the reference that predicts the clients' most frequent label.
-BASELINES = ("histogram", "gaussian", "default", "majority")
+#: "noiseless" the same protocol with releases without noise (epsilon = inf, a
+#: simulation-only consistency check), "majority" the reference that predicts the
+#: clients' most frequent label.
+BASELINES = ("histogram", "gaussian", "default", "noiseless", "majority")
 #: Every method a study may report, in table order.
 ALL_METHODS = (*METHODS, *BASELINES)
 
@@ -145,8 +147,10 @@ def evaluate(
                 extra["histogram_bins_per_axis"] = clf.partition.bins_per_axis
             else:
                 extra["gaussian_sigma"] = dict(clf.event.parameters)["sigma"]
-        elif name == "default":
+        elif name in ("default", "noiseless"):
             default = default_settings(settings, public=public is not None)
+            if name == "noiseless":
+                default = default.replace(epsilon=math.inf)
             moment = run_protocol(
                 train,
                 evaluation,
@@ -157,7 +161,7 @@ def evaluate(
                 public=public,
                 keep_payload=False,
             )
-            errors["default"] = moment.test_errors["moment"]
+            errors[name] = moment.test_errors["moment"]
         elif name == "majority":
             # The class most frequent among the clients' labels, never the test set's.
             majority = int(np.argmax(np.bincount(y_all, minlength=2)))

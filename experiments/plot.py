@@ -38,6 +38,7 @@ LABELS = {
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
     "one_vs_rest": "one-vs-rest (K default releases at ε/K)",
+    "noiseless": "default without noise (ε = ∞)",
     "non_private": "non-private",
     "majority": "majority class",
 }
@@ -56,6 +57,7 @@ STYLES = {
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
     "one_vs_rest": ("C1", "d", "-."),
+    "noiseless": ("C6", "", ":"),
     "non_private": ("k", "", "--"),
     "majority": ("0.4", "", ":"),
 }

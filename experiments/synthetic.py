@@ -83,5 +83,5 @@ def run_point(
         seed=data.client_seed,
         server_rng=data.server_rng(),
         baselines=baselines,
-        public=data.public if baselines and "default" in baselines else None,
+        public=data.public if {"default", "noiseless"} & set(baselines or ()) else None,
     )

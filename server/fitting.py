@@ -166,21 +166,21 @@ def make_learner(
         raise ValueError(f"joint releases need the 'moment' learner, got {name!r}")
     if name in ("logistic", "svm"):
         return None
-    gram = None
+    rows = None
     if settings.public_features and name == "moment":
         if public is None:
             raise ValueError(
                 "settings.public_features is True but no public features were given "
                 "(pass public=..., see public_features(), or set public_features=False)"
             )
-        gram = public_gram(public)
+        rows = np.asarray(public, dtype=float)
     if isinstance(payload, JointPayload):
         inner = payload.release_mechanism().inner
         if payload.n_classes > 2:
             return MomentMulticlassClassifier(
-                n_classes=payload.n_classes, gram=gram, mechanism=inner
+                n_classes=payload.n_classes, public=rows, mechanism=inner
             )
-        return MomentLinearClassifier(joint=True, gram=gram, mechanism=inner)
+        return MomentLinearClassifier(joint=True, public=rows, mechanism=inner)
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     if payload.n_classes > 2:
         raise ValueError(
@@ -193,7 +193,7 @@ def make_learner(
     features = LaplaceMechanism(
         epsilon=payload.feature_epsilon, dimension=payload.features.shape[1]
     )
-    return MomentLinearClassifier(mechanism=features, gram=gram, label_flip_rate=rho)
+    return MomentLinearClassifier(mechanism=features, public=rows, label_flip_rate=rho)
 
 
 def _fit(
@@ -233,6 +233,9 @@ def _signal(
         level = c.size * estimator.noise_variance_
         # c is (d,) for two classes, (d, K) for K: every class's moment counts.
         out["signal_to_noise"] = float(np.vdot(c, c) / level) if level > 0 else np.inf
+        # What the second moment came from, and what the fit fell back to ("": none).
+        out["gram_source"] = estimator.gram_source_
+        out["fallback"] = estimator.fallback_
     if rule == "equal":
         out["reason"] = (
             "the feedback bits put every weak model's error at 1/2: none can be told "

@@ -74,6 +74,90 @@ def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMom
     return mechanism
 
 
+def _product_means(
+    rows: NDArray[np.float64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Per entry, the mean of :math:`r r^\top` over the rows and the variance of that
+    mean (from :math:`\overline{r_j^2 r_k^2}`, no (n, d, d) array)."""
+    n = rows.shape[0]
+    mean = rows.T @ rows / n
+    squares = rows * rows
+    var = np.maximum(squares.T @ squares / n - mean**2, 0.0) / max(n - 1, 1)
+    return mean, var
+
+
+def _gram_fallback(
+    gram: NDArray[np.float64],
+    var: NDArray[np.float64],
+    identified: NDArray[np.bool_],
+    start: int,
+) -> tuple[NDArray[np.float64], float]:
+    r"""Release moments shrunk towards a diagonal target T by one weight
+    :math:`\lambda = \sum \widehat{\mathrm{Var}} / \sum (\hat G - T)^2` in [0, 1]
+    (Ledoit and Wolf's rule) on the identified entries; T is 1 for the constant and
+    the mean identified feature variance on the rest, or 1/3 (the uniform law on
+    [-1, 1]) when the releases identify none (Duchi's release: its squares are
+    constant). Entries not identified take T's value."""
+    d = gram.shape[0]
+    diagonal = np.diag(identified)[start:]
+    spread = np.clip(np.diag(gram)[start:][diagonal], 0.0, 1.0)
+    level = max(float(spread.mean()), 1e-3) if spread.size else 1.0 / 3.0
+    target = np.diag(np.r_[np.ones(start), np.full(d - start, level)])
+    deviation = np.where(identified, gram - target, 0.0)
+    size = float(np.sum(deviation**2))
+    weight = 1.0 if size <= 0 else min(float(var.sum()) / size, 1.0)
+    return target + (1.0 - weight) * deviation, weight
+
+
+def _posterior_mean(
+    gram: NDArray[np.float64],
+    cross: NDArray[np.float64],
+    noise: NDArray[np.float64],
+    groups: NDArray[np.int64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    r"""Empirical-Bayes coefficients of :math:`\hat c_k = G\theta_k + e_k`,
+    :math:`e_k \sim N(0, S_k)`, :math:`\theta_k \sim N(0, T)`,
+    :math:`T = \mathrm{diag}(\tau^2_{g(j)})`: the posterior mean
+    :math:`T G (G T G + S_k)^{-1} \hat c_k` with every :math:`\tau^2_g` maximising
+    the marginal likelihood of the columns of :math:`\hat C` (Nelder-Mead on
+    :math:`\log\tau^2`, floored at :math:`e^{-28}` times the scale of
+    :math:`\hat C`: at the floor the fit tends to the direction of
+    :math:`T G S_k^{-1} \hat c_k`, which the sign of the scores keeps). ``cross``
+    (d, K), ``noise`` (K, d, d); also returns which groups are at the floor."""
+    d, k = cross.shape
+    scale = max(float(np.sum(cross**2)) / (k * float(np.trace(gram @ gram))), 1e-300)
+    low = math.log(scale) - 28.0
+
+    def systems(log_tau: NDArray[np.float64]) -> tuple[Any, NDArray[np.float64]]:
+        tau = np.exp(np.clip(log_tau, low, low + 40.0))[groups]
+        m = (gram * tau) @ gram + noise
+        trace = np.trace(m, axis1=1, axis2=2)[:, None, None]
+        return m + (1e-12 * trace + 1e-300) * np.eye(d), tau
+
+    def objective(log_tau: NDArray[np.float64]) -> float:
+        m, _ = systems(log_tau)
+        logdet = np.linalg.slogdet(m)[1].sum()
+        return float(
+            logdet + np.sum(cross.T * np.linalg.solve(m, cross.T[..., None])[..., 0])
+        )
+
+    start = np.full(groups.max() + 1, math.log(scale))
+    fits = [
+        minimize(
+            objective,
+            start + shift,
+            method="Nelder-Mead",
+            options={"xatol": 1e-4, "fatol": 1e-9, "maxiter": 400 * start.size},
+        )
+        for shift in (0.0, -6.0)
+    ]
+    best = min(fits, key=lambda fit: fit.fun).x
+    floored = best <= low + 1.0
+    m, tau = systems(np.where(floored, low, best))
+    solved = np.linalg.solve(m, cross.T[..., None])[..., 0]
+    return tau[:, None] * (gram @ solved.T), tau, floored
+
+
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
     """Shared prediction of the linear classifiers here (labels in {0, 1})."""
 
@@ -121,36 +205,47 @@ class MomentLinearClassifier(_LinearClassifier):
     released features :math:`\tilde x` and y labels flipped with the known probability
     ``label_flip_rate`` :math:`= \rho`, so that
     :math:`\hat c = \overline{\tilde y_{\mathrm{rel}}(1, \tilde x)}/(1 - 2\rho)`.
-    G is ``gram`` (of public, unlabeled features) when given, else the releases' second
-    moment with the noise of ``mechanism`` removed
-    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), entries it does not
-    identify taken as 0, clipped to the bounds of :math:`x \in [-1, 1]^p` and projected
-    to the nearest PSD matrix.
+    G is ``gram`` (a public second moment, taken as exact) when given; else the
+    releases' second moment with the noise of ``mechanism`` removed
+    (:func:`~ldpfda.privacy.vector_mechanisms.product_moments`), pooled with that of
+    the ``public`` rows (unlabeled features) on the entries the releases identify,
+    with one inverse-variance weight
+    :math:`\omega = \sum V_{\mathrm{pub}} / \sum (V_{\mathrm{pub}} + V_{\mathrm{rel}})`
+    (V the variances of the entries' means; one weight keeps a convex combination, so
+    the small eigenvalues of an ill-conditioned G survive); without public rows the
+    releases' moment is shrunk towards a diagonal by the Ledoit-Wolf weight. It is
+    then clipped to the bounds of :math:`x \in [-1, 1]^p` and projected to the
+    nearest PSD matrix.
 
-    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise level
-    :math:`\hat\sigma^2 = \frac{1}{dn}\sum_j \widehat{\mathrm{Var}}(r_{ij})` is known
-    from the data. ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
-    :math:`\hat c = G\theta + e`, :math:`e \sim (0, \sigma^2 I)`,
-    :math:`\theta \sim (0, \tau^2 I)`:
+    :math:`\hat c` is a mean of n independent rows :math:`r_i`, so its noise
+    covariance :math:`S = \widehat{\mathrm{Cov}}(r)/n` is known from the data.
+    ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
+    :math:`\hat c = G\theta + e`, :math:`e \sim N(0, S)`,
+    :math:`\theta \sim N(0, T)`, :math:`T = \mathrm{diag}(\tau_0^2, \tau_x^2, \ldots,
+    \tau_x^2)` (the intercept and the slopes have their own prior variance):
 
-    .. math:: \hat\theta = (G^2 + \mu I)^{-1} G \hat c, \qquad
-              \mu = \hat\sigma^2 / \hat\tau^2, \qquad
-              \hat\tau^2 = \frac{(\|\hat c\|^2 - d\hat\sigma^2)_+}{\mathrm{tr}(G^2)},
+    .. math:: \hat\theta = T G (G T G + S)^{-1} \hat c,
 
-    with the method-of-moments :math:`\hat\tau^2`, which shrinks noisy releases and an
+    with :math:`\tau_0^2, \tau_x^2` maximising the marginal likelihood of
+    :math:`\hat c` (type-II maximum likelihood), which shrinks noisy releases and an
     ill-conditioned G automatically. ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
-    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``,
-    ``shrinkage_`` (:math:`\mu` or :math:`\lambda`) and ``identified_`` (the entries
-    of :math:`\hat G` estimated).
+    coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``
+    (:math:`\mathrm{tr}(S)/d`), ``prior_variances_``, ``shrinkage_``
+    (:math:`\mathrm{tr}(S)/(d\tau_x^2)` or :math:`\lambda`), ``identified_`` (the
+    entries of :math:`\hat G` the releases estimate), ``gram_source_``,
+    ``gram_weight_`` and ``fallback_`` (what the fit fell back to, "" for nothing).
 
     References
     ----------
     R. A. Fisher, "The use of multiple measurements in taxonomic problems", 1936;
     J. C. Duchi, M. I. Jordan, M. J. Wainwright, JASA 2018 (private moment estimation);
     A. E. Hoerl, R. W. Kennard, "Ridge regression", Technometrics 12, 1970; C. Morris,
-    "Parametric empirical Bayes inference", JASA 78, 1983.
+    "Parametric empirical Bayes inference", JASA 78, 1983; O. Ledoit, M. Wolf, "A
+    well-conditioned estimator for large-dimensional covariance matrices", J.
+    Multivariate Anal. 88, 2004; C. E. Rasmussen, C. K. I. Williams, "Gaussian
+    Processes for Machine Learning", 2006, Section 5.4 (marginal likelihood).
     """
 
     def __init__(
@@ -162,6 +257,7 @@ class MomentLinearClassifier(_LinearClassifier):
         joint: bool = False,
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
+        public: ArrayLike | None = None,
         label_flip_rate: float = 0.0,
     ) -> None:
         self.regularization = regularization
@@ -170,6 +266,7 @@ class MomentLinearClassifier(_LinearClassifier):
         self.joint = joint
         self.mechanism = mechanism
         self.gram = gram
+        self.public = public
         self.label_flip_rate = label_flip_rate
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
@@ -205,14 +302,16 @@ class MomentLinearClassifier(_LinearClassifier):
             rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
             p = x.shape[1]
         n = rows.shape[0]
+        if n < 2:
+            raise ValueError("X must have at least two rows")
         cross = rows.mean(axis=0)
-        noise = float(rows.var(axis=0, ddof=1).mean()) / n if n > 1 else math.inf
+        noise = np.atleast_2d(np.cov(rows, rowvar=False)) / n
         gram, identified = self._estimate_gram(x, p + start)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
         self._set_fit(theta, p)
         self.cross_moment_ = cross
         self.gram_ = gram
-        self.noise_variance_ = noise
+        self.noise_variance_ = float(np.trace(noise)) / noise.shape[0]
         self.shrinkage_ = float(shrinkage)
         self.identified_ = identified
         return self
@@ -220,19 +319,47 @@ class MomentLinearClassifier(_LinearClassifier):
     def _estimate_gram(
         self, x: NDArray[np.float64], d: int
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-        """:math:`E[(1, x)(1, x)^\\top]`: the public one, or estimated from releases."""
+        """:math:`E[(1, x)(1, x)^\\top]`: the ``gram`` given, else the release moments
+        pooled with the ``public`` features' moments on the entries they identify
+        (one inverse-variance weight, the summed variances of the entries), else
+        the release moments shrunk towards a diagonal; sets ``gram_source_`` and
+        ``gram_weight_`` (the releases' weight, or the diagonal's)."""
+        start = int(self.fit_intercept)
+        self.fallback_ = ""
         if self.gram is not None:
             gram = check_finite_array(self.gram, "gram", ndim=2)
             if gram.shape != (d, d):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
+            self.gram_source_, self.gram_weight_ = "public gram", 0.0
             return nearest_psd(gram), np.ones((d, d), dtype=bool)
-        gram, identified = _moments(self.mechanism, x.shape[1]).second_moment(x)
-        if self.fit_intercept and self.joint:
-            gram[0, 0], identified[0, 0] = 1.0, True
-        elif self.fit_intercept:
-            m = x.mean(axis=0)
-            gram = np.block([[np.ones((1, 1)), m[None, :]], [m[:, None], gram]])
-            identified = np.pad(identified, ((1, 0), (1, 0)), constant_values=True)
+        gram, var, identified, noisy = self._release_gram(x, d)
+        if self.public is not None:
+            public = check_finite_array(self.public, "public", ndim=2)
+            if public.shape[1] != d - start or public.shape[0] < 2:
+                raise ValueError(
+                    f"public must have at least 2 rows of {d - start} features, "
+                    f"got shape {public.shape}"
+                )
+            if start:
+                public = np.hstack([np.ones((public.shape[0], 1)), public])
+            mean, spread = _product_means(public)
+            # One inverse-variance weight for every identified entry: entry-wise
+            # weights would break the small eigenvalues of an ill-conditioned G.
+            total = float(np.sum((spread + var)[identified]))
+            weight = float(np.sum(spread[identified])) / total if total > 0 else 0.0
+            gram = mean + weight * np.where(identified, gram - mean, 0.0)
+            self.gram_source_ = "public features and releases"
+            self.gram_weight_ = weight
+        elif noisy:
+            gram, self.gram_weight_ = _gram_fallback(gram, var, identified, start)
+            self.gram_source_ = "releases, shrunk towards a diagonal"
+            if self.gram_weight_ >= 0.5:
+                self.fallback_ = (
+                    "a diagonal second moment (the releases' weight "
+                    f"{1 - self.gram_weight_:.2f})"
+                )
+        else:
+            self.gram_source_, self.gram_weight_ = "releases", 0.0
         # Features lie in [-1, 1]^p: every entry of E[ww^T] lies in [-1, 1] and the
         # diagonal in [0, 1]. Clipping noisy estimates to these bounds only moves them
         # towards the truth.
@@ -240,35 +367,62 @@ class MomentLinearClassifier(_LinearClassifier):
         np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
         return nearest_psd(gram), identified
 
+    def _release_gram(
+        self, x: NDArray[np.float64], d: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_], bool]:
+        """The releases' unbiased second moment of (1, x), the variance of each entry
+        (0 where not identified), the identified entries, and whether the mechanism
+        adds noise."""
+        moments = _moments(self.mechanism, x.shape[1])
+        gram, identified = moments.second_moment(x)
+        factor = moments.offdiagonal.copy()
+        np.fill_diagonal(factor, moments.slope)
+        var = _product_means(x)[1] / np.where(identified, factor, 1.0) ** 2
+        var = np.where(identified, var, 0.0)
+        noisy = bool(np.any(moments.offset > 0) or np.any(factor != 1))
+        if self.fit_intercept and self.joint:
+            gram[0, 0], var[0, 0], identified[0, 0] = 1.0, 0.0, True
+        elif self.fit_intercept:
+            m, v = x.mean(axis=0), x.var(axis=0, ddof=1) / x.shape[0]
+            gram = np.block([[np.ones((1, 1)), m[None, :]], [m[:, None], gram]])
+            var = np.block([[np.zeros((1, 1)), v[None, :]], [v[:, None], var]])
+            identified = np.pad(identified, ((1, 0), (1, 0)), constant_values=True)
+        return gram, var, identified, noisy
+
     def _solve(
         self,
         gram: NDArray[np.float64],
         cross: NDArray[np.float64],
-        noise: float,
+        noise: NDArray[np.float64],
         alpha: float,
     ) -> tuple[NDArray[np.float64], float]:
         """The regularised least-squares coefficients and the shrinkage used; ``cross``
-        (d,) or (d, K), the coefficients alike."""
+        (d,) or (d, K), the coefficients alike; ``noise`` the covariance (d, d) of
+        ``cross`` or (K, d, d), one per column. Sets ``prior_variances_`` and
+        ``fallback_``."""
         d, start = gram.shape[0], int(self.fit_intercept)
         if self.regularization == "ridge":
             trace = float(np.trace(gram[start:, start:]))
             shrinkage = alpha * max(trace / (d - start), 1e-12)
             penalty = np.diag((np.arange(d) >= start).astype(float))
             theta = np.linalg.lstsq(gram + shrinkage * penalty, cross, rcond=None)[0]
-        else:
-            g2 = gram @ gram
-            # One column of c per class (one for two classes), one prior tau^2 for
-            # all: tau^2 K tr(G^2) = ||C||_F^2 - K d sigma^2, floored so that mu stays
-            # finite; at the cap the fit is proportional to G C (no signal detected).
-            flat = cross.reshape(-1)
-            scale = float(np.trace(g2)) * (flat.size // d)
-            signal = max(float(flat @ flat) - flat.size * noise, 0.0)
-            cap = 1e12 * scale
-            shrinkage = cap if signal * cap <= noise * scale else noise * scale / signal
-            theta = np.linalg.lstsq(
-                g2 + shrinkage * np.eye(d), gram @ cross, rcond=None
-            )[0]
-        return theta, float(shrinkage)
+            self.prior_variances_ = np.full(1 + start, np.nan)
+            return theta, float(shrinkage)
+        columns = cross.reshape(d, -1)
+        # The intercept and the slopes have their own prior variance.
+        groups = (np.arange(d) >= start).astype(np.int64)
+        noise = noise.reshape(-1, d, d)
+        theta, tau, floored = _posterior_mean(gram, columns, noise, groups)
+        self.prior_variances_ = tau[[0, d - 1]] if start else tau[:1]
+        if floored[-1]:
+            # No signal detected in the features: with the intercept's prior above
+            # the floor the fit is the majority class of the released labels, else
+            # the limit direction T G S^-1 c.
+            what = "majority class of the released labels"
+            what = what if start and not floored[0] else "limit direction G S^-1 c"
+            self.fallback_ = f"no signal detected in the features: the {what}"
+        level = float(np.trace(noise.mean(axis=0))) / d
+        return theta.reshape(cross.shape), level / float(tau[-1])
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         r"""The least-squares estimate :math:`(1 + \hat\theta^\top w)/2` in [0, 1]."""
@@ -289,15 +443,17 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
     is unbiased for :math:`c_k = E[\tilde y_k w]`, the cross moment of the binary
     moment classifier of k against the rest. With one G (public, or from the releases
     as for the binary joint release: :math:`z z^\top` estimates :math:`w w^\top` for
-    every j) and one empirical-Bayes prior for every class,
+    every j) and one empirical-Bayes prior for every class (the binary classifier's:
+    its own variance for the intercept row and for the slopes, by maximum marginal
+    likelihood of all K columns), each column is a posterior mean
 
-    .. math:: \hat\Theta = (G^2 + \mu I)^{-1} G \hat C, \qquad
-              \mu = \frac{\hat\sigma^2 K \mathrm{tr}(G^2)}
-              {(\|\hat C\|_F^2 - K d \hat\sigma^2)_+},
+    .. math:: \hat\theta_k = T G (G T G + S_k)^{-1} (\hat c_k - a G e_0) + a e_0,
+              \qquad a = 2/K - 1,
 
-    :math:`\hat\sigma^2` the mean over classes of
-    :math:`\frac{1}{d n_k}\sum_l \widehat{\mathrm{Var}}(z_{il} \mid j_i = k)`:
-    the same linear map for every class, so the rule
+    :math:`S_k` the covariance of the releases of the clients that drew k over
+    :math:`n_k`. :math:`\sum_k \tilde y_k = 2 - K`, so every :math:`c_k` holds
+    :math:`a G e_0`, whose coefficients :math:`a e_0` do not change the argmax: only
+    the rest is shrunk, each class's intercept towards the common one. The rule
     :math:`\hat y = \arg\max_k \hat\theta_k^\top w` is that of the least-squares
     regression of the indicator matrix (Fisher's discriminant directions).
     ``"ridge"`` solves :math:`(\hat G + \lambda D)\hat\Theta = \hat C` as the binary
@@ -322,12 +478,14 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         alpha: float = 0.1,
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
+        public: ArrayLike | None = None,
     ) -> None:
         self.n_classes = n_classes
         self.regularization = regularization
         self.alpha = alpha
         self.mechanism = mechanism
         self.gram = gram
+        self.public = public
 
     def fit(  # type: ignore[override]
         self, X: ArrayLike, y: ArrayLike
@@ -353,12 +511,16 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
             )
         groups = [z[drawn == c] for c in range(k)]
         cross = np.stack([g.mean(axis=0) for g in groups], axis=1)
-        noise = float(
-            np.mean([g.var(axis=0, ddof=1).mean() / g.shape[0] for g in groups])
-        )
+        noise = np.stack([np.cov(g, rowvar=False) / g.shape[0] for g in groups])
         d = z.shape[1]
         gram, identified = self._estimate_gram(z, d)
-        theta, shrinkage = self._solve(gram, cross, noise, alpha)
+        # sum_k y~_k = 2 - K: the classes share the part (2/K - 1) G e_0 of their
+        # cross moments, whose coefficients (2/K - 1) e_0 do not change the argmax.
+        # Only the rest is shrunk, so that each class's intercept is shrunk towards
+        # the common one (balanced classes: towards equal scores).
+        common = 2.0 / k - 1.0
+        theta, shrinkage = self._solve(gram, cross - common * gram[:, :1], noise, alpha)
+        theta[0] += common
         self.coef_ = theta[1:].T.copy()
         self.intercept_ = theta[0].copy()
         self.n_features_in_ = d - 1
@@ -366,7 +528,7 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         self.cross_moment_ = cross
         self.class_counts_ = counts
         self.gram_ = gram
-        self.noise_variance_ = noise
+        self.noise_variance_ = float(np.trace(noise.mean(axis=0))) / d
         self.shrinkage_ = float(shrinkage)
         self.identified_ = identified
         return self
