@@ -74,17 +74,18 @@ def evaluate_kclass(
         keep_payload=False,
         n_classes=k,
     )
-    default, failed = default_settings(settings), False
+    default, failed, fallback = default_settings(settings), False, ""
     try:
         joint = release_and_fit(
             train, evaluation, default, k, derive_seed(seed, "default"), public
         )
         default_error = model_error(joint.final, *test)
         default_spent = float(joint.privacy["max_spent"])
+        fallback = str(joint.signal.get("fallback", ""))
     except ValueError as exc:
-        # The moment classifier refuses a class drawn by fewer than 2 clients (a
-        # small federation, many classes): no model, so a uniform guess, whose
-        # expected error is 1 - 1/K; every client has released (spent epsilon).
+        # The moment classifier gives a class drawn by fewer than 2 clients the
+        # common score, and refuses only when no class is drawn twice: no model, so
+        # a uniform guess (expected error 1 - 1/K); every client has released.
         if "must be drawn" not in str(exc):
             raise
         default_error, default_spent, failed = 1.0 - 1.0 / k, settings.epsilon, True
@@ -109,6 +110,7 @@ def evaluate_kclass(
         "n_classes": k,
         "majority_class": majority,
         "default_fit_failed": failed,
+        "default_fallback": fallback,
         "n_features": int(x_all.shape[1]),
         "spent": {
             "default": default_spent,

@@ -504,23 +504,34 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         if drawn.size != z.shape[0]:
             raise ValueError(f"y has {drawn.size} entries for {z.shape[0]} rows")
         counts = np.bincount(drawn, minlength=k)
-        if counts.min() < 2:
+        # A class drawn by fewer than 2 clients has no estimable moment nor noise
+        # level: its posterior mean is the prior's, the common score (below), so a
+        # small federation with many classes still gets a model of the others.
+        seen = np.flatnonzero(counts >= 2)
+        if seen.size == 0:
             raise ValueError(
-                "every class must be drawn by at least 2 clients to estimate its "
-                f"moment, got draws per class {counts.tolist()}"
+                "at least one class must be drawn by at least 2 clients to estimate "
+                f"its moment, got draws per class {counts.tolist()}"
             )
-        groups = [z[drawn == c] for c in range(k)]
-        cross = np.stack([g.mean(axis=0) for g in groups], axis=1)
-        noise = np.stack([np.cov(g, rowvar=False) / g.shape[0] for g in groups])
+        groups = [z[drawn == c] for c in seen]
         d = z.shape[1]
+        cross = np.zeros((d, k))
+        cross[:, seen] = np.stack([g.mean(axis=0) for g in groups], axis=1)
+        noise = np.stack([np.cov(g, rowvar=False) / g.shape[0] for g in groups])
         gram, identified = self._estimate_gram(z, d)
         # sum_k y~_k = 2 - K: the classes share the part (2/K - 1) G e_0 of their
         # cross moments, whose coefficients (2/K - 1) e_0 do not change the argmax.
         # Only the rest is shrunk, so that each class's intercept is shrunk towards
         # the common one (balanced classes: towards equal scores).
         common = 2.0 / k - 1.0
-        theta, shrinkage = self._solve(gram, cross - common * gram[:, :1], noise, alpha)
+        theta = np.zeros((d, k))
+        deviation = cross[:, seen] - common * gram[:, :1]
+        theta[:, seen], shrinkage = self._solve(gram, deviation, noise, alpha)
         theta[0] += common
+        if seen.size < k:
+            unseen = np.flatnonzero(counts < 2).tolist()
+            own = f"classes {unseen} drawn by fewer than 2 clients: the common score"
+            self.fallback_ = "; ".join(filter(None, [self.fallback_, own]))
         self.coef_ = theta[1:].T.copy()
         self.intercept_ = theta[0].copy()
         self.n_features_in_ = d - 1

@@ -50,8 +50,8 @@ def test_without_noise_the_fit_is_the_least_squares_indicator_regression():
 
 def test_the_fit_refuses_what_it_cannot_use():
     z = np.zeros((6, 3))
-    with pytest.raises(ValueError, match=r"drawn by at least 2 clients.*\[2, 2, 1\]"):
-        MomentMulticlassClassifier(n_classes=3).fit(z[:5], [0, 0, 1, 1, 2])
+    with pytest.raises(ValueError, match=r"drawn by at least 2 clients.*\[1, 1, 1\]"):
+        MomentMulticlassClassifier(n_classes=3).fit(z[:3], [0, 1, 2])
     with pytest.raises(ValueError, match="n_classes must be >= 3"):
         MomentMulticlassClassifier(n_classes=2).fit(z, [0, 1, 0, 1, 0, 1])
     with pytest.raises(ValueError, match=r"y must be in \{0, ..., 2\}"):
@@ -100,3 +100,25 @@ def test_k_classes_are_refused_outside_the_moment_protocol_of_a_joint_release(ch
     settings = settings.replace(**changes, num_weak_models=1)
     with pytest.raises(ValueError, match="K > 2 classes need the moment protocol"):
         _run(settings, x, y, 3)
+
+
+def test_a_class_drawn_by_one_client_takes_the_common_score():
+    # Class 2 drawn by one client: no moment, no noise level. Its score is the common
+    # prior score, the other classes are fitted as without it, and the fit says so.
+    rng = np.random.default_rng(4)
+    n, p = 400, 3
+    x = rng.uniform(-1, 1, size=(n, p))
+    drawn = np.where(rng.random(n) < 0.5, 0, 1)
+    drawn[0] = 2
+    truth = np.where(x[:, 0] > 0, 0, 1)
+    sign = np.where(truth == drawn, 1.0, -1.0)
+    z = sign[:, None] * np.column_stack([np.ones(n), x])
+    public = rng.uniform(-1, 1, size=(500, p))
+    model = MomentMulticlassClassifier(n_classes=3, public=public).fit(z, drawn)
+    assert "classes [2] drawn by fewer than 2 clients" in model.fallback_
+    np.testing.assert_allclose(model.coef_[2], 0.0)
+    assert model.intercept_[2] == pytest.approx(2.0 / 3 - 1.0)
+    # classes 0 and 1 split on the sign of the first feature, as the data say
+    w = np.column_stack([np.ones(n), x])
+    scores = w @ np.vstack([model.intercept_, model.coef_.T])
+    assert np.mean(np.argmax(scores[:, :2], axis=1) == truth) > 0.9
