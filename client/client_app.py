@@ -42,6 +42,7 @@ from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from ldpfda.client.answers import Refusal
+from ldpfda.client.blocks import answer_block, clients_per_node
 from ldpfda.client.ledger import LedgerError
 from ldpfda.client.node import (
     DataError,
@@ -153,6 +154,15 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
     setup = client_setup(context)
     check_spec(setup, _spec_hash(message))
     n_classes = query_classes(name, message)
+    if clients_per_node(context) > 1:
+        return answer_block(
+            name,
+            message,
+            context,
+            setup,
+            n_classes,
+            lambda p: node_query(name, setup.settings, p, n_classes),
+        )
     if name != catalog.IDENTIFY:
         setup.policy.check_run(setup.settings)
         features, labels = client_data(context, setup)

@@ -15,6 +15,7 @@ from flwr.serverapp import Grid
 from numpy.typing import NDArray
 
 from ldpfda.schema import catalog
+from ldpfda.schema.blocks import BLOCK_LAYOUT, pack_request, stacked
 from ldpfda.schema.queries import (
     ERROR_BUDGET,
     ERROR_DATA,
@@ -139,6 +140,53 @@ def parse_checked(
     return rows, figures
 
 
+def _block_ledger(content: RecordDict, key: str) -> tuple[list[int], list[dict]]:
+    """The client ids and ledger figures of a block's reply record ``key``."""
+    try:
+        record = content.config_records[key]
+        reported = [int(c) for c in record["client-ids"]]  # type: ignore[union-attr]
+        spent = [float(v) for v in record["spent"]]  # type: ignore[union-attr]
+        budget = float(record["budget"])  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplyError(
+            "ledger", f"reply lacks a valid '{key}' record: {exc!r}"
+        ) from exc
+    if len(spent) != len(reported) or not all(v >= 0 for v in spent) or not budget > 0:
+        raise ReplyError("ledger", f"invalid ledger figures in '{key}'")
+    return reported, [{"spent": v, "budget": budget} for v in spent]
+
+
+def parse_block(
+    query: Query, message: Message, ids: NDArray[np.int64]
+) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
+    """A block node's reply arrays, stacked over clients ``ids``, and each client's
+    ledger figures (shapes and signatures checked; the values are checked by the
+    caller, as in process), else :class:`ReplyError`."""
+    content = _content(message)
+    values = {}
+    for spec in query.reply:
+        value = _array(content, spec)
+        if value.dtype.kind not in "biuf":
+            raise ReplyError("content", f"'{spec.record}.{spec.key}' is not numeric")
+        values[spec.key] = stacked(spec, value, ids.size)
+    reported, figures = _block_ledger(content, query.ledger_record)
+    if reported != ids.tolist():
+        raise ReplyError("ledger", "the reply is signed by other clients than asked")
+    return values, figures
+
+
+def _block_content(query: Query, request: Request, ids: NDArray) -> RecordDict:
+    records, shared = pack_request(query.request, request, ids)
+    content = RecordDict(
+        {
+            k: ArrayRecord({key: Array(a) for key, a in v.items()})
+            for k, v in records.items()
+        }
+    )
+    content[BLOCK_LAYOUT] = ConfigRecord({"shared": ",".join(shared)})
+    return content
+
+
 def _request_content(query: Query, arrays: Mapping[str, NDArray]) -> RecordDict:
     records: dict[str, dict[str, Array]] = {}
     for spec in query.request:
@@ -206,6 +254,8 @@ class GridClients:
     reported: dict[int, dict[str, float]] = field(default_factory=dict)
     #: The run's federation spec hash, sent with every request (None: the run has none).
     spec_hash: str | None = None
+    #: Simulated clients each node serves (block mode: > 1, simulation only).
+    clients_per_node: int = 1
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
         """Wait for the ``total`` clients' nodes, then ask each who it is.
@@ -213,7 +263,10 @@ class GridClients:
         Of two nodes claiming one client id the lower node id stands and the other is
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
-        self.nodes = wait_for_nodes(self.grid, total, minimum, wait_timeout)
+        expected = -(-total // self.clients_per_node)
+        self.nodes = wait_for_nodes(
+            self.grid, expected, min(minimum, expected), wait_timeout
+        )
         self.identify.ask(np.array(self.nodes, dtype=object))
         replies = self._send(
             catalog.identify_query(), {n: RecordDict() for n in self.nodes}
@@ -222,26 +275,37 @@ class GridClients:
         for node in sorted(self.nodes):
             try:
                 reply = _present(replies.get(node), self.reply_timeout)
-                client_id, figures = parse_identity(reply)
+                if self.clients_per_node > 1:
+                    block, figures = _block_ledger(_content(reply), "identity")
+                else:
+                    client_id, one = parse_identity(reply)
+                    block, figures = [client_id], [one]
             except _Absent as exc:
                 got.missing[node] = str(exc)
                 continue
             except ReplyError as exc:
                 got.rejected[node] = str(exc)
                 continue
-            self.claimed[node] = client_id
-            if client_id >= total:
-                got.rejected[node] = f"unknown: client {client_id} is not in this run"
-            elif client_id in self.node_of:
-                other = self.node_of[client_id]
-                got.rejected[node] = (
-                    f"duplicate: client {client_id} is already node {other}"
-                )
-            else:
-                self.node_of[client_id] = node
-                self.reported[client_id] = figures
+            if reason := self._claim(node, block, figures, total):
+                got.rejected[node] = reason
         self.identify.record(got)
         self.identify.answer(np.array(list(self.node_of.values()), dtype=object))
+
+    def _claim(
+        self, node: int, block: list[int], figures: list[dict], total: int
+    ) -> str:
+        """Record ``node`` as the node of clients ``block``; the reason it is
+        rejected instead (an id outside the run, or one another node has)."""
+        self.claimed[node] = block[0] if block else -1
+        for client_id in block:
+            if not 0 <= client_id < total:
+                return f"unknown: client {client_id} is not in this run"
+            if client_id in self.node_of:
+                other = self.node_of[client_id]
+                return f"duplicate: client {client_id} is already node {other}"
+        self.node_of.update(dict.fromkeys(block, node))
+        self.reported.update(zip(block, figures, strict=True))
+        return ""
 
     def describe(self) -> str:
         """Who is connected and identified, and who gave no identity reply."""
@@ -309,34 +373,68 @@ class GridClients:
             time.sleep(1.0)
 
     def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(ids.tolist()):
+            groups.setdefault(self.node_of[c], []).append(i)
+        index = {node: np.array(rows, dtype=np.int64) for node, rows in groups.items()}
+        block = self.clients_per_node > 1
         contents = {
-            self.node_of[int(c)]: _request_content(query, request.client(i))
-            for i, c in enumerate(ids)
+            node: _block_content(query, request.take(rows), ids[rows])
+            if block
+            else _request_content(query, request.client(int(rows[0])))
+            for node, rows in index.items()
         }
         replies = self._send(query, contents)
         out = Replies(_NONE, {})
-        rows: dict[int, dict[str, NDArray]] = {}
-        for c in (int(c) for c in ids):
+        parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
+        for node, rows in index.items():
+            asked, c = ids[rows], int(ids[rows[0]])
             try:
-                reply = _present(replies.get(self.node_of[c]), self.reply_timeout)
-                rows[c], out.reported[c] = parse_checked(query, reply, c)
-            except _Absent as exc:
-                out.missing[c] = str(exc)
-            except ReplyError as exc:
-                out.rejected[c] = str(exc)
-        out.ids = np.array(list(rows), dtype=np.int64)
-        out.values = {
-            spec.key: _stack([r[spec.key] for r in rows.values()], spec)
-            for spec in query.reply
-        }
-        return out
+                reply = _present(replies.get(node), self.reply_timeout)
+                if block:
+                    values, figures = parse_block(query, reply, asked)
+                else:
+                    content = _content(reply)
+                    arrays = {spec.key: _array(content, spec) for spec in query.reply}
+                    one = wire_rows(query, arrays)
+                    values = {k: np.asarray(v)[None, ...] for k, v in one.items()}
+                    figures = [_ledger_info(content, query.ledger_record, c)]
+            except (_Absent, ReplyError) as exc:
+                lost = out.missing if isinstance(exc, _Absent) else out.rejected
+                lost.update(dict.fromkeys(asked.tolist(), str(exc)))
+                continue
+            out.reported.update(zip(asked.tolist(), figures, strict=True))
+            parts.append((rows, values))
+        return _checked(query, ids, parts, out)
+
+
+def _checked(
+    query: Query,
+    ids: NDArray[np.int64],
+    parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]],
+    out: Replies,
+) -> Replies:
+    """``out`` with the replies of ``parts`` (rows of ``ids`` and their arrays) in the
+    order asked, every value checked as in process (a rejected client's figures
+    dropped)."""
+    rows = np.concatenate([_NONE, *(r for r, _ in parts)])
+    order = np.argsort(rows, kind="stable")
+    values = {
+        spec.key: _stack([v[spec.key] for _, v in parts], spec)[order]
+        for spec in query.reply
+    }
+    checked = check_replies(query, ids[rows[order]], values, out.rejected)
+    for c in checked.rejected:
+        out.reported.pop(c, None)
+    out.ids, out.values, out.rejected = checked.ids, checked.values, checked.rejected
+    return out
 
 
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def _stack(rows: list[NDArray], spec: ArraySpec) -> NDArray:
-    if rows:
-        return np.stack([np.asarray(r) for r in rows])
+def _stack(parts: list[NDArray], spec: ArraySpec) -> NDArray:
+    if parts:
+        return np.concatenate([np.asarray(p) for p in parts])
     shape = tuple(max(d, 0) for d in spec.shape)
     return np.zeros((0, *shape), dtype=spec.dtype)

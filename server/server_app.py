@@ -49,7 +49,12 @@ def connect(
     """Wait for the run's nodes and identify them (timed as ``timing``); the transport
     and a session over it, with the server's ledger."""
     total = settings.n_train + settings.n_eval
-    clients = GridClients(grid, options.reply_timeout, spec_hash=spec_hash)
+    clients = GridClients(
+        grid,
+        options.reply_timeout,
+        spec_hash=spec_hash,
+        clients_per_node=options.clients_per_node,
+    )
     ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
     session = Session(clients, ledger, options.min_reply_fraction, status)
     status("waiting-for-nodes", expected=total)
