@@ -32,7 +32,7 @@ from ldpfda.datasets.population import simulated_partition
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema import catalog
-from ldpfda.schema.blocks import BLOCK_LAYOUT, BLOCK_RECORD, unpack_request
+from ldpfda.schema.blocks import BLOCK_LAYOUT, BLOCK_RECORD, in_runs, unpack_request
 from ldpfda.schema.queries import ERROR_POLICY, ERROR_REQUEST, Query
 
 __all__ = ["answer_block", "clients_per_node"]
@@ -120,9 +120,11 @@ def answer_block(
     setup: ClientSetup,
     n_classes: int,
     query_of: Callable[[int], Query],
+    runs: NDArray[np.int64] | None = None,
 ) -> RecordDict:
     """The reply content of query ``name`` for the asked clients of the node's block
-    (``identify``: the whole block, with each client's ledger figures)."""
+    (``identify``: the whole block, with each client's ledger figures; in the run's
+    first round, the clients of the block in ``runs``)."""
     block = _block(context, setup, clients_per_node(context))
     ledger = _load(context, block, setup.budget)
     if name == catalog.IDENTIFY:
@@ -147,6 +149,8 @@ def answer_block(
         )
     except KeyError as exc:
         raise ValueError(f"the request lacks {exc}") from exc
+    if runs is not None:
+        ids = block[in_runs(block, runs)]
     rows = ids - block[0]
     if ids.size == 0 or np.any((rows < 0) | (rows >= block.size)):
         raise ValueError("the request asks for clients outside the node's block")

@@ -21,10 +21,45 @@ from numpy.typing import NDArray
 
 from ldpfda.schema.queries import ArraySpec, ReplyError, Request
 
-__all__ = ["BLOCK_LAYOUT", "BLOCK_RECORD", "pack_request", "stacked", "unpack_request"]
+__all__ = [
+    "BLOCK_LAYOUT",
+    "BLOCK_RECORD",
+    "FIRST_RECORD",
+    "id_runs",
+    "in_runs",
+    "pack_request",
+    "stacked",
+    "unpack_request",
+]
 
 BLOCK_RECORD = "block"
 BLOCK_LAYOUT = "block-layout"
+#: The record of the first query of a run, sent to every connected node before the
+#: server knows who they are: ``asked``, the ids the query is for as ``(start, stop)``
+#: runs. A node answers for those of its clients it names, and always adds its
+#: ``identity`` record (and a refusal as a ``refusal`` record, with its identity).
+FIRST_RECORD = "first"
+
+
+def id_runs(ids: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Client ids as sorted ``(start, stop)`` runs of consecutive ids, shape (r, 2)."""
+    ids = np.unique(np.asarray(ids, dtype=np.int64))
+    if ids.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = ids[np.concatenate([[0], breaks])]
+    stops = ids[np.concatenate([breaks - 1, [ids.size - 1]])] + 1
+    return np.stack([starts, stops], axis=1)
+
+
+def in_runs(ids: NDArray[np.int64], runs: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Which of ``ids`` lie in the ``(start, stop)`` runs of :func:`id_runs`."""
+    runs = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+    ids = np.asarray(ids, dtype=np.int64)
+    at = np.searchsorted(runs[:, 0], ids, side="right") - 1
+    inside = at >= 0
+    inside[inside] = ids[inside] < runs[at[inside], 1]
+    return inside
 
 
 def pack_request(

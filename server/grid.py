@@ -5,7 +5,7 @@ that fails is rejected with the reason."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,7 +15,13 @@ from flwr.serverapp import Grid
 from numpy.typing import NDArray
 
 from ldpfda.schema import catalog
-from ldpfda.schema.blocks import BLOCK_LAYOUT, pack_request, stacked
+from ldpfda.schema.blocks import (
+    BLOCK_LAYOUT,
+    FIRST_RECORD,
+    id_runs,
+    pack_request,
+    stacked,
+)
 from ldpfda.schema.queries import (
     ERROR_BUDGET,
     ERROR_DATA,
@@ -109,7 +115,10 @@ def _array(content: RecordDict, spec: ArraySpec) -> NDArray:
 def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
     """The client id and ledger figures of a ``query.identify`` reply (or
     :class:`ReplyError`)."""
-    content = _content(message)
+    return _identity(_content(message))
+
+
+def _identity(content: RecordDict) -> tuple[int, dict[str, float]]:
     try:
         client_id = content.config_records["identity"]["client-id"]
     except KeyError as exc:
@@ -157,12 +166,11 @@ def _block_ledger(content: RecordDict, key: str) -> tuple[list[int], list[dict]]
 
 
 def parse_block(
-    query: Query, message: Message, ids: NDArray[np.int64]
+    query: Query, content: RecordDict, ids: NDArray[np.int64]
 ) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
     """A block node's reply arrays, stacked over clients ``ids``, and each client's
     ledger figures (shapes and signatures checked; the values are checked by the
     caller, as in process), else :class:`ReplyError`."""
-    content = _content(message)
     values = {}
     for spec in query.reply:
         value = _array(content, spec)
@@ -256,29 +264,38 @@ class GridClients:
     spec_hash: str | None = None
     #: Simulated clients each node serves (block mode: > 1, simulation only).
     clients_per_node: int = 1
+    total: int = 0
+    identified: bool = False
+    #: Called once the nodes are identified (the session's quorum on them).
+    on_identified: Callable[[], None] | None = None
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
-        """Wait for the ``total`` clients' nodes, then ask each who it is.
+        """Wait for the nodes of the run's ``total`` clients. They say who they are
+        in their reply to the first query (:meth:`ask`), or in an identify round when
+        the ids are needed first (:meth:`ids`) or the first query's request differs
+        between clients.
 
         Of two nodes claiming one client id the lower node id stands and the other is
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
+        self.total = total
         expected = -(-total // self.clients_per_node)
         self.nodes = wait_for_nodes(
             self.grid, expected, min(minimum, expected), wait_timeout
         )
+
+    def _identities(self, replies: Mapping[int, Message]) -> dict[int, RecordDict]:
+        """Identify every node by its reply (the identify round, in node ids); the
+        content of each identified node's reply."""
         self.identify.ask(np.array(self.nodes, dtype=object))
-        replies = self._send(
-            catalog.identify_query(), {n: RecordDict() for n in self.nodes}
-        )
-        got = Replies(_NONE, {})
+        got, identified = Replies(_NONE, {}), {}
         for node in sorted(self.nodes):
             try:
-                reply = _present(replies.get(node), self.reply_timeout)
+                content = _content(_present(replies.get(node), self.reply_timeout))
                 if self.clients_per_node > 1:
-                    block, figures = _block_ledger(_content(reply), "identity")
+                    block, figures = _block_ledger(content, "identity")
                 else:
-                    client_id, one = parse_identity(reply)
+                    client_id, one = _identity(content)
                     block, figures = [client_id], [one]
             except _Absent as exc:
                 got.missing[node] = str(exc)
@@ -286,10 +303,20 @@ class GridClients:
             except ReplyError as exc:
                 got.rejected[node] = str(exc)
                 continue
-            if reason := self._claim(node, block, figures, total):
+            if reason := self._claim(node, block, figures, self.total):
                 got.rejected[node] = reason
+            else:
+                identified[node] = content
         self.identify.record(got)
-        self.identify.answer(np.array(list(self.node_of.values()), dtype=object))
+        self.identify.answer(np.array(sorted(identified), dtype=object))
+        self.identified = True
+        if self.on_identified is not None:
+            self.on_identified()
+        return identified
+
+    def _identify_round(self) -> None:
+        query = catalog.identify_query()
+        self._identities(self._send(query, {n: RecordDict() for n in self.nodes}))
 
     def _claim(
         self, node: int, block: list[int], figures: list[dict], total: int
@@ -318,8 +345,17 @@ class GridClients:
         )
 
     def ids(self) -> NDArray[np.int64]:
-        """The identified clients, by id."""
+        """The identified clients, by id (after an identify round if need be)."""
+        if not self.identified:
+            self._identify_round()
         return np.array(sorted(self.node_of), dtype=np.int64)
+
+    def absent(self, ids: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Which of ``ids`` are known to have no node (none before identification)."""
+        if not self.identified:
+            return np.zeros(len(ids), dtype=bool)
+        known = np.fromiter(self.node_of, dtype=np.int64, count=len(self.node_of))
+        return ~np.isin(ids, known)
 
     def _send(
         self, query: Query, contents: Mapping[int, RecordDict]
@@ -365,40 +401,97 @@ class GridClients:
         """Wait until the nodes of clients ``ids`` are online again, for at most the
         reply timeout (a restarted SuperNode keeps its node id under SuperNode
         authentication)."""
-        nodes = {self.node_of[int(c)] for c in ids}
+        self._wait_for({self.node_of[int(c)] for c in ids})
+
+    def _wait_for(self, nodes: set[int]) -> None:
         deadline = time.monotonic() + self.reply_timeout
         while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
             if time.monotonic() >= deadline:
                 return
             time.sleep(1.0)
 
+    def _rows(
+        self, query: Query, content: RecordDict, asked: NDArray[np.int64]
+    ) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
+        """One node's reply arrays stacked over its ``asked`` clients, and their
+        ledger figures (:class:`ReplyError` for a refusal or a malformed reply)."""
+        if "refusal" in content.config_records:
+            refusal = content.config_records["refusal"]
+            code, reason = int(str(refusal["code"])), str(refusal["reason"])
+            kind = REFUSALS.get(code, "error")
+            raise ReplyError(kind, f"error reply (code {code}): {reason}")
+        if self.clients_per_node > 1:
+            return parse_block(query, content, asked)
+        arrays = {spec.key: _array(content, spec) for spec in query.reply}
+        rows = wire_rows(query, arrays)
+        figures = _ledger_info(content, query.ledger_record, int(asked[0]))
+        return {k: np.asarray(v)[None, ...] for k, v in rows.items()}, [figures]
+
+    def _contents(
+        self,
+        query: Query,
+        request: Request,
+        ids: NDArray[np.int64],
+        groups: Mapping[int, NDArray[np.int64]],
+    ) -> dict[int, RecordDict]:
+        """The request of each node for its clients ``ids[groups[node]]``."""
+        if self.clients_per_node > 1:
+            return {
+                node: _block_content(query, request.take(rows), ids[rows])
+                for node, rows in groups.items()
+            }
+        return {
+            node: _request_content(
+                query, request.client(int(rows[0]) if rows.size else 0)
+            )
+            for node, rows in groups.items()
+        }
+
+    def _first(
+        self, query: Query, ids: NDArray[np.int64], request: Request
+    ) -> dict[int, RecordDict]:
+        """Send the run's first query, alike for every client, to every node with
+        the ids it is for (:data:`FIRST_RECORD`), a node that was unavailable once
+        more when it is back; identify the nodes by their replies."""
+        empty = np.zeros(0, dtype=np.int64)
+        contents = self._contents(query, request, ids, dict.fromkeys(self.nodes, empty))
+        runs = Array(id_runs(ids))
+        for content in contents.values():
+            content[FIRST_RECORD] = ArrayRecord({"asked": runs})
+        replies = self._send(query, contents)
+        lost = {
+            node
+            for node, reply in replies.items()
+            if reply.has_error() and reply.error.code in _UNAVAILABLE
+        }
+        if lost:
+            self._wait_for(lost)
+            replies.update(self._send(query, {n: contents[n] for n in lost}))
+        return self._identities(replies)
+
     def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        if not self.identified and (request.rows or request.ragged):
+            self._identify_round()
+        first = None if self.identified else self._first(query, ids, request)
+        out = Replies(_NONE, {})
         groups: dict[int, list[int]] = {}
         for i, c in enumerate(ids.tolist()):
-            groups.setdefault(self.node_of[c], []).append(i)
+            # A client no node said it is: absent, like those the session no longer
+            # asks (a first query is sent before the server knows who is there).
+            if (node := self.node_of.get(c)) is not None:
+                groups.setdefault(node, []).append(i)
         index = {node: np.array(rows, dtype=np.int64) for node, rows in groups.items()}
-        block = self.clients_per_node > 1
-        contents = {
-            node: _block_content(query, request.take(rows), ids[rows])
-            if block
-            else _request_content(query, request.client(int(rows[0])))
-            for node, rows in index.items()
-        }
-        replies = self._send(query, contents)
-        out = Replies(_NONE, {})
+        if first is None:
+            replies = self._send(query, self._contents(query, request, ids, index))
         parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
         for node, rows in index.items():
-            asked, c = ids[rows], int(ids[rows[0]])
+            asked = ids[rows]
             try:
-                reply = _present(replies.get(node), self.reply_timeout)
-                if block:
-                    values, figures = parse_block(query, reply, asked)
+                if first is not None:
+                    content = first[node]
                 else:
-                    content = _content(reply)
-                    arrays = {spec.key: _array(content, spec) for spec in query.reply}
-                    one = wire_rows(query, arrays)
-                    values = {k: np.asarray(v)[None, ...] for k, v in one.items()}
-                    figures = [_ledger_info(content, query.ledger_record, c)]
+                    content = _content(_present(replies.get(node), self.reply_timeout))
+                values, figures = self._rows(query, content, asked)
             except (_Absent, ReplyError) as exc:
                 lost = out.missing if isinstance(exc, _Absent) else out.rejected
                 lost.update(dict.fromkeys(asked.tolist(), str(exc)))

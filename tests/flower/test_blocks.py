@@ -48,17 +48,20 @@ def test_the_grid_maps_each_client_to_its_block_and_asks_each_node_once(run_conf
     settings, options = parse_run_config(config)
     clients = GridClients(FakeGrid(client_app, config, partitions(7)), 10.0, **BLOCK)
     clients.connect(50, 7, 0.0)
+    np.testing.assert_array_equal(clients.ids(), np.arange(50))  # an identify round
     assert clients.node_of == {c: 1000 + c // 8 for c in range(50)}
     assert clients.reported[49] == {"spent": 0.0, "budget": settings.epsilon}
     grid = FakeGrid(client_app, config, partitions(7))
     run_server(grid, settings, options, run_id=7)
-    # One message per node and round: identify to all 7; privatize to the nodes of
-    # clients 0..29 (blocks 0..3), evaluate to those of 30..49 (blocks 3..6).
+    # One message per node and round: privatize, the first query, to all 7 (each
+    # reply says whose block it is); evaluate to the nodes of clients 30..49.
     sent = {}
     for m in grid.sent:
         sent.setdefault(m.metadata.message_type, []).append(m.metadata.dst_node_id)
-    assert sent["query.privatize"] == [1000, 1001, 1002, 1003]
-    assert sent["query.evaluate"] == [1003, 1004, 1005, 1006]
+    assert sent == {
+        "query.privatize": [1000 + i for i in range(7)],
+        "query.evaluate": [1003, 1004, 1005, 1006],
+    }
     ids = [
         m.content.array_records["block"]["ids"].numpy().tolist()
         for m in grid.sent
@@ -73,7 +76,8 @@ def test_a_block_with_a_bad_reply_loses_its_clients_alone(run_config):
     grid = FakeGrid(client_app, config, partitions(7), silent={2})
     flower, report = run_server(grid, settings, options, run_id=7)
     part = report["participation"]
-    assert part["privatize"]["missing"] == list(range(16, 24))
+    # Its first reply lost, node 2 never said whose block it serves.
+    assert part["absent_clients"] == list(range(16, 24))
     np.testing.assert_array_equal(
         flower.payload.client_ids, [c for c in range(50) if not 16 <= c < 24]
     )
