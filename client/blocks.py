@@ -25,9 +25,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from numpy.typing import NDArray
 
 from ldpfda.client.answers import ClientBatch, Refusal, answer
-from ldpfda.client.node import ClientSetup, DataError, check_classes
+from ldpfda.client.node import ClientSetup, DataError, check_classes, run_settings
 from ldpfda.client.release import noise_seed
-from ldpfda.config import run_settings
 from ldpfda.datasets.population import simulated_partition
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
@@ -43,7 +42,7 @@ _OWN_NODE = ("client-id", "data-path", "spec-path", "noise-seed", "ledger-dir")
 
 def clients_per_node(context: Context) -> int:
     """The run's ``flower.clients-per-node`` (1: one client per node)."""
-    value = run_settings(context.run_config)[1].get("clients-per-node", 1)
+    value = context.run_config.get("flower.clients-per-node", 1)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise Refusal(
             ERROR_REQUEST, f"flower.clients-per-node must be an int >= 1, got {value!r}"
