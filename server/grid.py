@@ -250,8 +250,10 @@ def _present(reply: Message | None, timeout: float) -> Message:
 @dataclass
 class GridClients:
     """SuperNodes of a Flower ``grid`` as a transport. :meth:`connect` fills ``nodes``
-    (connected when the run started), ``node_of`` (each identified client's node),
-    ``claimed`` (each answering node's client id) and the ``identify`` round."""
+    (connected when the run started); the first query (or an identify round) fills
+    ``node_of`` (each identified client's node; in block mode every client of a
+    node's block), ``claimed`` (each answering node's first client id) and the
+    ``identify`` round, keyed by node id."""
 
     grid: Grid
     reply_timeout: float
@@ -264,6 +266,7 @@ class GridClients:
     spec_hash: str | None = None
     #: Simulated clients each node serves (block mode: > 1, simulation only).
     clients_per_node: int = 1
+    #: The run's clients (ids ``0 .. total-1``); whether the nodes said who they are.
     total: int = 0
     identified: bool = False
     #: Called once the nodes are identified (the session's quorum on them).
