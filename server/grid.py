@@ -227,8 +227,9 @@ def wait_for_nodes(
                 return nodes
             raise RuntimeError(
                 f"only {len(nodes)} node(s) connected after {timeout:g} s, but the run "
-                f"needs {minimum} (flower.min-nodes; the settings name {expected} "
-                f"clients, data.n-train + data.n-eval). Start more SuperNodes, set "
+                f"needs {minimum} (flower.min-nodes; the settings need {expected}: "
+                f"data.n-train + data.n-eval clients, flower.clients-per-node of "
+                f"them a node). Start more SuperNodes, set "
                 f'--federation-config "num-supernodes={expected}" in simulation, or '
                 f"lower data.n-train / data.n-eval."
             )

@@ -106,3 +106,14 @@ def test_a_node_with_its_own_client_refuses_block_mode(run_config, tmp_path, own
     reply = client_app(message, context)
     assert reply.has_error() and reply.error.code == ERROR_POLICY
     assert "simulated partitions only" in reply.error.reason
+
+
+def test_the_first_query_names_its_clients_as_runs_of_ids():
+    from ldpfda.schema.blocks import id_runs, in_runs
+
+    ids = np.array([7, 0, 1, 2, 9, 8, 30])
+    runs = id_runs(ids)
+    assert runs.tolist() == [[0, 3], [7, 10], [30, 31]]
+    everyone = np.arange(-2, 40)
+    np.testing.assert_array_equal(everyone[in_runs(everyone, runs)], np.sort(ids))
+    assert not in_runs(everyone, id_runs(np.zeros(0, dtype=np.int64))).any()
