@@ -4,10 +4,11 @@
 ``flwr run . --federation-config "num-supernodes=N"`` from the source checkout with a
 fresh ``FLWR_HOME`` and its own SuperLink ports (offline, no telemetry, no run-time
 installation), half of the clients training and half evaluating under the reference
-MRMA protocol, waits for the end of the run, stops the SuperLink that ``flwr run``
-leaves behind by PID, and returns the wall time and the peak of the summed resident
-memory of every Flower and Ray process (sampled every 0.2 s). ``clients_per_node``
-> 1 runs the simulation's block mode (``flower.clients-per-node``).
+MRMA protocol (``--mechanism joint-hybrid``: the default protocol, one round), waits
+for the end of the run, stops the SuperLink that ``flwr run`` leaves behind by PID,
+and returns the wall time and the peak of the summed resident memory of every Flower
+and Ray process (sampled every 0.2 s). ``clients_per_node`` > 1 runs the
+simulation's block mode (``flower.clients-per-node``).
 
 ``minimal(n_clients)`` times the same on a minimal one-round app (written to a
 temporary folder): the server sends every node one empty message and waits for the
@@ -152,15 +153,19 @@ def _timed_run(
 
 
 def simulate(
-    n_clients: int, settings: Settings, clients_per_node: int = 1
+    n_clients: int,
+    settings: Settings,
+    clients_per_node: int = 1,
+    mechanism: str = "reference",
 ) -> dict[str, Any]:
-    """Time one ``flwr run .`` simulation of ``n_clients`` clients (reference MRMA),
+    """Time one ``flwr run .`` simulation of ``n_clients`` clients (``mechanism``:
+    reference MRMA, or e.g. ``"joint-hybrid"`` for the default protocol),
     ``clients_per_node`` of them on each virtual SuperNode."""
     if not (ROOT / "pyproject.toml").exists():
         raise RuntimeError("the Flower benchmark needs a source checkout")
     n_train = n_clients // 2
     config: dict[str, Any] = {
-        "privacy.mechanism": "reference",
+        "privacy.mechanism": mechanism,
         "data.dataset": settings.dataset,
         "privacy.epsilon": settings.epsilon,
         "data.n-train": n_train,
@@ -195,9 +200,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--clients-per-node", type=int, default=1)
     parser.add_argument("--no-minimal", action="store_true")
+    parser.add_argument("--mechanism", default="reference")
     args = parser.parse_args(argv)
     settings = reference_settings(dataset="functional", epsilon=5.0, n_basis=10)
-    out = {"ldpfda": simulate(args.clients, settings, args.clients_per_node)}
+    out = {
+        "ldpfda": simulate(
+            args.clients, settings, args.clients_per_node, args.mechanism
+        )
+    }
     if not args.no_minimal:
         out["minimal"] = minimal(args.clients)
         out["ratio"] = out["ldpfda"]["wall_s"] / out["minimal"]["wall_s"]
