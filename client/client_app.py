@@ -38,10 +38,19 @@ import logging
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    RecordDict,
+)
 from flwr.clientapp import ClientApp
 
 from ldpfda.client.answers import Refusal
+from ldpfda.client.blocks import answer_block, clients_per_node
 from ldpfda.client.ledger import LedgerError
 from ldpfda.client.node import (
     DataError,
@@ -57,6 +66,7 @@ from ldpfda.client.policy import PolicyRefusal
 from ldpfda.client.release import RELEASES, release
 from ldpfda.exceptions import BudgetExceededError
 from ldpfda.schema import catalog
+from ldpfda.schema.blocks import FIRST_RECORD, in_runs
 from ldpfda.schema.queries import (
     ERROR_BUDGET,
     ERROR_REQUEST,
@@ -147,8 +157,11 @@ def _spec_hash(message: Message) -> str | None:
     return None if record is None else str(record.get("hash"))
 
 
-def handle(name: str, message: Message, context: Context) -> RecordDict:
-    """Answer query ``name`` for the node of ``context`` (the content of the reply).
+def handle(
+    name: str, message: Message, context: Context, runs: Any = None
+) -> RecordDict:
+    """Answer query ``name`` for the node of ``context`` (the content of the reply);
+    a block node in the first round for its clients in ``runs``.
 
     The node's policy is checked first; a deployed node answers a query identical to
     an earlier one with the stored release, at no cost.
@@ -156,6 +169,16 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
     setup = client_setup(context)
     check_spec(setup, _spec_hash(message))
     n_classes = query_classes(name, message)
+    if clients_per_node(context) > 1:
+        return answer_block(
+            name,
+            message,
+            context,
+            setup,
+            n_classes,
+            lambda p: node_query(name, setup.settings, p, n_classes),
+            runs,
+        )
     if name != catalog.IDENTIFY:
         setup.policy.check_run(setup.settings)
         features, labels = client_data(context, setup)
@@ -176,26 +199,65 @@ def handle(name: str, message: Message, context: Context) -> RecordDict:
         return _reply_content(query, arrays, state.ledger)
 
 
-def respond(name: str, message: Message, context: Context) -> Message:
-    """:func:`handle`, with a refusal or a bad request as an error reply.
-
-    A refusal for the node's policy, ledger or data carries only its code and a generic
-    reason; the node's own log says why.
-    """
-    try:
-        return Message(handle(name, message, context), reply_to=message)
-    except BudgetExceededError as exc:
+def _error(name: str, exc: Exception) -> Error:
+    """The error reply of a refusal or a bad request: a refusal for the node's policy,
+    ledger or data carries only its code and a generic reason (the node's log says
+    why)."""
+    if isinstance(exc, BudgetExceededError):
         logger.warning("ldpfda node: %s refused: %s", name, exc)
-        return Message(Error(ERROR_BUDGET, f"refused: {exc}"), reply_to=message)
-    except (PolicyRefusal, LedgerError, DataError, SpecRefusal) as exc:
+        return Error(ERROR_BUDGET, f"refused: {exc}")
+    if isinstance(exc, (PolicyRefusal, LedgerError, DataError, SpecRefusal)):
         logger.warning("ldpfda node: %s refused: %s", name, exc.reason)
-        return Message(Error(exc.code, str(exc)), reply_to=message)
-    except Refusal as exc:
-        return Message(Error(exc.code, str(exc)), reply_to=message)
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        return Message(
-            Error(ERROR_REQUEST, f"{type(exc).__name__}: {exc}"), reply_to=message
-        )
+        return Error(exc.code, str(exc))
+    if isinstance(exc, Refusal):
+        return Error(exc.code, str(exc))
+    return Error(ERROR_REQUEST, f"{type(exc).__name__}: {exc}")
+
+
+_REFUSED = (
+    BudgetExceededError,
+    PolicyRefusal,
+    LedgerError,
+    DataError,
+    SpecRefusal,
+    Refusal,
+    ValueError,
+    TypeError,
+    KeyError,
+    OSError,
+)
+
+
+def first_reply(name: str, message: Message, context: Context) -> RecordDict:
+    """The reply to the run's first query (:data:`~ldpfda.schema.blocks.
+    FIRST_RECORD`): the node's identity, and for those of its clients the query asks
+    the answer, or the refusal as a ``refusal`` record (a refusal before the node can
+    say who it is stays an error reply)."""
+    runs = message.content.array_records[FIRST_RECORD]["asked"].numpy()
+    identity = handle(catalog.IDENTIFY, message, context)
+    record = identity["identity"]
+    mine = record.get("client-ids", [record.get("client-id")])
+    if not in_runs(np.asarray(mine, dtype=np.int64), runs).any():
+        return identity
+    try:
+        content = handle(name, message, context, runs)
+    except _REFUSED as exc:
+        error = _error(name, exc)
+        refusal = {"code": int(error.code), "reason": str(error.reason)}
+        content = RecordDict({"refusal": ConfigRecord(refusal)})  # type: ignore[arg-type]
+    content["identity"] = record
+    return content
+
+
+def respond(name: str, message: Message, context: Context) -> Message:
+    """:func:`handle` (:func:`first_reply` for the run's first query), with a refusal
+    or a bad request as an error reply (:func:`_error`)."""
+    try:
+        if FIRST_RECORD in message.content.array_records:
+            return Message(first_reply(name, message, context), reply_to=message)
+        return Message(handle(name, message, context), reply_to=message)
+    except _REFUSED as exc:
+        return Message(_error(name, exc), reply_to=message)
 
 
 def register(client_app: ClientApp) -> ClientApp:

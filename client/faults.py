@@ -99,6 +99,8 @@ def misbehave_mod(
         time.sleep(hang)
     if reply.has_error() or not (privatize or kind == message_type(catalog.EVALUATE)):
         return reply
+    if privatize and "payload" not in reply.content.array_records:
+        return reply  # the first round's identity-only reply of a node not asked
     if privatize:
         _corrupt_release(reply, context, client_setup(context), how)
     elif how == "bit":

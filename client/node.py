@@ -10,6 +10,7 @@ with a data file) keeps a lifetime ledger per record with its memoized releases
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -27,7 +28,8 @@ from ldpfda.client.answers import Refusal
 from ldpfda.client.ledger import RecordState, open_record, record_key
 from ldpfda.client.policy import NodePolicy
 from ldpfda.client.release import ClientSetup
-from ldpfda.config import run_settings
+from ldpfda.config import Settings
+from ldpfda.config import run_settings as parse_run_settings
 from ldpfda.datasets.files import load_node_data
 from ldpfda.datasets.population import (
     public_featurizer,
@@ -49,6 +51,7 @@ __all__ = [
     "load_ledger",
     "node_state",
     "partition_file",
+    "run_settings",
     "save_ledger",
 ]
 
@@ -144,6 +147,21 @@ def check_classes(setup: ClientSetup, n_classes: int, labels: NDArray) -> None:
             f"the node's label {labels.tolist()} is not one of the query's "
             f"{n_classes} classes"
         )
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(items: tuple[tuple[str, Any], ...]) -> tuple[Settings, dict[str, Any]]:
+    return parse_run_settings(dict(items))
+
+
+def run_settings(run_config: Any) -> tuple[Settings, dict[str, Any]]:
+    """:func:`ldpfda.config.run_settings` of a node's run config, parsed once per run
+    config (a node answers many queries of one run); the Flower keys a copy."""
+    try:
+        settings, flower = _parsed(tuple(sorted(dict(run_config).items())))
+    except TypeError:  # a value that cannot be hashed: parse it as it is
+        return parse_run_settings(run_config)
+    return settings, dict(flower)
 
 
 def _node_int(node_config: dict[str, Any], key: str) -> int | None:

@@ -201,11 +201,12 @@ def _simulated_population(
 
 
 def simulated_partition(
-    settings: Settings, repeat: int, partition_id: int
+    settings: Settings, repeat: int, partition_id: int, count: int = 1
 ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-    """Scaled features ``(1, p)`` and label ``(1,)`` of simulated client
-    ``partition_id``: client i of :func:`ldpfda.engine.run_repeat` (training clients
-    first, then evaluation clients), or of the server ``settings.server_id``."""
+    """Scaled features ``(n, p)`` and labels ``(n,)`` of the ``count`` simulated
+    clients from ``partition_id`` on (fewer at the end of the run): client i of
+    :func:`ldpfda.engine.run_repeat` (training clients first, then evaluation
+    clients), or of the server ``settings.server_id``."""
     total = settings.n_train + settings.n_eval
     partition_id = check_int(partition_id, "partition_id", minimum=0)
     if partition_id >= total:
@@ -214,7 +215,7 @@ def simulated_partition(
             f"(data.n-train + data.n-eval)"
         )
     features, labels = _simulated_population(settings, repeat)
-    rows = slice(partition_id, partition_id + 1)
+    rows = slice(partition_id, partition_id + check_int(count, "count", minimum=1))
     return features[rows].copy(), labels[rows].copy()
 
 

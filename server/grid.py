@@ -5,7 +5,7 @@ that fails is rejected with the reason."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +15,13 @@ from flwr.serverapp import Grid
 from numpy.typing import NDArray
 
 from ldpfda.schema import catalog
+from ldpfda.schema.blocks import (
+    BLOCK_LAYOUT,
+    FIRST_RECORD,
+    id_runs,
+    pack_request,
+    stacked,
+)
 from ldpfda.schema.queries import (
     ERROR_BUDGET,
     ERROR_DATA,
@@ -108,7 +115,10 @@ def _array(content: RecordDict, spec: ArraySpec) -> NDArray:
 def parse_identity(message: Message) -> tuple[int, dict[str, float]]:
     """The client id and ledger figures of a ``query.identify`` reply (or
     :class:`ReplyError`)."""
-    content = _content(message)
+    return _identity(_content(message))
+
+
+def _identity(content: RecordDict) -> tuple[int, dict[str, float]]:
     try:
         client_id = content.config_records["identity"]["client-id"]
     except KeyError as exc:
@@ -137,6 +147,52 @@ def parse_checked(
         kind, detail = checked.rejected[client_id].split(": ", 1)
         raise ReplyError(kind, detail)
     return rows, figures
+
+
+def _block_ledger(content: RecordDict, key: str) -> tuple[list[int], list[dict]]:
+    """The client ids and ledger figures of a block's reply record ``key``."""
+    try:
+        record = content.config_records[key]
+        reported = [int(c) for c in record["client-ids"]]  # type: ignore[union-attr]
+        spent = [float(v) for v in record["spent"]]  # type: ignore[union-attr]
+        budget = float(record["budget"])  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplyError(
+            "ledger", f"reply lacks a valid '{key}' record: {exc!r}"
+        ) from exc
+    if len(spent) != len(reported) or not all(v >= 0 for v in spent) or not budget > 0:
+        raise ReplyError("ledger", f"invalid ledger figures in '{key}'")
+    return reported, [{"spent": v, "budget": budget} for v in spent]
+
+
+def parse_block(
+    query: Query, content: RecordDict, ids: NDArray[np.int64]
+) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
+    """A block node's reply arrays, stacked over clients ``ids``, and each client's
+    ledger figures (shapes and signatures checked; the values are checked by the
+    caller, as in process), else :class:`ReplyError`."""
+    values = {}
+    for spec in query.reply:
+        value = _array(content, spec)
+        if value.dtype.kind not in "biuf":
+            raise ReplyError("content", f"'{spec.record}.{spec.key}' is not numeric")
+        values[spec.key] = stacked(spec, value, ids.size)
+    reported, figures = _block_ledger(content, query.ledger_record)
+    if reported != ids.tolist():
+        raise ReplyError("ledger", "the reply is signed by other clients than asked")
+    return values, figures
+
+
+def _block_content(query: Query, request: Request, ids: NDArray) -> RecordDict:
+    records, shared = pack_request(query.request, request, ids)
+    content = RecordDict(
+        {
+            k: ArrayRecord({key: Array(a) for key, a in v.items()})
+            for k, v in records.items()
+        }
+    )
+    content[BLOCK_LAYOUT] = ConfigRecord({"shared": ",".join(shared)})
+    return content
 
 
 def _request_content(query: Query, arrays: Mapping[str, NDArray]) -> RecordDict:
@@ -171,8 +227,9 @@ def wait_for_nodes(
                 return nodes
             raise RuntimeError(
                 f"only {len(nodes)} node(s) connected after {timeout:g} s, but the run "
-                f"needs {minimum} (flower.min-nodes; the settings name {expected} "
-                f"clients, data.n-train + data.n-eval). Start more SuperNodes, set "
+                f"needs {minimum} (flower.min-nodes; the settings need {expected}: "
+                f"data.n-train + data.n-eval clients, flower.clients-per-node of "
+                f"them a node). Start more SuperNodes, set "
                 f'--federation-config "num-supernodes={expected}" in simulation, or '
                 f"lower data.n-train / data.n-eval."
             )
@@ -194,8 +251,10 @@ def _present(reply: Message | None, timeout: float) -> Message:
 @dataclass
 class GridClients:
     """SuperNodes of a Flower ``grid`` as a transport. :meth:`connect` fills ``nodes``
-    (connected when the run started), ``node_of`` (each identified client's node),
-    ``claimed`` (each answering node's client id) and the ``identify`` round."""
+    (connected when the run started); the first query (or an identify round) fills
+    ``node_of`` (each identified client's node; in block mode every client of a
+    node's block), ``claimed`` (each answering node's first client id) and the
+    ``identify`` round, keyed by node id."""
 
     grid: Grid
     reply_timeout: float
@@ -206,42 +265,78 @@ class GridClients:
     reported: dict[int, dict[str, float]] = field(default_factory=dict)
     #: The run's federation spec hash, sent with every request (None: the run has none).
     spec_hash: str | None = None
+    #: Simulated clients each node serves (block mode: > 1, simulation only).
+    clients_per_node: int = 1
+    #: The run's clients (ids ``0 .. total-1``); whether the nodes said who they are.
+    total: int = 0
+    identified: bool = False
+    #: Called once the nodes are identified (the session's quorum on them).
+    on_identified: Callable[[], None] | None = None
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
-        """Wait for the ``total`` clients' nodes, then ask each who it is.
+        """Wait for the nodes of the run's ``total`` clients. They say who they are
+        in their reply to the first query (:meth:`ask`), or in an identify round when
+        the ids are needed first (:meth:`ids`) or the first query's request differs
+        between clients.
 
         Of two nodes claiming one client id the lower node id stands and the other is
         rejected as a duplicate; an id outside ``0 .. total-1`` is rejected as unknown.
         """
-        self.nodes = wait_for_nodes(self.grid, total, minimum, wait_timeout)
-        self.identify.ask(np.array(self.nodes, dtype=object))
-        replies = self._send(
-            catalog.identify_query(), {n: RecordDict() for n in self.nodes}
+        self.total = total
+        expected = -(-total // self.clients_per_node)
+        self.nodes = wait_for_nodes(
+            self.grid, expected, min(minimum, expected), wait_timeout
         )
-        got = Replies(_NONE, {})
+
+    def _identities(self, replies: Mapping[int, Message]) -> dict[int, RecordDict]:
+        """Identify every node by its reply (the identify round, in node ids); the
+        content of each identified node's reply."""
+        self.identify.ask(np.array(self.nodes, dtype=object))
+        got, identified = Replies(_NONE, {}), {}
         for node in sorted(self.nodes):
             try:
-                reply = _present(replies.get(node), self.reply_timeout)
-                client_id, figures = parse_identity(reply)
+                content = _content(_present(replies.get(node), self.reply_timeout))
+                if self.clients_per_node > 1:
+                    block, figures = _block_ledger(content, "identity")
+                else:
+                    client_id, one = _identity(content)
+                    block, figures = [client_id], [one]
             except _Absent as exc:
                 got.missing[node] = str(exc)
                 continue
             except ReplyError as exc:
                 got.rejected[node] = str(exc)
                 continue
-            self.claimed[node] = client_id
-            if client_id >= total:
-                got.rejected[node] = f"unknown: client {client_id} is not in this run"
-            elif client_id in self.node_of:
-                other = self.node_of[client_id]
-                got.rejected[node] = (
-                    f"duplicate: client {client_id} is already node {other}"
-                )
+            if reason := self._claim(node, block, figures, self.total):
+                got.rejected[node] = reason
             else:
-                self.node_of[client_id] = node
-                self.reported[client_id] = figures
+                identified[node] = content
         self.identify.record(got)
-        self.identify.answer(np.array(list(self.node_of.values()), dtype=object))
+        self.identify.answer(np.array(sorted(identified), dtype=object))
+        self.identified = True
+        if self.on_identified is not None:
+            self.on_identified()
+        return identified
+
+    def _identify_round(self) -> None:
+        query = catalog.identify_query()
+        self._identities(self._send(query, {n: RecordDict() for n in self.nodes}))
+
+    def _claim(
+        self, node: int, block: list[int], figures: list[dict], total: int
+    ) -> str:
+        """Record ``node`` as the node of clients ``block``; the reason it is
+        rejected instead (an id outside the run, or one another node has)."""
+        self.claimed[node] = block[0] if block else -1
+        for client_id in block:
+            if not 0 <= client_id < total:
+                return f"unknown: client {client_id} is not in this run"
+            if client_id in self.node_of:
+                other = self.node_of[client_id]
+                return f"duplicate: client {client_id} is already node {other}"
+        self.node_of.update(dict.fromkeys(block, node))
+        self.reported.update(zip(block, figures, strict=True))
+        return ""
 
     def describe(self) -> str:
         """Who is connected and identified, and who gave no identity reply."""
@@ -254,8 +349,17 @@ class GridClients:
         )
 
     def ids(self) -> NDArray[np.int64]:
-        """The identified clients, by id."""
+        """The identified clients, by id (after an identify round if need be)."""
+        if not self.identified:
+            self._identify_round()
         return np.array(sorted(self.node_of), dtype=np.int64)
+
+    def absent(self, ids: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Which of ``ids`` are known to have no node (none before identification)."""
+        if not self.identified:
+            return np.zeros(len(ids), dtype=bool)
+        known = np.fromiter(self.node_of, dtype=np.int64, count=len(self.node_of))
+        return ~np.isin(ids, known)
 
     def _send(
         self, query: Query, contents: Mapping[int, RecordDict]
@@ -301,42 +405,133 @@ class GridClients:
         """Wait until the nodes of clients ``ids`` are online again, for at most the
         reply timeout (a restarted SuperNode keeps its node id under SuperNode
         authentication)."""
-        nodes = {self.node_of[int(c)] for c in ids}
+        self._wait_for({self.node_of[int(c)] for c in ids})
+
+    def _wait_for(self, nodes: set[int]) -> None:
         deadline = time.monotonic() + self.reply_timeout
         while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
             if time.monotonic() >= deadline:
                 return
             time.sleep(1.0)
 
-    def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
-        contents = {
-            self.node_of[int(c)]: _request_content(query, request.client(i))
-            for i, c in enumerate(ids)
+    def _rows(
+        self, query: Query, content: RecordDict, asked: NDArray[np.int64]
+    ) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
+        """One node's reply arrays stacked over its ``asked`` clients, and their
+        ledger figures (:class:`ReplyError` for a refusal or a malformed reply)."""
+        if "refusal" in content.config_records:
+            refusal = content.config_records["refusal"]
+            code, reason = int(str(refusal["code"])), str(refusal["reason"])
+            kind = REFUSALS.get(code, "error")
+            raise ReplyError(kind, f"error reply (code {code}): {reason}")
+        if self.clients_per_node > 1:
+            return parse_block(query, content, asked)
+        arrays = {spec.key: _array(content, spec) for spec in query.reply}
+        rows = wire_rows(query, arrays)
+        figures = _ledger_info(content, query.ledger_record, int(asked[0]))
+        return {k: np.asarray(v)[None, ...] for k, v in rows.items()}, [figures]
+
+    def _contents(
+        self,
+        query: Query,
+        request: Request,
+        ids: NDArray[np.int64],
+        groups: Mapping[int, NDArray[np.int64]],
+    ) -> dict[int, RecordDict]:
+        """The request of each node for its clients ``ids[groups[node]]``."""
+        if self.clients_per_node > 1:
+            return {
+                node: _block_content(query, request.take(rows), ids[rows])
+                for node, rows in groups.items()
+            }
+        return {
+            node: _request_content(
+                query, request.client(int(rows[0]) if rows.size else 0)
+            )
+            for node, rows in groups.items()
         }
+
+    def _first(
+        self, query: Query, ids: NDArray[np.int64], request: Request
+    ) -> dict[int, RecordDict]:
+        """Send the run's first query, alike for every client, to every node with
+        the ids it is for (:data:`FIRST_RECORD`), a node that was unavailable once
+        more when it is back; identify the nodes by their replies."""
+        empty = np.zeros(0, dtype=np.int64)
+        contents = self._contents(query, request, ids, dict.fromkeys(self.nodes, empty))
+        runs = Array(id_runs(ids))
+        for content in contents.values():
+            content[FIRST_RECORD] = ArrayRecord({"asked": runs})
         replies = self._send(query, contents)
-        out = Replies(_NONE, {})
-        rows: dict[int, dict[str, NDArray]] = {}
-        for c in (int(c) for c in ids):
-            try:
-                reply = _present(replies.get(self.node_of[c]), self.reply_timeout)
-                rows[c], out.reported[c] = parse_checked(query, reply, c)
-            except _Absent as exc:
-                out.missing[c] = str(exc)
-            except ReplyError as exc:
-                out.rejected[c] = str(exc)
-        out.ids = np.array(list(rows), dtype=np.int64)
-        out.values = {
-            spec.key: _stack([r[spec.key] for r in rows.values()], spec)
-            for spec in query.reply
+        lost = {
+            node
+            for node, reply in replies.items()
+            if reply.has_error() and reply.error.code in _UNAVAILABLE
         }
-        return out
+        if lost:
+            self._wait_for(lost)
+            replies.update(self._send(query, {n: contents[n] for n in lost}))
+        return self._identities(replies)
+
+    def ask(self, query: Query, ids: NDArray[np.int64], request: Request) -> Replies:
+        if not self.identified and (request.rows or request.ragged):
+            self._identify_round()
+        first = None if self.identified else self._first(query, ids, request)
+        out = Replies(_NONE, {})
+        groups: dict[int, list[int]] = {}
+        for i, c in enumerate(ids.tolist()):
+            # A client no node said it is: absent, like those the session no longer
+            # asks (a first query is sent before the server knows who is there).
+            if (node := self.node_of.get(c)) is not None:
+                groups.setdefault(node, []).append(i)
+        index = {node: np.array(rows, dtype=np.int64) for node, rows in groups.items()}
+        if first is None:
+            replies = self._send(query, self._contents(query, request, ids, index))
+        parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
+        for node, rows in index.items():
+            asked = ids[rows]
+            try:
+                if first is not None:
+                    content = first[node]
+                else:
+                    content = _content(_present(replies.get(node), self.reply_timeout))
+                values, figures = self._rows(query, content, asked)
+            except (_Absent, ReplyError) as exc:
+                lost = out.missing if isinstance(exc, _Absent) else out.rejected
+                lost.update(dict.fromkeys(asked.tolist(), str(exc)))
+                continue
+            out.reported.update(zip(asked.tolist(), figures, strict=True))
+            parts.append((rows, values))
+        return _checked(query, ids, parts, out)
+
+
+def _checked(
+    query: Query,
+    ids: NDArray[np.int64],
+    parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]],
+    out: Replies,
+) -> Replies:
+    """``out`` with the replies of ``parts`` (rows of ``ids`` and their arrays) in the
+    order asked, every value checked as in process (a rejected client's figures
+    dropped)."""
+    rows = np.concatenate([_NONE, *(r for r, _ in parts)])
+    order = np.argsort(rows, kind="stable")
+    values = {
+        spec.key: _stack([v[spec.key] for _, v in parts], spec)[order]
+        for spec in query.reply
+    }
+    checked = check_replies(query, ids[rows[order]], values, out.rejected)
+    for c in checked.rejected:
+        out.reported.pop(c, None)
+    out.ids, out.values, out.rejected = checked.ids, checked.values, checked.rejected
+    return out
 
 
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def _stack(rows: list[NDArray], spec: ArraySpec) -> NDArray:
-    if rows:
-        return np.stack([np.asarray(r) for r in rows])
+def _stack(parts: list[NDArray], spec: ArraySpec) -> NDArray:
+    if parts:
+        return np.concatenate([np.asarray(p) for p in parts])
     shape = tuple(max(d, 0) for d in spec.shape)
     return np.zeros((0, *shape), dtype=spec.dtype)

@@ -36,6 +36,7 @@ class FlowerOptions:
     spec: str = ""
     public_data: str = ""
     node_data: str = ""
+    clients_per_node: int = 1
 
     def __post_init__(self) -> None:
         def checked(name: str, check: Any, **bounds: Any) -> None:
@@ -46,6 +47,7 @@ class FlowerOptions:
         checked("wait_timeout", check_real, low=0.0)
         checked("reply_timeout", check_real, low=0.0, low_open=True)
         checked("min_reply_fraction", check_real, low=0.0, high=1.0)
+        checked("clients_per_node", check_int, minimum=1)
         for name in ("report_dir", "artifact_dir"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:

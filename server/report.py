@@ -80,7 +80,7 @@ def rejections(
         {
             "stage": stage,
             "client_id": claimed.get(key) if stage == catalog.IDENTIFY else key,
-            "node_id": key if stage == catalog.IDENTIFY else node_of[key],
+            "node_id": key if stage == catalog.IDENTIFY else node_of.get(key),
             "kind": reason_kind(reason),
             "reason": reason,
         }

@@ -46,25 +46,34 @@ def connect(
     timing: str = "wait_for_nodes_s",
     spec_hash: str | None = None,
 ) -> tuple[GridClients, Session]:
-    """Wait for the run's nodes and identify them (timed as ``timing``); the transport
-    and a session over it, with the server's ledger."""
+    """Wait for the run's nodes (timed as ``timing``); the transport and a session
+    over it, with the server's ledger. Once the nodes are identified (by their first
+    reply) the quorum holds against every client the run asked for."""
     total = settings.n_train + settings.n_eval
-    clients = GridClients(grid, options.reply_timeout, spec_hash=spec_hash)
+    clients = GridClients(
+        grid,
+        options.reply_timeout,
+        spec_hash=spec_hash,
+        clients_per_node=options.clients_per_node,
+    )
     ledger = PrivacyLedger(budget=settings.epsilon, client_ids=np.arange(total))
     session = Session(clients, ledger, options.min_reply_fraction, status)
     status("waiting-for-nodes", expected=total)
     with session.timed(timing):
         clients.connect(total, options.min_nodes or total, options.wait_timeout)
-    status("identify", nodes=len(clients.nodes))
-    absent = sorted(set(range(total)) - set(clients.node_of))
-    if absent:
-        logger.warning(
-            "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
-        )
-    session.reported.update(clients.reported)
-    # The quorum holds from the first round on, against every client the run asked for.
-    session.lose({c: "absent: no node identified as this client" for c in absent})
-    session.require(clients.identify, 1, "planned", np.arange(total))
+
+    def identified() -> None:
+        status("identify", nodes=len(clients.nodes))
+        absent = sorted(set(range(total)) - set(clients.node_of))
+        if absent:
+            logger.warning(
+                "ldpfda: %d configured client(s) absent: %s", len(absent), absent[:20]
+            )
+        session.reported.update(clients.reported)
+        session.lose({c: "absent: no node identified as this client" for c in absent})
+        session.require(clients.identify, 1, "planned", np.arange(total))
+
+    clients.on_identified = identified
     return clients, session
 
 
@@ -105,8 +114,8 @@ def run_server(
         clients, session = connect(
             grid, settings, options, status, spec_hash=data.spec_hash
         )
-        ids = clients.ids()
-        train_ids, eval_ids = ids[ids < settings.n_train], ids[ids >= settings.n_train]
+        # The planned clients: the nodes say who they are with their first reply.
+        train_ids, eval_ids = planned_ids(settings)
         server_rng = np.random.default_rng(
             derive_seed(settings.seed, "server", options.repeat)
         )
@@ -117,7 +126,7 @@ def run_server(
             featurizer.n_features_out,
             server_rng,
             public,
-            planned=planned_ids(settings),
+            planned=(train_ids, eval_ids),
             n_classes=data.n_classes,
         )
         result = run_plan(session, plan)
@@ -126,9 +135,10 @@ def run_server(
                 score(result, *data.test)
             assess_signal(result, public, data.test)
         result.timings = dict(session.timings)
+        present = clients.absent(np.arange(total)) == 0
         extra: dict[str, Any] = {
-            "train_clients": train_ids.tolist(),
-            "eval_clients": eval_ids.tolist(),
+            "train_clients": train_ids[present[train_ids]].tolist(),
+            "eval_clients": eval_ids[present[eval_ids]].tolist(),
         }
         if not settings.label_release:
             extra["output_range"] = list(
@@ -152,7 +162,10 @@ def run_server(
             participation=participation(clients, session, total, **extra),
             second_moment=data.second_moment(),
         )
-        report["privacy"] = privacy_section(session, sorted(clients.node_of))
+        # The identified clients, and those charged whose node never said who it is.
+        charged = np.flatnonzero(session.ledger.spent_all() > 0).tolist()
+        listed = sorted({*clients.node_of, *charged})
+        report["privacy"] = privacy_section(session, listed)
         if settings.label_release:
             report["privacy"]["labeldp"] = result.privacy["labeldp"]
         write_run(report, result.final, result.payload.arrays(), status)

@@ -266,7 +266,16 @@ class Session:
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
+        planned = ids if planned is None else planned
         round_ = self.rounds.setdefault(stage, Round(stage))
+        # A client the transport knows has no node is neither asked nor charged.
+        absent = getattr(self.clients, "absent", lambda ids: np.zeros(ids.size, bool))
+        gone = absent(ids)
+        if gone.any():
+            self.lose(
+                {int(c): "absent: no node identified as this client" for c in ids[gone]}
+            )
+            request, ids = request.take(np.flatnonzero(~gone)), ids[~gone]
         affordable = self._charge(query, request, ids)
         asked = ids[affordable]
         round_.refused_by_server.extend(int(c) for c in ids[~affordable])
@@ -288,9 +297,7 @@ class Session:
         self.reported.update(replies.reported)
         round_.record(replies)
         self.lose({**replies.missing, **replies.rejected})
-        self.require(
-            round_, minimum, what or stage, ids if planned is None else planned
-        )
+        self.require(round_, minimum, what or stage, planned)
         return replies
 
     def _charge(

@@ -315,8 +315,9 @@ def test_default_run_equals_the_in_process_engine(run_config, dataset):
     assert report["test_errors"]["moment"] == pytest.approx(
         reference.test_errors["moment"]
     )
+    # The nodes say who they are with their release: no identify round.
     kinds = {m.metadata.message_type for m in grid.sent}
-    assert kinds == {"query.identify", "query.privatize"}
+    assert kinds == {"query.privatize"}
     written = json.loads((grid_report_dir(config) / "report.json").read_text())
     assert written["method"] == "moment" and written["models"] == []
     assert "evaluate" not in written["participation"]
@@ -343,7 +344,8 @@ def test_mrma_on_joint_releases_equals_the_engine(run_config):
     np.testing.assert_allclose(result.final.coef, reference.final.coef, atol=1e-10)
     np.testing.assert_allclose(result.estimated_errors, reference.estimated_errors)
     kinds = Counter(m.metadata.message_type for m in grid.sent)
-    assert kinds == {"query.identify": 50, "query.privatize": 30, "query.evaluate": 20}
+    # The privatize query goes to every node: the 20 evaluators only say who they are.
+    assert kinds == {"query.privatize": 50, "query.evaluate": 20}
     assert report["privacy"]["server_accounting"]["max_spent"] == pytest.approx(5.0)
 
 
@@ -373,23 +375,22 @@ def test_each_client_is_asked_each_query_once(run_config, protocol):
     assert set(asked.values()) == {1}
     kinds = Counter(m.metadata.message_type for m in grid.sent)
     if settings.protocol == "moment":
-        assert kinds == {"query.identify": 50, "query.privatize": 50}
+        assert kinds == {"query.privatize": 50}
     else:
-        assert kinds == {
-            "query.identify": 50,
-            "query.privatize": 30,
-            "query.evaluate": 20,
-        }
+        assert kinds == {"query.privatize": 50, "query.evaluate": 20}
 
 
 def test_silent_nodes_are_recorded_and_the_run_goes_on(run_config):
-    # Nodes 2 and 3 train, 35 evaluates; their replies never arrive.
+    # Nodes 2 and 3 train, 35 evaluates; their replies never arrive, from the first
+    # query on: they never say who they are, and evaluator 35 is not asked again.
     grid, _, result, report = _run(
         run_config(SMALL, REFERENCE), partitions(50), silent=[2, 3, 35]
     )
     part = report["participation"]
-    assert part["privatize"]["missing"] == [2, 3]
-    assert part["evaluate"]["missing"] == [35]
+    assert sorted(part["identify"]["missing"]) == [1002, 1003, 1035]
+    assert part["absent_clients"] == [2, 3, 35]
+    assert part["privatize"]["answered"] == 28
+    assert part["evaluate"]["asked"] == 19 and part["evaluate"]["missing"] == []
     assert 2 not in result.payload.client_ids and len(result.payload) == 28
     # Asked but silent: the server counts the epsilon it asked for, nobody vouches for
     # what was spent.
@@ -401,7 +402,7 @@ def test_silent_nodes_are_recorded_and_the_run_goes_on(run_config):
 
 def test_silent_nodes_of_a_default_run_are_recorded(run_config):
     _, _, result, report = _run(run_config(SMALL), partitions(50), silent=[2, 35])
-    assert report["participation"]["privatize"]["missing"] == [2, 35]
+    assert report["participation"]["absent_clients"] == [2, 35]
     assert len(result.payload) == 48
     assert not {2, 35} & set(result.payload.client_ids.tolist())
     assert report["privacy"]["clients"]["35"]["charged_by_server"] == pytest.approx(5.0)
@@ -412,8 +413,9 @@ def test_silent_nodes_of_a_default_run_are_recorded(run_config):
 @pytest.mark.parametrize(
     ("protocol", "match"),
     [
-        (REFERENCE, r"only 28 of 30 training clients.*\[2, 3\]"),
-        ({}, r"only 48 of 50 releasing clients.*\[2, 3\]"),
+        # Silent from the first query on, they never say who they are.
+        (REFERENCE, r"only 48 of 50 planned clients.*'identify'.*\[2, 3\]"),
+        ({}, r"only 48 of 50 planned clients.*'identify'.*\[2, 3\]"),
     ],
     ids=["reference-mrma", "default-moment"],
 )
@@ -553,11 +555,12 @@ def test_a_hanging_node_times_out_and_its_late_reply_is_not_used(run_config):
     result, report = run_server(grid, settings, options, run_id=7)
     assert grid.handed_over_late == 1, "the late reply came during the evaluate round"
     part = report["participation"]
-    assert part["privatize"]["missing"] == [3] and part["privatize"]["answered"] == 29
+    assert part["privatize"]["answered"] == 29 and part["absent_clients"] == [3]
+    # Its first reply lost, node 1003 never said who it is: client 3 is absent.
     (entry,) = part["rejections"]
     assert (entry["stage"], entry["client_id"], entry["node_id"]) == (
-        "privatize",
-        3,
+        "identify",
+        None,
         1003,
     )
     assert entry["kind"] == "timeout"
@@ -597,23 +600,23 @@ def test_stray_and_repeated_replies_are_ignored(run_config):
 
 
 def test_a_failed_quorum_says_who_was_connected_identified_and_missing(run_config):
-    # 25 of the 30 training clients die before they release: the run stops, and the
-    # message names the round, the counts and the nodes the server knew of.
+    # 25 of the 30 training clients die before their first reply: the run stops, and
+    # the message names the round, the counts and the nodes the server knew of.
     config = run_config(SMALL, REFERENCE)
     settings, options = parse_run_config(config)
     grid = FakeGrid(client_app, config, partitions(50), silent=range(25))
     with pytest.raises(RuntimeError) as caught:
         run_server(grid, settings, options, run_id=7)
     message = str(caught.value)
-    assert "only 5 of 30 training clients gave a valid reply in round 'privatize'" in (
+    assert "only 25 of 50 planned clients gave a valid reply in round 'identify'" in (
         message
     )
     assert "Missing (25): [0, 1, 2, 3, 4, ... 20 more]" in message
-    assert "connected nodes: 50, identified clients: 50" in message
+    assert "connected nodes: 50, identified clients: 25" in message
     status = json.loads(
         (Path(options.report_dir) / "run-7" / "status.json").read_text()
     )
-    assert status["stage"] == "failed" and "only 5 of 30" in status["error"]
+    assert status["stage"] == "failed" and "only 25 of 50" in status["error"]
 
 
 def _failed(config, nodes, match, **grid_kwargs):
@@ -626,8 +629,9 @@ def _failed(config, nodes, match, **grid_kwargs):
 
 
 def test_a_quorum_missed_in_the_identify_round_fails_the_run(run_config):
-    # 16 of 30 nodes never say who they are: the run asked for 30 clients and has 14,
-    # below min-reply-fraction 0.8 from the first round on (no release is asked for).
+    # 16 of 30 nodes never say who they are (their first reply is lost): the run
+    # asked for 30 clients and has 14, below min-reply-fraction 0.8 from the first
+    # round on.
     config = run_config({"data.n-train": 20, "data.n-eval": 10})
     status = _failed(
         config,
@@ -637,7 +641,7 @@ def test_a_quorum_missed_in_the_identify_round_fails_the_run(run_config):
         r"connected nodes: 30, identified clients: 14, nodes without an identity "
         r"reply: \[\(1000, 'timeout",
         silent=range(16),
-        silent_on=("query.identify",),
+        silent_on=("query.privatize",),
     )
     assert status["round"] == "identify" and status["missing"] == list(range(16))
 
@@ -681,7 +685,8 @@ def test_a_run_at_the_quorum_goes_on(run_config):
     config = run_config(SMALL, {"flower.min-nodes": 40, "flower.wait-timeout": 0.0})
     _, _, result, report = _run(config, partitions(50)[:45], silent=range(5))
     assert len(result.payload) == 40
-    assert report["participation"]["absent_clients"] == [45, 46, 47, 48, 49]
+    absent = report["participation"]["absent_clients"]
+    assert absent == [0, 1, 2, 3, 4, 45, 46, 47, 48, 49]
 
 
 class RestartingGrid(FakeGrid):

@@ -1,11 +1,13 @@
 """``flwr run .`` on the simulation runtime equals the in-process engine.
 
 Both protocols: the default (every client releases once, the moment classifier) and the
-reference MRMA, on the functional design; and a run under the shipped wearable spec in
+reference MRMA, on the functional design; a run under the shipped wearable spec in
 which every simulated node reads its own wearable file (wide CSV, long CSV or NPZ, each
-on its device's own irregular timestamps) from ``flower.node-data``. The module fixture
-submits the three runs to the same local SuperLink (the first ``flwr run`` starts it,
-the others find it running) and waits for all; the runs go on side by side.
+on its device's own irregular timestamps) from ``flower.node-data``; and a run in
+block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``). The
+module fixture submits the four runs to the same local SuperLink (the first ``flwr
+run`` starts it, the others find it running) and waits for all; the runs go on side by
+side.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 #: The run on the hosts' own files: clients 0-7 train, 8-11 evaluate.
 FILES_RUN, FILE_NODES = "wearable-files", 12
+#: Block mode: 4 virtual nodes serve 250 clients each (the reference protocol).
+BLOCK_RUN, BLOCK_NODES = "blocks", 4
+BLOCK_CONFIG: dict[str, Any] = {
+    **REFERENCE,
+    "data.dataset": "functional",
+    "data.n-train": 500,
+    "data.n-eval": 500,
+    "data.n-test": 2000,
+    "flower.clients-per-node": 250,
+}
 
 
 def _own_files(folder: Path) -> dict[str, Any]:
@@ -110,6 +122,7 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
             for name, protocol in PROTOCOLS.items()
         }
         runs[FILES_RUN] = (FILE_NODES, _own_files(workdir / "own"))
+        runs[BLOCK_RUN] = (BLOCK_NODES, BLOCK_CONFIG)
         for name, (nodes, protocol) in runs.items():
             config = {
                 "flower.repeat": 2,
@@ -244,3 +257,25 @@ def test_simulated_nodes_on_their_own_files_equal_the_engine_on_those_files(
     )
     for method, error in report["test_errors"].items():
         assert error == pytest.approx(reference.test_errors[method])
+
+
+def test_block_mode_simulation_equals_the_engine_bit_for_bit(simulations):
+    report = simulations.reports[BLOCK_RUN]
+    run_dir = simulations.run_dirs[BLOCK_RUN]
+    settings = Settings.from_mapping(report["settings"])
+    reference = run_repeat(settings, 2)
+    assert report["method"] == reference.method == "mrma"
+    payload = np.load(run_dir / "payload.npz")
+    np.testing.assert_array_equal(payload["client_ids"], np.arange(500))
+    for key, array in reference.payload.arrays().items():
+        np.testing.assert_array_equal(payload[key], array, err_msg=key)
+    model = np.load(run_dir / "model.npz")
+    np.testing.assert_array_equal(model["coef"], reference.final.coef[0])
+    np.testing.assert_array_equal(model["intercept"], reference.final.intercept)
+    for method, error in report["test_errors"].items():
+        assert error == reference.test_errors[method]
+    part = report["participation"]
+    assert part["connected_nodes"] == BLOCK_NODES and part["rejections"] == []
+    assert part["evaluate"]["answered"] == 500
+    spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
+    assert spent == {5.0}
