@@ -588,13 +588,18 @@ class LoopbackFederation:
     def wait_for_replies(
         self, indices: Sequence[int], message_type: str, timeout: float
     ) -> None:
-        """Until each SuperNode of ``indices`` has logged sending its reply to
-        ``message_type`` (its ``Sending: <message_type> message`` line)."""
+        """Until each SuperNode of ``indices`` has logged that its reply to
+        ``message_type`` has reached the SuperLink (its ``Sending: <message_type>
+        message`` line, then ``Sent successfully``): a node killed after the first line
+        alone may take its reply with it."""
         line = f"Sending: {message_type} message"
         sent = f"sent no {message_type} reply"
-        self._watch(
-            sorted(set(indices)), lambda log: line in log or None, timeout, sent
-        )
+
+        def delivered(log: str) -> bool | None:
+            at = log.find(line)
+            return (at >= 0 and "Sent successfully" in log[at:]) or None
+
+        self._watch(sorted(set(indices)), delivered, timeout, sent)
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any]) -> str:
         """``flwr run <app_dir> loopback --run-config ...``; returns its output."""

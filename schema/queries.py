@@ -12,6 +12,8 @@ client's row of per-client shape ``s`` sent as ``(1, *s)`` when ``lead`` (a scal
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -243,7 +245,8 @@ def check_rows(spec: ArraySpec, values: NDArray) -> tuple[NDArray[np.bool_], lis
     categorical value outside its categories (NaN included) or a real value out of
     bounds, ``nan`` for a non-finite real value."""
     n = values.shape[0]
-    flat = values.reshape(n, -1).astype(np.float64)
+    # Not reshape(n, -1): a round in which nobody answered has n = 0 rows.
+    flat = values.reshape(n, math.prod(values.shape[1:])).astype(np.float64)
     # Reduced along the second axis of a 2-D array, so a 1-D mask (never a scalar).
     finite = cast(NDArray[np.bool_], np.isfinite(flat).all(axis=1))
     if spec.values is not None:

@@ -119,3 +119,14 @@ def test_bad_fault_settings_are_refused():
         run_with_faults(SETTINGS, attack="loud")
     with pytest.raises(ValueError, match="reference"):
         run_with_faults(Settings(n_test=100), malicious=0.1)
+
+
+def test_a_round_in_which_nobody_answered_checks_to_no_replies():
+    # Every node of a round gone (a rejoin round of killed nodes): zero rows of every
+    # array, which the check passes through instead of failing on their shape.
+    query = catalog.privatize_query(Settings.reference(epsilon=5.0), 2)
+    one = wire_rows(query, _release([0.5, -0.5], 1))
+    values = {key: np.zeros((0, *row.shape)) for key, row in one.items()}
+    got = check_replies(query, np.zeros(0, dtype=np.int64), values, {7: "timeout"})
+    assert got.ids.size == 0 and got.rejected == {7: "timeout"}
+    assert all(v.shape[0] == 0 for v in got.values.values())
