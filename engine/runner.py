@@ -59,7 +59,9 @@ def run_protocol(
     clean_train : (features, labels), optional
         Clean scaled data, for the non-private reference model only.
     keep_payload : bool
-        False keeps an empty payload in the result.
+        False keeps an empty payload in the result; a ``moment`` run then keeps only
+        the sums of the releases, chunk by chunk, so its memory does not grow with
+        the releases.
     public : array of shape (m, p), optional
         Public, unlabeled scaled features (the moment classifier's feature second
         moment when ``settings.public_features`` is True).
@@ -84,6 +86,7 @@ def run_protocol(
         server_rng,
         public,
         n_classes=n_classes,
+        keep_payload=keep_payload,
     )
     result = run_plan(session, plan)
     if clean_train is not None:

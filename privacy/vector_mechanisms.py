@@ -198,7 +198,13 @@ class ProductMoments:
             raise ValueError(
                 f"released must have shape (n, {self.dimension}), got {z.shape}"
             )
-        centred = z.T @ z / max(z.shape[0], 1) - np.diag(self.offset)
+        return self.second_moment_of_sums(z.T @ z, z.shape[0])
+
+    def second_moment_of_sums(
+        self, products: ArrayLike, n: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        r""":meth:`second_moment` from :math:`\sum_i z_i z_i^\top` of n releases."""
+        centred = np.asarray(products, dtype=float) / max(n, 1) - np.diag(self.offset)
         factor = self.offdiagonal.copy()
         np.fill_diagonal(factor, self.slope)
         mask = self.identified()

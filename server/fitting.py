@@ -6,6 +6,7 @@ what came back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,12 +16,14 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda.config import Settings
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import rr_keep_probability
+from ldpfda.privacy.vector_mechanisms import product_moments
 from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, TrainingPayload
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     MomentMulticlassClassifier,
     as_weak_learner,
+    nearest_psd,
 )
 from ldpfda.server.mrma import (
     average_models,
@@ -35,13 +38,16 @@ from ldpfda.server.mrma import (
 
 __all__ = [
     "METHODS",
+    "MOMENT_BLOCK",
     "NATARAJAN_ALPHA",
+    "MomentSums",
     "ProtocolResult",
     "aggregate",
     "assess_signal",
     "make_learner",
     "model_error",
     "model_report",
+    "fit_moments",
     "moment_result",
     "no_signal_warning",
     "public_gram",
@@ -312,18 +318,208 @@ def single_model_result(
     )
 
 
+#: Consecutive client ids whose releases :class:`MomentSums` sums as one block.
+MOMENT_BLOCK = 1 << 16
+
+
+@dataclass
+class _Moments:
+    r"""Per group g: count, mean and summed squared deviations of each coordinate;
+    over every release: :math:`\sum z z^\top`."""
+
+    count: NDArray[np.int64]
+    mean: NDArray[np.float64]
+    squares: NDArray[np.float64]
+    products: NDArray[np.float64]
+
+    @classmethod
+    def of(cls, z: NDArray[np.float64], groups: NDArray[np.int64], k: int) -> _Moments:
+        """The moments of releases ``z`` (in client-id order) in groups 0 .. k-1,
+        computed as numpy's ``mean`` and ``var`` compute them."""
+        count = np.bincount(groups, minlength=k)
+        mean, squares = np.zeros((k, z.shape[1])), np.zeros((k, z.shape[1]))
+        for g in np.flatnonzero(count):
+            rows = z if k == 1 else z[groups == g]
+            mean[g] = rows.mean(axis=0)
+            deviation = rows - mean[g]
+            squares[g] = (deviation * deviation).sum(axis=0)
+        return cls(count, mean, squares, z.T @ z)
+
+    def merge(self, other: _Moments) -> None:
+        """Add ``other`` in place (Chan, Golub, LeVeque 1979): exactly ``other``
+        when this is empty."""
+        n = self.count + other.count
+        seen = n > 0
+        share = np.where(seen, other.count / np.maximum(n, 1), 0.0)[:, None]
+        cross = np.where(seen, self.count * share[:, 0], 0.0)[:, None]
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * share
+        self.squares = self.squares + other.squares + delta * delta * cross
+        self.products = self.products + other.products
+        self.count = n
+
+
+class MomentSums:
+    r"""The sufficient statistics of joint releases for the moment classifier,
+    added chunk by chunk: per group (the class a K-class release drew; one group for
+    two classes) the count, mean and summed squared deviations of every coordinate,
+    and :math:`\sum_i z_i z_i^\top` (the feature second moment without public
+    features).
+
+    They depend only on the set of (client id, release) pairs, not on how these
+    arrive: releases are taken in blocks of :data:`MOMENT_BLOCK` consecutive ids, a
+    block's moments computed over its rows in id order once every ``expected``
+    client of it came (or at :meth:`finish`), and blocks merged in increasing order.
+    So a chunked in-process run and a Flower run (its whole payload is one chunk)
+    fit the same model bit for bit, and a run of one block fits as the moment
+    classifier does on the releases themselves. ``keep`` also keeps the releases
+    (:meth:`payload`); memory is otherwise a few blocks whatever the number of
+    clients.
+    """
+
+    def __init__(
+        self, expected: NDArray[np.int64], dimension: int, n_groups: int, keep: bool
+    ) -> None:
+        blocks, counts = np.unique(
+            np.asarray(expected) // MOMENT_BLOCK, return_counts=True
+        )
+        self._expected = dict(zip(blocks.tolist(), counts.tolist(), strict=True))
+        self._pending: dict[int, list[tuple[NDArray, ...]]] = {}
+        self._done: dict[int, _Moments] = {}
+        self._order = blocks.tolist()
+        self._next = 0
+        self.k, self.keep = n_groups, keep
+        self.total = _Moments.of(
+            np.zeros((0, dimension)), np.zeros(0, np.int64), self.k
+        )
+        self._kept: list[tuple[NDArray, ...]] = []
+        #: Releases added so far.
+        self.added = 0
+
+    def add(
+        self,
+        ids: NDArray[np.int64],
+        releases: NDArray[np.float64],
+        groups: NDArray[np.int64] | None = None,
+    ) -> None:
+        """Add the releases of clients ``ids`` (groups: their drawn classes)."""
+        g = np.zeros(ids.size, np.int64) if groups is None else groups.astype(np.int64)
+        rows = (ids.astype(np.int64), releases.astype(np.float64), g)
+        self.added += ids.size
+        if self.keep:
+            self._kept.append(rows)
+        block = rows[0] // MOMENT_BLOCK
+        for b in np.unique(block).tolist():
+            mask = block == b
+            self._pending.setdefault(b, []).append(tuple(r[mask] for r in rows))
+            got = sum(part[0].size for part in self._pending[b])
+            if got >= self._expected.get(b, -1):
+                self._close(b)
+        self._merge_ready()
+
+    def _close(self, b: int) -> None:
+        ids, z, g = (np.concatenate(c) for c in zip(*self._pending.pop(b), strict=True))
+        order = np.argsort(ids, kind="stable")
+        self._done[b] = _Moments.of(z[order], g[order], self.k)
+
+    def _merge_ready(self) -> None:
+        while self._next < len(self._order) and self._order[self._next] in self._done:
+            self.total.merge(self._done.pop(self._order[self._next]))
+            self._next += 1
+
+    def finish(self) -> _Moments:
+        """Close every block (those with missing clients too); the merged moments."""
+        for b in list(self._pending):
+            self._close(b)
+        self._order = sorted({*self._order[self._next :], *self._done})
+        self._next = 0
+        self._merge_ready()
+        return self.total
+
+    def payload(self, like: JointPayload) -> JointPayload:
+        """The kept releases as ``like``'s payload, ordered by client id (none
+        unless ``keep``)."""
+        if not self._kept:
+            return like
+        ids, z, g = (np.concatenate(c) for c in zip(*self._kept, strict=True))
+        order = np.argsort(ids, kind="stable")
+        classes = None if like.classes is None else g[order]
+        return JointPayload(
+            ids[order], z[order], like.epsilon, like.mechanism, classes, like.n_classes
+        )
+
+
+def fit_moments(estimator: Any, moments: _Moments) -> Any:
+    """Fit the moment classifier ``estimator`` (binary joint or K-class) from summed
+    ``moments`` as its ``fit`` does from the releases they sum.
+
+    The learner has no entry point for sums yet: this sets what ``fit`` sets, with
+    the learner's own gram estimate (public) and solver.
+    """
+    n, d = moments.count, moments.mean.shape[1]
+    multiclass = isinstance(estimator, MomentMulticlassClassifier)
+    if n.sum() < 1 or (multiclass and n.min() < 2):
+        raise ValueError(
+            "every class must be drawn by at least 2 clients to estimate its moment, "
+            f"got draws per class {n.tolist()}"
+            if multiclass
+            else "X must have at least one row"
+        )
+    per = [moments.squares[g] / (n[g] - 1) for g in range(n.size)]
+    if multiclass:
+        cross = moments.mean.T.copy()
+        noise = float(np.mean([v.mean() / c for v, c in zip(per, n, strict=True)]))
+    else:
+        cross = moments.mean[0]
+        noise = float(per[0].mean()) / int(n[0]) if n[0] > 1 else math.inf
+    if estimator.gram is not None:  # the public gram: releases are not looked at
+        gram, identified = estimator._estimate_gram(np.zeros((0, d)), d)
+    else:
+        mech = product_moments(estimator.mechanism)
+        gram, identified = mech.second_moment_of_sums(moments.products, int(n.sum()))
+        gram[0, 0], identified[0, 0] = 1.0, True
+        gram = np.clip(gram, -1.0, 1.0)
+        np.fill_diagonal(gram, np.clip(np.diag(gram), 0.0, 1.0))
+        gram = nearest_psd(gram)
+    theta, shrinkage = estimator._solve(gram, cross, noise, float(estimator.alpha))
+    if multiclass:
+        estimator.coef_, estimator.intercept_ = theta[1:].T.copy(), theta[0].copy()
+        estimator.n_features_in_, estimator.classes_ = d - 1, np.arange(n.size)
+        estimator.class_counts_ = n
+    else:
+        estimator._set_fit(theta, d - 1)
+    estimator.cross_moment_, estimator.gram_ = cross, gram
+    estimator.noise_variance_, estimator.shrinkage_ = noise, float(shrinkage)
+    estimator.identified_ = identified
+    return estimator
+
+
 def moment_result(
     payload: Payload,
     settings: Settings,
     *,
     privacy: dict[str, Any],
     public: NDArray[np.float64] | None = None,
+    sums: MomentSums | None = None,
 ) -> ProtocolResult:
     """The server of a ``moment`` run: one moment classifier on every release.
 
-    The fit does not depend on the order of the payloads.
+    A joint release is fit from its :class:`MomentSums`: ``sums`` (added chunk by
+    chunk; ``payload`` then only describes the release), or the whole ``payload`` as
+    one chunk. The fit does not depend on the order of the payloads.
     """
-    final, estimator = _fit(payload, settings, public, learner="moment")
+    if not isinstance(payload, JointPayload):
+        final, estimator = _fit(payload, settings, public, learner="moment")
+    else:
+        if sums is None:
+            k = payload.n_classes
+            sums = MomentSums(
+                payload.client_ids, payload.n_features + 1, 1 if k == 2 else k, False
+            )
+            sums.add(payload.client_ids, payload.releases, payload.classes)
+        estimator = make_learner(payload, settings, public, learner="moment")
+        estimator = fit_moments(estimator, sums.finish())
+        final = estimator.to_linear_models()
     result = single_model_result(
         final, method="moment", payload=payload, privacy=privacy
     )

@@ -253,6 +253,7 @@ class Session:
         minimum: int = 1,
         what: str = "",
         planned: NDArray[np.int64] | None = None,
+        reduce: Callable[[Replies], None] | None = None,
     ) -> Replies:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
@@ -262,7 +263,9 @@ class Session:
         :class:`QuorumError` when fewer than ``minimum`` valid replies come back, or
         when the run has lost more of ``planned`` (the clients the run asked for in
         this round, whether present or not; default ``ids``) than the reply fraction
-        allows (:meth:`require`).
+        allows (:meth:`require`). With ``reduce``, every checked chunk of valid
+        replies is handed to it (the transport's chunks, or all replies as one), and
+        the replies returned keep no values.
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
@@ -274,14 +277,14 @@ class Session:
         round_.ask(asked)
         if not affordable.all():
             request = request.take(np.flatnonzero(affordable))
-        replies = self.clients.ask(query, asked, request)
+        replies = self._replies(query, asked, request, reduce)
         index = np.flatnonzero(
             [replies.missing.get(int(c), "").startswith("unavailable") for c in asked]
         )
         if index.size:
             self.status(f"{stage} rejoin", clients=asked[index].tolist())
             self.clients.rejoin(asked[index])
-            retry = self.clients.ask(query, asked[index], request.take(index))
+            retry = self._replies(query, asked[index], request.take(index), reduce)
             replies = _merged(replies, retry)
         for c in replies.missing.keys() | replies.rejected.keys():
             self.reported.pop(c, None)
@@ -292,6 +295,33 @@ class Session:
             round_, minimum, what or stage, ids if planned is None else planned
         )
         return replies
+
+    def _replies(
+        self,
+        query: Query,
+        ids: NDArray[np.int64],
+        request: Request,
+        reduce: Callable[[Replies], None] | None,
+    ) -> Replies:
+        """The transport's replies of ``ids``; with ``reduce`` (see :meth:`ask`)."""
+        if reduce is None:
+            return self.clients.ask(query, ids, request)
+        chunks = getattr(self.clients, "ask_chunks", None)
+        parts = (
+            chunks(query, ids, request)
+            if chunks
+            else [self.clients.ask(query, ids, request)]
+        )
+        out, answered = Replies(_NO_KEYS, {}), [_NO_KEYS]
+        for part in parts:
+            if part.ids.size:
+                reduce(part)
+            answered.append(part.ids)
+            out.missing.update(part.missing)
+            out.rejected.update(part.rejected)
+            out.reported.update(part.reported)
+        out.ids = np.concatenate(answered)
+        return out
 
     def _charge(
         self, query: Query, request: Request, ids: NDArray[np.int64]
