@@ -359,6 +359,18 @@ class _Moments:
         self.count = n
 
 
+def _block_counts(ids: NDArray[np.int64]) -> tuple[NDArray, NDArray]:
+    """The blocks of ``ids`` and how many ids each holds (no temporaries the size of
+    ``ids`` when they ascend)."""
+    if ids.size and np.all(ids[1:] > ids[:-1]):
+        blocks = np.arange(ids[0] // MOMENT_BLOCK, ids[-1] // MOMENT_BLOCK + 1)
+        counts = np.diff(
+            np.searchsorted(ids, np.append(blocks, blocks[-1] + 1) * MOMENT_BLOCK)
+        )
+        return blocks[counts > 0], counts[counts > 0]
+    return np.unique(ids // MOMENT_BLOCK, return_counts=True)
+
+
 class MomentSums:
     r"""The sufficient statistics of joint releases for the moment classifier,
     added chunk by chunk: per group (the class a K-class release drew; one group for
@@ -380,9 +392,7 @@ class MomentSums:
     def __init__(
         self, expected: NDArray[np.int64], dimension: int, n_groups: int, keep: bool
     ) -> None:
-        blocks, counts = np.unique(
-            np.asarray(expected) // MOMENT_BLOCK, return_counts=True
-        )
+        blocks, counts = _block_counts(np.asarray(expected, dtype=np.int64))
         self._expected = dict(zip(blocks.tolist(), counts.tolist(), strict=True))
         self._pending: dict[int, list[tuple[NDArray, ...]]] = {}
         self._done: dict[int, _Moments] = {}

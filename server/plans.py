@@ -13,6 +13,7 @@ fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -76,12 +77,29 @@ class Plan:
     def __post_init__(self) -> None:
         self.settings.check_n_classes(self.n_classes)
 
-    @property
+    @cached_property
     def every_client(self) -> NDArray[np.int64]:
-        return np.concatenate([self.train_ids, self.eval_ids]).astype(np.int64)
+        """The training, then the evaluation clients (one array, built once; no copy
+        when the two are the halves of one int64 array, as in process)."""
+        train, evaluation = self.train_ids, self.eval_ids
+        whole = train.base
+        if (
+            isinstance(whole, np.ndarray)
+            and whole.dtype == np.int64
+            and whole.ndim == 1
+            and whole.flags.c_contiguous
+            and whole is evaluation.base
+            and whole.size == train.size + evaluation.size
+            and np.array_equal(whole[: train.size], train)
+            and np.array_equal(whole[train.size :], evaluation)
+        ):
+            return whole
+        return np.concatenate([train, evaluation]).astype(np.int64)
 
     def asked_for(self, group: str) -> NDArray[np.int64]:
         """The planned clients of ``group``: ``"train"``, ``"eval"`` or ``"every"``."""
+        if group == "every" and self.planned is None:
+            return self.every_client
         train, evaluation = self.planned or (self.train_ids, self.eval_ids)
         if group == "every":
             return np.concatenate([train, evaluation]).astype(np.int64)
