@@ -148,13 +148,13 @@ class InProcessClients:
         assert x is not None
         return x, y
 
-    def answers(
+    def _parts(
         self, query: Query, ids: NDArray[np.int64], request: Request
-    ) -> tuple[dict[str, NDArray], NDArray[np.bool_]]:
-        """The raw reply arrays of ``ids`` (in that order) and who was found."""
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
-        parts: list[tuple[NDArray[np.int64], dict[str, NDArray]]] = []
+    ) -> Iterator[tuple[NDArray[np.int64], dict[str, NDArray]]]:
+        """Chunk by chunk: the rows of ``ids`` that answered, and their raw replies."""
+        ascending = bool(np.all(ids[1:] > ids[:-1]))  # the usual ask: no sort
+        order = None if ascending else np.argsort(ids, kind="stable")
+        sorted_ids = ids if order is None else ids[order]
         for population, (low, high) in zip(self.populations, self._ranges, strict=True):
             inside = np.searchsorted(sorted_ids, high, side="right") - np.searchsorted(
                 sorted_ids, low
@@ -169,14 +169,20 @@ class InProcessClients:
                 match = sorted_ids[pos] == batch_ids
                 if not match.any():
                     continue
-                rows = order[pos[match]]
+                rows = pos[match] if order is None else order[pos[match]]
                 if not match.all():
                     batch_ids, x, y = batch_ids[match], x[match], y[match]
                 batch = ClientBatch(batch_ids, x, y, self.seed, self.ledger)
                 reply = answer(
                     query.name, batch, request.take(_slice(rows)), self.settings
                 )
-                parts.append((rows, reply))
+                yield rows, reply
+
+    def answers(
+        self, query: Query, ids: NDArray[np.int64], request: Request
+    ) -> tuple[dict[str, NDArray], NDArray[np.bool_]]:
+        """The raw reply arrays of ``ids`` (in that order) and who was found."""
+        parts = list(self._parts(query, ids, request))
         found = np.zeros(ids.size, dtype=bool)
         values: dict[str, NDArray] = {}
         for spec in query.reply:
@@ -198,6 +204,20 @@ class InProcessClients:
             int(c): "unavailable: no such client in process" for c in ids[~found]
         }
         return replies
+
+    def ask_chunks(
+        self, query: Query, ids: NDArray[np.int64], request: Request
+    ) -> Iterator[Replies]:
+        """:meth:`ask`, one checked chunk of replies at a time (the last one names
+        who was not found): a reduction over them holds one chunk, not every reply."""
+        found = np.zeros(ids.size, dtype=bool)
+        for rows, reply in self._parts(query, ids, request):
+            found[rows] = True
+            yield check_replies(query, ids[rows], reply)
+        missing = {
+            int(c): "unavailable: no such client in process" for c in ids[~found]
+        }
+        yield Replies(ids[:0], {}, missing)
 
     def rejoin(self, ids: NDArray[np.int64]) -> None:
         """Nothing to wait for: a client in process is there or it never was."""

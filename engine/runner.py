@@ -59,7 +59,9 @@ def run_protocol(
     clean_train : (features, labels), optional
         Clean scaled data, for the non-private reference model only.
     keep_payload : bool
-        False keeps an empty payload in the result.
+        False keeps an empty payload in the result; a ``moment`` run then keeps only
+        the sums of the releases, chunk by chunk, so its memory does not grow with
+        the releases.
     public : array of shape (m, p), optional
         Public, unlabeled scaled features (the moment classifier's feature second
         moment when ``settings.public_features`` is True).
@@ -68,23 +70,25 @@ def run_protocol(
         moment protocol of a joint release or MRMA on the reference release
         (:class:`~ldpfda.server.plans.Plan`).
     """
-    train_ids, eval_ids = all_ids(train), all_ids(evaluation)
-    every = np.concatenate([train_ids, eval_ids])
+    # One array of ids, which the plan, the session and both ledgers share.
+    n_train = int(all_ids(train).size)
+    every = np.concatenate([all_ids(train), all_ids(evaluation)]).astype(np.int64)
+    plan = Plan(
+        settings,
+        every[:n_train],
+        every[n_train:],
+        _n_features(train),
+        server_rng,
+        public,
+        n_classes=n_classes,
+        keep_payload=keep_payload,
+    )
+    every = plan.every_client
     ledger = PrivacyLedger(budget=settings.epsilon, client_ids=every)
     clients = InProcessClients(
         [train, evaluation], settings, seed=seed, ledger=ledger, chunk_size=chunk_size
     )
     session = Session(clients, PrivacyLedger(budget=settings.epsilon, client_ids=every))
-    n_features = _n_features(train)
-    plan = Plan(
-        settings,
-        train_ids,
-        eval_ids,
-        n_features,
-        server_rng,
-        public,
-        n_classes=n_classes,
-    )
     result = run_plan(session, plan)
     if clean_train is not None:
         result.baselines["non_private"] = fit_linear(*clean_train, n_classes=n_classes)

@@ -22,6 +22,10 @@ def _has_duplicates(sorted_ids: NDArray[np.int64]) -> bool:
     return bool(sorted_ids.size > 1 and np.any(sorted_ids[1:] == sorted_ids[:-1]))
 
 
+def _increasing(ids: NDArray[np.int64]) -> bool:
+    return bool(np.all(ids[1:] > ids[:-1]))
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One release charged to a set of clients."""
@@ -42,18 +46,32 @@ class PrivacyLedger:
     def __init__(self, *, budget: float, client_ids: ArrayLike) -> None:
         self.budget = check_epsilon(budget, "budget")
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-        self._sorter = np.argsort(ids)
-        if _has_duplicates(ids[self._sorter]):
-            raise ValueError("client_ids must be unique")
-        self.client_ids = ids
         # Ids first, first + 1, ... (every run of the engine): a client's row is its
-        # id minus the first, with no search.
+        # id minus the first, with no search (and no sorter held).
         first = int(ids[0]) if ids.size else 0
-        self._first = (
-            first if np.array_equal(ids, first + np.arange(ids.size)) else None
+        consecutive = ids.size == 0 or (
+            int(ids[-1]) - first + 1 == ids.size and _increasing(ids)
         )
+        self._first = first if consecutive else None
+        self._sorter = None if consecutive else np.argsort(ids)
+        if self._sorter is not None and _has_duplicates(ids[self._sorter]):
+            raise ValueError("client_ids must be unique")
+        self.client_ids = ids.view()  # read-only: entries keep views of it
+        self.client_ids.flags.writeable = False
         self._spent = np.zeros(ids.size)
         self.entries: list[LedgerEntry] = []
+
+    def _rows(self, ids: NDArray[np.int64]) -> NDArray[np.int64] | slice:
+        """The rows of ``ids``: a slice (no copy) for a run of consecutive ids."""
+        if self._first is not None and ids.size > 1:
+            start = int(ids[0]) - self._first
+            if int(ids[-1]) - int(ids[0]) + 1 == ids.size and _increasing(ids):
+                if start < 0 or start + ids.size > self.client_ids.size:
+                    end = self._first + self.client_ids.size
+                    outside = int(ids[0]) if start < 0 else end
+                    raise KeyError(f"client {outside} is not in this ledger")
+                return slice(start, start + ids.size)
+        return self._index(ids)
 
     def _index(self, client_ids: ArrayLike) -> NDArray[np.int64]:
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
@@ -63,6 +81,7 @@ class PrivacyLedger:
             if np.any(outside):
                 raise KeyError(f"client {int(ids[outside][0])} is not in this ledger")
             return pos
+        assert self._sorter is not None
         pos = np.searchsorted(self.client_ids, ids, sorter=self._sorter)
         pos = self._sorter[np.clip(pos, 0, self.client_ids.size - 1)]
         unknown = self.client_ids[pos] != ids if ids.size else np.zeros(0, bool)
@@ -72,9 +91,10 @@ class PrivacyLedger:
 
     def can_spend(self, epsilon: float, client_ids: ArrayLike) -> NDArray[np.bool_]:
         """Which of ``client_ids`` could still spend ``epsilon``."""
-        idx = self._index(client_ids)
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        idx = self._rows(ids)
         if math.isinf(self.budget):
-            return np.ones(idx.size, dtype=bool)
+            return np.ones(ids.size, dtype=bool)
         return self._spent[idx] + epsilon <= self.budget * (1.0 + _SLACK)
 
     def charge(self, event: ReleaseEvent, client_ids: ArrayLike) -> None:
@@ -85,7 +105,7 @@ class PrivacyLedger:
         """Record several releases of the same clients atomically: all, or (raising
         :class:`~ldpfda.BudgetExceededError`) none."""
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-        if _has_duplicates(np.sort(ids)):
+        if not _increasing(ids) and _has_duplicates(np.sort(ids)):
             raise ValueError(
                 "a release may be charged to each client only once per call"
             )
@@ -104,17 +124,24 @@ class PrivacyLedger:
                 f"{self.budget:.6g} of {int((~ok).sum())} client(s), e.g. client "
                 f"{first} (already spent {self.spent(first):.6g})"
             )
-        self._spent[self._index(ids)] += total
-        self.entries.extend(LedgerEntry(event, ids.copy()) for event in events)
+        rows = self._rows(ids)
+        self._spent[rows] += total
+        kept = self._kept(ids, rows)
+        self.entries.extend(LedgerEntry(event, kept) for event in events)
+
+    def _kept(self, ids: NDArray[np.int64], rows: NDArray[np.int64] | slice) -> NDArray:
+        """The ids an entry keeps: a read-only view of the ledger's own for a run of
+        consecutive ids (a million clients' entries cost no copy), else a copy."""
+        return self.client_ids[rows] if isinstance(rows, slice) else ids.copy()
 
     def restore(self, events: list[ReleaseEvent], client_ids: ArrayLike) -> None:
         """Record releases that already happened (a stored ledger read back), with no
         budget check; a ledger then over its budget refuses every further charge."""
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
-        index = self._index(ids)
+        index = self._rows(ids)
         for event in events:
             self._spent[index] += event.epsilon
-            self.entries.append(LedgerEntry(event, ids.copy()))
+            self.entries.append(LedgerEntry(event, self._kept(ids, index)))
 
     def spent(self, client_id: int) -> float:
         """Total epsilon spent so far by one client."""

@@ -36,6 +36,7 @@ __all__ = [
     "piecewise_bound",
     "piecewise_epsilon",
     "product_moments",
+    "random_subsets",
     "sampled_dimensions",
 ]
 
@@ -197,7 +198,13 @@ class ProductMoments:
             raise ValueError(
                 f"released must have shape (n, {self.dimension}), got {z.shape}"
             )
-        centred = z.T @ z / max(z.shape[0], 1) - np.diag(self.offset)
+        return self.second_moment_of_sums(z.T @ z, z.shape[0])
+
+    def second_moment_of_sums(
+        self, products: ArrayLike, n: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        r""":meth:`second_moment` from :math:`\sum_i z_i z_i^\top` of n releases."""
+        centred = np.asarray(products, dtype=float) / max(n, 1) - np.diag(self.offset)
         factor = self.offdiagonal.copy()
         np.fill_diagonal(factor, self.slope)
         mask = self.identified()
@@ -300,9 +307,12 @@ class DuchiMechanism(_VectorMechanism):
         v = np.where(u[:, :p] < (1.0 + x) / 2.0, 1.0, -1.0)
         cdf = np.cumsum(self.flip_count_probabilities())
         flips = np.minimum(np.searchsorted(cdf, u[:, p], side="right"), p)
-        # A uniformly random set of `flips` coordinates: those whose key ranks lowest.
-        ranks = np.argsort(np.argsort(u[:, p + 1 :], axis=1), axis=1)
-        r = np.where(ranks < flips[:, None], -1.0, 1.0)
+        # A uniformly random set of `flips` coordinates: those whose key ranks lowest
+        # (the first `flips` of the keys' sorting order).
+        order = np.argsort(u[:, p + 1 :], axis=1)
+        r = np.empty((n, p))
+        signs = np.where(np.arange(p) < flips[:, None], -1.0, 1.0)
+        np.put_along_axis(r, order, signs, axis=1)
         return self.bound * v * r
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
@@ -324,6 +334,28 @@ class DuchiMechanism(_VectorMechanism):
         return ProductMoments(np.full((p, p), b2 * rho), np.full(p, b2), np.zeros(p))
 
 
+def random_subsets(u: NDArray[np.float64], dimension: int) -> NDArray[np.int64]:
+    r"""A uniformly random k-subset of ``0 .. dimension - 1`` per row of uniforms
+    ``u`` (n, k), as k distinct indices (Floyd's algorithm).
+
+    Step i (:math:`j = p - k + i`) draws :math:`t = \lfloor u_i (j + 1) \rfloor` and
+    takes t, or j if t is taken already; every k-subset then has probability
+    :math:`1/\binom{p}{k}` (up to the :math:`2^{-52}` grid of the uniforms).
+
+    References
+    ----------
+    J. Bentley, R. Floyd, "Programming pearls: a sample of brilliance", CACM 30(9),
+    1987.
+    """
+    n, k = u.shape
+    picks = np.empty((n, k), dtype=np.int64)
+    for i, j in enumerate(range(dimension - k, dimension)):
+        t = np.minimum((u[:, i] * (j + 1)).astype(np.int64), j)
+        taken = (picks[:, :i] == t[:, None]).any(axis=1)
+        picks[:, i] = np.where(taken, j, t)
+    return picks
+
+
 class _SampledCoordinateMechanism(_VectorMechanism):
     r"""Dimension sampling around a one-dimensional mechanism (Wang et al., Alg. 4).
 
@@ -333,7 +365,9 @@ class _SampledCoordinateMechanism(_VectorMechanism):
     elsewhere: epsilon-LDP by composition, unbiased, with
     :math:`\mathrm{Var}(z_j) = \frac{p}{k}\big(\mathrm{Var}(y_j) + x_j^2\big) - x_j^2`.
     The one-dimensional release is piecewise with probability
-    :attr:`piecewise_probability`, else Duchi's (bound :attr:`duchi_bound_1d`).
+    :attr:`piecewise_probability`, else Duchi's (bound :attr:`duchi_bound_1d`). A client
+    draws :math:`k (1 + m)` uniforms: k pick S (:func:`random_subsets`), m release each
+    coordinate of S; nothing is computed for the others.
     """
 
     _recorded: tuple[str, ...] = ("dimension", "n_sampled")
@@ -407,13 +441,16 @@ class _SampledCoordinateMechanism(_VectorMechanism):
         if not self.is_private:
             return x
         n, p = x.shape
-        m = self._draws_per_coordinate
-        u = uniform(rng, (n, p * (1 + m)))
-        # The k coordinates whose keys rank lowest form a uniformly random k-subset.
-        ranks = np.argsort(np.argsort(u[:, :p], axis=1), axis=1)
-        sampled = ranks < self.n_sampled
-        y = self._one_dimensional(x, u[:, p:].reshape(n, p, m))
-        return np.where(sampled, self.scale * y, 0.0)
+        k, m = self.n_sampled, self._draws_per_coordinate
+        # k uniforms pick the coordinates, m more release each picked one.
+        u = uniform(rng, (n, k * (1 + m)))
+        picks = random_subsets(u[:, :k], p)
+        y = self._one_dimensional(
+            np.take_along_axis(x, picks, axis=1), u[:, k:].reshape(n, k, m)
+        )
+        z = np.zeros((n, p))
+        np.put_along_axis(z, picks, self.scale * y, axis=1)
+        return z
 
     def variance(self, values: ArrayLike) -> NDArray[np.float64]:
         x = np.clip(check_vectors(values, self.dimension), -1.0, 1.0)

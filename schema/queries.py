@@ -13,7 +13,6 @@ client's row of per-client shape ``s`` sent as ``(1, *s)`` when ``lead`` (a scal
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast

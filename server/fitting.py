@@ -20,6 +20,7 @@ from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     MomentMulticlassClassifier,
+    ReleaseMoments,
     as_weak_learner,
 )
 from ldpfda.server.mrma import (
@@ -35,7 +36,9 @@ from ldpfda.server.mrma import (
 
 __all__ = [
     "METHODS",
+    "MOMENT_BLOCK",
     "NATARAJAN_ALPHA",
+    "MomentSums",
     "ProtocolResult",
     "aggregate",
     "assess_signal",
@@ -315,18 +318,136 @@ def single_model_result(
     )
 
 
+#: Consecutive client ids whose releases :class:`MomentSums` sums as one block.
+MOMENT_BLOCK = 1 << 16
+
+
+def _block_counts(ids: NDArray[np.int64]) -> tuple[NDArray, NDArray]:
+    """The blocks of ``ids`` and how many ids each holds (no temporaries the size of
+    ``ids`` when they ascend)."""
+    if ids.size and np.all(ids[1:] > ids[:-1]):
+        blocks = np.arange(ids[0] // MOMENT_BLOCK, ids[-1] // MOMENT_BLOCK + 1)
+        counts = np.diff(
+            np.searchsorted(ids, np.append(blocks, blocks[-1] + 1) * MOMENT_BLOCK)
+        )
+        return blocks[counts > 0], counts[counts > 0]
+    return np.unique(ids // MOMENT_BLOCK, return_counts=True)
+
+
+class MomentSums:
+    r"""The sufficient statistics of joint releases for the moment classifier,
+    added chunk by chunk: the learners' :class:`~ldpfda.server.learners.ReleaseMoments`
+    (per group, the class a K-class release drew or one group for two classes: count,
+    mean and scatter matrix; over every release :math:`\sum z z^\top` and
+    :math:`\sum (z \circ z)(z \circ z)^\top`), which their ``fit_moments`` fits.
+
+    They depend only on the set of (client id, release) pairs, not on how these
+    arrive: releases are taken in blocks of :data:`MOMENT_BLOCK` consecutive ids, a
+    block's moments computed over its rows in id order once every ``expected``
+    client of it came (or at :meth:`finish`), and blocks merged in increasing order.
+    So a chunked in-process run and a Flower run (its whole payload is one chunk)
+    fit the same model bit for bit, and a run of one block fits as the moment
+    classifier does on the releases themselves. ``keep`` also keeps the releases
+    (:meth:`payload`); memory is otherwise a few blocks whatever the number of
+    clients.
+    """
+
+    def __init__(
+        self, expected: NDArray[np.int64], dimension: int, n_groups: int, keep: bool
+    ) -> None:
+        blocks, counts = _block_counts(np.asarray(expected, dtype=np.int64))
+        self._expected = dict(zip(blocks.tolist(), counts.tolist(), strict=True))
+        self._pending: dict[int, list[tuple[NDArray, ...]]] = {}
+        self._done: dict[int, ReleaseMoments] = {}
+        self._order = blocks.tolist()
+        self._next = 0
+        self.k, self.keep = n_groups, keep
+        self.total = ReleaseMoments.of(
+            np.zeros((0, dimension)), np.zeros(0, np.int64), self.k
+        )
+        self._kept: list[tuple[NDArray, ...]] = []
+        #: Releases added so far.
+        self.added = 0
+
+    def add(
+        self,
+        ids: NDArray[np.int64],
+        releases: NDArray[np.float64],
+        groups: NDArray[np.int64] | None = None,
+    ) -> None:
+        """Add the releases of clients ``ids`` (groups: their drawn classes)."""
+        g = np.zeros(ids.size, np.int64) if groups is None else groups.astype(np.int64)
+        rows = (ids.astype(np.int64), releases.astype(np.float64), g)
+        self.added += ids.size
+        if self.keep:
+            self._kept.append(rows)
+        block = rows[0] // MOMENT_BLOCK
+        for b in np.unique(block).tolist():
+            mask = block == b
+            self._pending.setdefault(b, []).append(tuple(r[mask] for r in rows))
+            got = sum(part[0].size for part in self._pending[b])
+            if got >= self._expected.get(b, -1):
+                self._close(b)
+        self._merge_ready()
+
+    def _close(self, b: int) -> None:
+        ids, z, g = (np.concatenate(c) for c in zip(*self._pending.pop(b), strict=True))
+        order = np.argsort(ids, kind="stable")
+        self._done[b] = ReleaseMoments.of(z[order], g[order], self.k)
+
+    def _merge_ready(self) -> None:
+        while self._next < len(self._order) and self._order[self._next] in self._done:
+            self.total.merge(self._done.pop(self._order[self._next]))
+            self._next += 1
+
+    def finish(self) -> ReleaseMoments:
+        """Close every block (those with missing clients too); the merged moments."""
+        for b in list(self._pending):
+            self._close(b)
+        self._order = sorted({*self._order[self._next :], *self._done})
+        self._next = 0
+        self._merge_ready()
+        return self.total
+
+    def payload(self, like: JointPayload) -> JointPayload:
+        """The kept releases as ``like``'s payload, ordered by client id (none
+        unless ``keep``)."""
+        if not self._kept:
+            return like
+        ids, z, g = (np.concatenate(c) for c in zip(*self._kept, strict=True))
+        order = np.argsort(ids, kind="stable")
+        classes = None if like.classes is None else g[order]
+        return JointPayload(
+            ids[order], z[order], like.epsilon, like.mechanism, classes, like.n_classes
+        )
+
+
 def moment_result(
     payload: Payload,
     settings: Settings,
     *,
     privacy: dict[str, Any],
     public: NDArray[np.float64] | None = None,
+    sums: MomentSums | None = None,
 ) -> ProtocolResult:
     """The server of a ``moment`` run: one moment classifier on every release.
 
-    The fit does not depend on the order of the payloads.
+    A joint release is fit from its :class:`MomentSums`: ``sums`` (added chunk by
+    chunk; ``payload`` then only describes the release), or the whole ``payload`` as
+    one chunk. The fit does not depend on the order of the payloads.
     """
-    final, estimator = _fit(payload, settings, public, learner="moment")
+    if not isinstance(payload, JointPayload):
+        final, estimator = _fit(payload, settings, public, learner="moment")
+    else:
+        if sums is None:
+            k = payload.n_classes
+            sums = MomentSums(
+                payload.client_ids, payload.n_features + 1, 1 if k == 2 else k, False
+            )
+            sums.add(payload.client_ids, payload.releases, payload.classes)
+        estimator = make_learner(payload, settings, public, learner="moment")
+        estimator = estimator.fit_moments(sums.finish())
+        final = estimator.to_linear_models()
     result = single_model_result(
         final, method="moment", payload=payload, privacy=privacy
     )

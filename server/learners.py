@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "MomentMulticlassClassifier",
     "FlipCorrectedLogisticRegression",
     "REGULARIZATIONS",
+    "ReleaseMoments",
     "WeakLearner",
     "as_weak_learner",
     "nearest_psd",
@@ -75,15 +77,65 @@ def _moments(mechanism: Mechanism | ProductMoments | None, p: int) -> ProductMom
 
 
 def _product_means(
-    rows: NDArray[np.float64],
+    products: NDArray[np.float64], squares: NDArray[np.float64], n: int
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    r"""Per entry, the mean of :math:`r r^\top` over the rows and the variance of that
-    mean (from :math:`\overline{r_j^2 r_k^2}`, no (n, d, d) array)."""
-    n = rows.shape[0]
-    mean = rows.T @ rows / n
-    squares = rows * rows
-    var = np.maximum(squares.T @ squares / n - mean**2, 0.0) / max(n - 1, 1)
-    return mean, var
+    r"""Per entry, the mean of :math:`r r^\top` over n rows and the variance of that
+    mean, from :math:`\sum r r^\top` and :math:`\sum (r \circ r)(r \circ r)^\top`."""
+    mean = products / n
+    return mean, np.maximum(squares / n - mean**2, 0.0) / max(n - 1, 1)
+
+
+@dataclass
+class ReleaseMoments:
+    r"""Sufficient statistics of the moment classifiers: per group g (the class a
+    K-class release drew; one group otherwise) the count, mean and scatter matrix
+    :math:`\sum (r - \bar r)(r - \bar r)^\top` of the rows r whose mean is the cross
+    moment; over every row, :math:`\sum w w^\top` and
+    :math:`\sum (w \circ w)(w \circ w)^\top` of the released features w (r itself
+    for joint releases). A few KB whatever the number of rows."""
+
+    count: NDArray[np.int64]
+    mean: NDArray[np.float64]
+    scatter: NDArray[np.float64]
+    products: NDArray[np.float64]
+    squares: NDArray[np.float64]
+
+    @classmethod
+    def of(
+        cls,
+        rows: NDArray[np.float64],
+        groups: NDArray[np.int64],
+        k: int,
+        features: NDArray[np.float64] | None = None,
+    ) -> ReleaseMoments:
+        """The statistics of ``rows`` in groups 0 .. k-1 (``features``: w, else
+        the rows)."""
+        d = rows.shape[1]
+        count = np.bincount(groups, minlength=k)
+        mean, scatter = np.zeros((k, d)), np.zeros((k, d, d))
+        for g in np.flatnonzero(count):
+            part = rows if k == 1 else rows[groups == g]
+            mean[g] = part.mean(axis=0)
+            deviation = part - mean[g]
+            scatter[g] = deviation.T @ deviation
+        w = rows if features is None else features
+        q = w * w
+        return cls(count, mean, scatter, w.T @ w, q.T @ q)
+
+    def merge(self, other: ReleaseMoments) -> None:
+        """Add ``other`` in place (Chan, Golub, LeVeque 1979): exactly ``other``
+        when this is empty."""
+        n = self.count + other.count
+        seen = n > 0
+        share = np.where(seen, other.count / np.maximum(n, 1), 0.0)
+        cross = np.where(seen, self.count * share, 0.0)
+        delta = other.mean - self.mean
+        self.mean = self.mean + delta * share[:, None]
+        outer = delta[:, :, None] * delta[:, None, :] * cross[:, None, None]
+        self.scatter = self.scatter + other.scatter + outer
+        self.products = self.products + other.products
+        self.squares = self.squares + other.squares
+        self.count = n
 
 
 def _gram_fallback(
@@ -269,13 +321,18 @@ class MomentLinearClassifier(_LinearClassifier):
         self.public = public
         self.label_flip_rate = label_flip_rate
 
-    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
+    def _check(self) -> float:
         if self.regularization not in REGULARIZATIONS:
             raise ValueError(
                 f"regularization must be one of {REGULARIZATIONS}, "
                 f"got {self.regularization!r}"
             )
-        alpha = check_real(self.alpha, "alpha", low=0.0)
+        return check_real(self.alpha, "alpha", low=0.0)
+
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
+        """Fit from the releases: their :class:`ReleaseMoments` (one chunk), then
+        :meth:`fit_moments`."""
+        self._check()
         rho = check_real(
             self.label_flip_rate, "label_flip_rate", low=0.0, high=0.5, high_open=True
         )
@@ -283,14 +340,14 @@ class MomentLinearClassifier(_LinearClassifier):
         if x.shape[0] < 1:
             raise ValueError("X must have at least one row")
         start = int(self.fit_intercept)
+        features = None
         if self.joint:
             if y is not None:
                 raise ValueError(
                     "y must be None when joint=True (X carries the labels)"
                 )
             rows = x
-            p = x.shape[1] - start
-            if p < 1:
+            if x.shape[1] - start < 1:
                 raise ValueError("X must have at least one feature column")
         else:
             if y is None:
@@ -299,16 +356,25 @@ class MomentLinearClassifier(_LinearClassifier):
             if labels.size != x.shape[0]:
                 raise ValueError(f"y has {labels.size} entries for {x.shape[0]} rows")
             signs = 2.0 * labels - 1.0
-            rows = signs[:, None] * self._augment(x) / (1.0 - 2.0 * rho)
-            p = x.shape[1]
-        n = rows.shape[0]
+            features = self._augment(x)
+            rows = signs[:, None] * features / (1.0 - 2.0 * rho)
+        if rows.shape[0] < 2:
+            raise ValueError("X must have at least two rows")
+        groups = np.zeros(rows.shape[0], dtype=np.int64)
+        return self.fit_moments(ReleaseMoments.of(rows, groups, 1, features))
+
+    def fit_moments(self, moments: ReleaseMoments) -> MomentLinearClassifier:
+        """Fit from the :class:`ReleaseMoments` of the releases (one group), summed
+        chunk by chunk or by :meth:`fit`."""
+        alpha = self._check()
+        n = int(moments.count[0])
         if n < 2:
             raise ValueError("X must have at least two rows")
-        cross = rows.mean(axis=0)
-        noise = np.atleast_2d(np.cov(rows, rowvar=False)) / n
-        gram, identified = self._estimate_gram(x, p + start)
+        cross = moments.mean[0]
+        noise = moments.scatter[0] / (n - 1) / n
+        gram, identified = self._estimate_gram(moments, cross.size)
         theta, shrinkage = self._solve(gram, cross, noise, alpha)
-        self._set_fit(theta, p)
+        self._set_fit(theta, cross.size - int(self.fit_intercept))
         self.cross_moment_ = cross
         self.gram_ = gram
         self.noise_variance_ = float(np.trace(noise)) / noise.shape[0]
@@ -317,7 +383,7 @@ class MomentLinearClassifier(_LinearClassifier):
         return self
 
     def _estimate_gram(
-        self, x: NDArray[np.float64], d: int
+        self, moments: ReleaseMoments, d: int
     ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """:math:`E[(1, x)(1, x)^\\top]`: the ``gram`` given, else the release moments
         pooled with the ``public`` features' moments on the entries they identify
@@ -332,7 +398,7 @@ class MomentLinearClassifier(_LinearClassifier):
                 raise ValueError(f"gram must have shape ({d}, {d}), got {gram.shape}")
             self.gram_source_, self.gram_weight_ = "public gram", 0.0
             return nearest_psd(gram), np.ones((d, d), dtype=bool)
-        gram, var, identified, noisy = self._release_gram(x, d)
+        gram, var, identified, noisy = self._release_gram(moments, d)
         if self.public is not None:
             public = check_finite_array(self.public, "public", ndim=2)
             if public.shape[1] != d - start or public.shape[0] < 2:
@@ -342,7 +408,10 @@ class MomentLinearClassifier(_LinearClassifier):
                 )
             if start:
                 public = np.hstack([np.ones((public.shape[0], 1)), public])
-            mean, spread = _product_means(public)
+            squares = public * public
+            mean, spread = _product_means(
+                public.T @ public, squares.T @ squares, public.shape[0]
+            )
             # One inverse-variance weight for every identified entry: entry-wise
             # weights would break the small eigenvalues of an ill-conditioned G.
             total = float(np.sum((spread + var)[identified]))
@@ -368,25 +437,27 @@ class MomentLinearClassifier(_LinearClassifier):
         return nearest_psd(gram), identified
 
     def _release_gram(
-        self, x: NDArray[np.float64], d: int
+        self, moments: ReleaseMoments, d: int
     ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_], bool]:
         """The releases' unbiased second moment of (1, x), the variance of each entry
         (0 where not identified), the identified entries, and whether the mechanism
-        adds noise."""
-        moments = _moments(self.mechanism, x.shape[1])
-        gram, identified = moments.second_moment(x)
-        factor = moments.offdiagonal.copy()
-        np.fill_diagonal(factor, moments.slope)
-        var = _product_means(x)[1] / np.where(identified, factor, 1.0) ** 2
-        var = np.where(identified, var, 0.0)
-        noisy = bool(np.any(moments.offset > 0) or np.any(factor != 1))
-        if self.fit_intercept and self.joint:
+        adds noise. The intercept's row of released features is their plain mean."""
+        n = int(moments.count.sum())
+        gram, var = _product_means(moments.products, moments.squares, n)
+        # Joint releases carry the constant coordinate through the mechanism.
+        s = int(self.fit_intercept and not self.joint)
+        mech = _moments(self.mechanism, d - s)
+        inner, identified = mech.second_moment_of_sums(moments.products[s:, s:], n)
+        factor = mech.offdiagonal.copy()
+        np.fill_diagonal(factor, mech.slope)
+        gram[s:, s:] = inner
+        var[s:, s:] = np.where(
+            identified, var[s:, s:] / np.where(identified, factor, 1.0) ** 2, 0.0
+        )
+        identified = np.pad(identified, ((s, 0), (s, 0)), constant_values=True)
+        noisy = bool(np.any(mech.offset > 0) or np.any(factor != 1))
+        if self.fit_intercept:
             gram[0, 0], var[0, 0], identified[0, 0] = 1.0, 0.0, True
-        elif self.fit_intercept:
-            m, v = x.mean(axis=0), x.var(axis=0, ddof=1) / x.shape[0]
-            gram = np.block([[np.ones((1, 1)), m[None, :]], [m[:, None], gram]])
-            var = np.block([[np.zeros((1, 1)), v[None, :]], [v[:, None], var]])
-            identified = np.pad(identified, ((1, 0), (1, 0)), constant_values=True)
         return gram, var, identified, noisy
 
     def _solve(
@@ -490,12 +561,9 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
     def fit(  # type: ignore[override]
         self, X: ArrayLike, y: ArrayLike
     ) -> MomentMulticlassClassifier:
-        if self.regularization not in REGULARIZATIONS:
-            raise ValueError(
-                f"regularization must be one of {REGULARIZATIONS}, "
-                f"got {self.regularization!r}"
-            )
-        alpha = check_real(self.alpha, "alpha", low=0.0)
+        """Fit from the releases: their :class:`ReleaseMoments` (one chunk), then
+        :meth:`fit_moments`."""
+        self._check()
         k = check_int(self.n_classes, "n_classes", minimum=3)
         z = check_finite_array(X, "X", ndim=2)
         if z.shape[1] < 2:
@@ -503,7 +571,16 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         drawn = check_class_labels(y, k, "y")
         if drawn.size != z.shape[0]:
             raise ValueError(f"y has {drawn.size} entries for {z.shape[0]} rows")
-        counts = np.bincount(drawn, minlength=k)
+        return self.fit_moments(ReleaseMoments.of(z, drawn.astype(np.int64), k))
+
+    def fit_moments(self, moments: ReleaseMoments) -> MomentMulticlassClassifier:
+        """Fit from the :class:`ReleaseMoments` of the releases (one group per
+        class), summed chunk by chunk or by :meth:`fit`."""
+        alpha = self._check()
+        k = check_int(self.n_classes, "n_classes", minimum=3)
+        counts = moments.count
+        if counts.size != k:
+            raise ValueError(f"the moments hold {counts.size} classes, expected {k}")
         # A class drawn by fewer than 2 clients has no estimable moment nor noise
         # level: its posterior mean is the prior's, the common score (below), so a
         # small federation with many classes still gets a model of the others.
@@ -513,12 +590,12 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
                 "at least one class must be drawn by at least 2 clients to estimate "
                 f"its moment, got draws per class {counts.tolist()}"
             )
-        groups = [z[drawn == c] for c in seen]
-        d = z.shape[1]
+        d = moments.mean.shape[1]
         cross = np.zeros((d, k))
-        cross[:, seen] = np.stack([g.mean(axis=0) for g in groups], axis=1)
-        noise = np.stack([np.cov(g, rowvar=False) / g.shape[0] for g in groups])
-        gram, identified = self._estimate_gram(z, d)
+        cross[:, seen] = moments.mean[seen].T
+        n = counts[seen][:, None, None]
+        noise = moments.scatter[seen] / (n - 1) / n
+        gram, identified = self._estimate_gram(moments, d)
         # sum_k y~_k = 2 - K: the classes share the part (2/K - 1) G e_0 of their
         # cross moments, whose coefficients (2/K - 1) e_0 do not change the argmax.
         # Only the rest is shrunk, so that each class's intercept is shrunk towards

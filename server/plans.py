@@ -13,6 +13,7 @@ fixed order: subsamples and evaluation groups (MRMA), clusters and pilots (label
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,13 @@ from ldpfda.schema.payloads import (
 )
 from ldpfda.schema.queries import Request
 from ldpfda.schema.releases import p2p_event, uniform_priors
-from ldpfda.server.fitting import ProtocolResult, aggregate, moment_result, train_weak
+from ldpfda.server.fitting import (
+    MomentSums,
+    ProtocolResult,
+    aggregate,
+    moment_result,
+    train_weak,
+)
 from ldpfda.server.labels import (
     cluster_features,
     label_result,
@@ -63,16 +70,36 @@ class Plan:
     #: counted on them.
     planned: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
     n_classes: int = 2
+    #: Whether a ``moment`` run keeps every joint release in its result's payload
+    #: (False: it keeps only their sums, and memory does not grow with the clients).
+    keep_payload: bool = True
 
     def __post_init__(self) -> None:
         self.settings.check_n_classes(self.n_classes)
 
-    @property
+    @cached_property
     def every_client(self) -> NDArray[np.int64]:
-        return np.concatenate([self.train_ids, self.eval_ids]).astype(np.int64)
+        """The training, then the evaluation clients (one array, built once; no copy
+        when the two are the halves of one int64 array, as in process)."""
+        train, evaluation = self.train_ids, self.eval_ids
+        whole = train.base
+        if (
+            isinstance(whole, np.ndarray)
+            and whole.dtype == np.int64
+            and whole.ndim == 1
+            and whole.flags.c_contiguous
+            and whole is evaluation.base
+            and whole.size == train.size + evaluation.size
+            and np.array_equal(whole[: train.size], train)
+            and np.array_equal(whole[train.size :], evaluation)
+        ):
+            return whole
+        return np.concatenate([train, evaluation]).astype(np.int64)
 
     def asked_for(self, group: str) -> NDArray[np.int64]:
         """The planned clients of ``group``: ``"train"``, ``"eval"`` or ``"every"``."""
+        if group == "every" and self.planned is None:
+            return self.every_client
         train, evaluation = self.planned or (self.train_ids, self.eval_ids)
         if group == "every":
             return np.concatenate([train, evaluation]).astype(np.int64)
@@ -101,15 +128,28 @@ def _sorted(replies: Replies) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
 
 
 def _privatize(
-    session: Session, plan: Plan, group: str, *, minimum: int, what: str
+    session: Session,
+    plan: Plan,
+    group: str,
+    *,
+    minimum: int,
+    what: str,
+    sums: MomentSums | None = None,
 ) -> JointPayload | TrainingPayload:
     """The ``privatize`` round of the clients of ``group`` (:meth:`Plan.asked_for`):
-    the valid releases as the payload, ordered by client id."""
+    the valid releases as the payload, ordered by client id; with ``sums``, the
+    joint releases are added to them chunk by chunk, and the payload holds what they
+    keep."""
     s = plan.settings
     ids = plan.every_client if group == "every" else plan.train_ids
     session.status("privatize", releasing_clients=int(ids.size))
     k = plan.n_classes
     query = catalog.privatize_query(s, plan.n_features, k)
+
+    def add(part: Replies) -> None:
+        assert sums is not None
+        sums.add(part.ids, part.values["releases"], part.values.get("class"))
+
     got = session.ask(
         catalog.PRIVATIZE,
         query,
@@ -118,8 +158,16 @@ def _privatize(
         minimum=minimum,
         what=what,
         planned=plan.asked_for(group),
+        reduce=None if sums is None else add,
     )
     released, order = _sorted(got)
+    if sums is not None:
+        classes = None if k == 2 else np.zeros(0, dtype=np.int64)
+        empty = np.zeros((0, plan.n_features + 1))
+        like = JointPayload(
+            released[:0], empty, s.epsilon, s.vector_mechanism, classes, k
+        )
+        return sums.payload(like)
     if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
         if k == 2:
@@ -142,13 +190,20 @@ def _privatize(
 
 
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
+    sums = None
+    if plan.settings.joint_release:
+        k, ids = plan.n_classes, plan.every_client
+        groups = 1 if k == 2 else k
+        sums = MomentSums(ids, plan.n_features + 1, groups, plan.keep_payload)
     with session.timed("clients_privatize_s"):
-        payload = _privatize(session, plan, "every", minimum=2, what="releasing")
-    session.status("fit", payloads=len(payload))
+        payload = _privatize(
+            session, plan, "every", minimum=2, what="releasing", sums=sums
+        )
+    session.status("fit", payloads=len(payload) if sums is None else sums.added)
     with session.timed("server_train_s"):
         privacy = session.ledger.summary()
         return moment_result(
-            payload, plan.settings, public=plan.public, privacy=privacy
+            payload, plan.settings, public=plan.public, privacy=privacy, sums=sums
         )
 
 

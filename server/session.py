@@ -31,6 +31,8 @@ __all__ = [
 # A child of Flower's logger, so these lines reach `flwr run --stream` and `flwr log`.
 logger = logging.getLogger("flwr.ldpfda")
 _NO_KEYS = np.zeros(0, dtype=np.int64)
+#: Clients charged at a time (:meth:`Session._charge`).
+_SPAN = 1 << 20
 
 
 def reason_kind(reason: str) -> str:
@@ -120,6 +122,11 @@ def check_replies(
     return Replies(ids[ok], {k: v[ok] for k, v in values.items()}, {}, rejected)
 
 
+def _joined(parts: list[NDArray[Any]]) -> NDArray[Any]:
+    """The parts end to end (the one part itself, not a copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate([_NO_KEYS, *parts])
+
+
 @dataclass
 class Round:
     """Who was asked one query, who answered, who did not, and what was rejected.
@@ -139,11 +146,11 @@ class Round:
 
     @property
     def asked(self) -> NDArray[Any]:
-        return np.concatenate([_NO_KEYS, *self._asked])
+        return _joined(self._asked)
 
     @property
     def answered(self) -> NDArray[Any]:
-        return np.concatenate([_NO_KEYS, *self._answered])
+        return _joined(self._answered)
 
     def ask(self, keys: NDArray[Any]) -> None:
         """Record that ``keys`` were asked (node ids, which may not fit in int64, as
@@ -253,6 +260,7 @@ class Session:
         minimum: int = 1,
         what: str = "",
         planned: NDArray[np.int64] | None = None,
+        reduce: Callable[[Replies], None] | None = None,
     ) -> Replies:
         """Ask clients ``ids`` ``query`` as round ``stage``; the valid replies.
 
@@ -262,7 +270,9 @@ class Session:
         :class:`QuorumError` when fewer than ``minimum`` valid replies come back, or
         when the run has lost more of ``planned`` (the clients the run asked for in
         this round, whether present or not; default ``ids``) than the reply fraction
-        allows (:meth:`require`).
+        allows (:meth:`require`). With ``reduce``, every checked chunk of valid
+        replies is handed to it (the transport's chunks, or all replies as one), and
+        the replies returned keep no values.
         """
         request = request or Request()
         ids = np.asarray(ids, dtype=np.int64)
@@ -277,20 +287,19 @@ class Session:
             )
             request, ids = request.take(np.flatnonzero(~gone)), ids[~gone]
         affordable = self._charge(query, request, ids)
-        asked = ids[affordable]
+        asked = ids if affordable.all() else ids[affordable]
         round_.refused_by_server.extend(int(c) for c in ids[~affordable])
         self.lose({int(c): "budget: not affordable" for c in ids[~affordable]})
         round_.ask(asked)
         if not affordable.all():
             request = request.take(np.flatnonzero(affordable))
-        replies = self.clients.ask(query, asked, request)
-        index = np.flatnonzero(
-            [replies.missing.get(int(c), "").startswith("unavailable") for c in asked]
-        )
+        replies = self._replies(query, asked, request, reduce)
+        away = [c for c, r in replies.missing.items() if r.startswith("unavailable")]
+        index = np.flatnonzero(np.isin(asked, away)) if away else _NO_KEYS
         if index.size:
             self.status(f"{stage} rejoin", clients=asked[index].tolist())
             self.clients.rejoin(asked[index])
-            retry = self.clients.ask(query, asked[index], request.take(index))
+            retry = self._replies(query, asked[index], request.take(index), reduce)
             replies = _merged(replies, retry)
         for c in replies.missing.keys() | replies.rejected.keys():
             self.reported.pop(c, None)
@@ -300,21 +309,55 @@ class Session:
         self.require(round_, minimum, what or stage, planned)
         return replies
 
+    def _replies(
+        self,
+        query: Query,
+        ids: NDArray[np.int64],
+        request: Request,
+        reduce: Callable[[Replies], None] | None,
+    ) -> Replies:
+        """The transport's replies of ``ids``; with ``reduce`` (see :meth:`ask`)."""
+        if reduce is None:
+            return self.clients.ask(query, ids, request)
+        chunks = getattr(self.clients, "ask_chunks", None)
+        parts = (
+            chunks(query, ids, request)
+            if chunks
+            else [self.clients.ask(query, ids, request)]
+        )
+        out, answered = Replies(_NO_KEYS, {}), np.zeros(ids.size, dtype=bool)
+        ascending = bool(np.all(ids[1:] > ids[:-1]))
+        for part in parts:
+            if part.ids.size:
+                reduce(part)
+                at = np.searchsorted(ids, part.ids) if ascending else None
+                answered[locate(ids, part.ids)[1] if at is None else at] = True
+            out.missing.update(part.missing)
+            out.rejected.update(part.rejected)
+            out.reported.update(part.reported)
+        # Everyone answered (the usual ask): the asked ids themselves, not a copy.
+        out.ids = ids if answered.all() else ids[answered]
+        return out
+
     def _charge(
         self, query: Query, request: Request, ids: NDArray[np.int64]
     ) -> NDArray[np.bool_]:
-        """Charge every client of ``ids`` that can afford its cost; who was charged."""
+        """Charge every client of ``ids`` that can afford its cost, :data:`_SPAN`
+        clients at a time (no temporaries the size of the population); who was
+        charged."""
+        ok = np.ones(ids.size, dtype=bool)
         if query.cost is None or ids.size == 0:
-            return np.ones(ids.size, dtype=bool)
-        groups, group = query.costs(request, np.arange(ids.size))
-        ok = np.zeros(ids.size, dtype=bool)
-        for g, events in enumerate(groups):
-            index = np.flatnonzero(group == g)
-            total = float(sum(e.epsilon for e in events))
-            can = self.ledger.can_spend(total, ids[index])
-            if np.any(can):
-                self.ledger.charge_all(list(events), ids[index[can]])
-            ok[index[can]] = True
+            return ok
+        for start in range(0, ids.size, _SPAN):
+            index = np.arange(start, min(start + _SPAN, ids.size))
+            groups, group = query.costs(request, index)
+            for g, events in enumerate(groups):
+                rows = index if len(groups) == 1 else index[group == g]
+                total = float(sum(e.epsilon for e in events))
+                can = self.ledger.can_spend(total, ids[rows])
+                if np.any(can):
+                    self.ledger.charge_all(list(events), ids[rows[can]])
+                ok[rows[~can]] = False
         return ok
 
     def require(
@@ -333,7 +376,8 @@ class Session:
         answered = int(round_.answered.size)
         population = round_.asked if planned is None else np.asarray(planned)
         lost_ids = np.fromiter(self.lost, dtype=np.int64, count=len(self.lost))
-        gone = sorted(int(c) for c in lost_ids[np.isin(lost_ids, population)])
+        inside = np.isin(lost_ids, population) if lost_ids.size else lost_ids > 0
+        gone = sorted(int(c) for c in lost_ids[inside])
         in_run = population.size - len(gone)
         needed = max(minimum, math.ceil(fraction * population.size))
         if answered >= minimum and in_run >= needed:

@@ -220,10 +220,17 @@ def test_lazy_population_does_not_depend_on_chunk_size():
 def test_benchmark_runs_one_small_size():
     from ldpfda.experiments.benchmark import markdown_table, run_one
 
-    row = run_one(3000, n_test=500)
-    assert row["n_train"] + row["n_eval"] == 3000
-    assert row["clients_per_s"] > 0 and row["peak_rss_mb"] > 0
-    assert "3,000" in markdown_table([row])
+    rows = [run_one(3000, protocol=p, n_test=500) for p in ("mrma", "default", "twin")]
+    for row in rows:
+        assert row["n_train"] + row["n_eval"] == 3000
+        assert row["clients_per_s"] > 0 and row["peak_rss_mb"] > 0
+    # The twin is a yardstick of the default protocol: the same releases, the same
+    # block sums and the server's own fit from them, so the same model bit for bit.
+    np.testing.assert_array_equal(rows[2]["coef"], rows[1]["coef"])
+    table = markdown_table(rows)
+    assert "3,000 | default" in table and table.count("3,000") == 3
+    with pytest.raises(ValueError, match="protocol"):
+        run_one(3000, protocol="fast")
 
 
 def test_records_of_other_code_are_stale(tiny_conf, tmp_path):

@@ -787,7 +787,7 @@ def test_twenty_clients_run_the_default_protocol_with_the_shipped_mrma_settings(
 
     # On the vector design (the app's default dataset is the wearable one).
     config = run_config(
-        {"data.dataset": "vector", "data.n-train": 10, "data.n-eval": 10, "seed": 3}
+        {"data.dataset": "vector", "data.n-train": 10, "data.n-eval": 10, "seed": 11}
     )
     assert (config["mrma.subsample-size"], config["mrma.num-weak-models"]) == (25, 10)
     with pytest.raises(SettingError, match="subsample_size must be <= n_train"):

@@ -196,3 +196,23 @@ def test_summary_totals():
     assert summary["releases"]["feedback_bit"]["clients"] == 1
     empty = PrivacyLedger(budget=1.0, client_ids=[0]).summary()
     assert empty["max_spent"] == 0.0 and empty["releases"] == {}
+
+
+def test_a_run_of_consecutive_ids_is_charged_without_copies():
+    ledger = PrivacyLedger(budget=2.0, client_ids=np.arange(10, 20))
+    ledger.charge(LaplaceMechanism(epsilon=1.0, dimension=1).event(), np.arange(12, 16))
+    ledger.charge(
+        LaplaceMechanism(epsilon=0.5, dimension=1).event(), np.array([15, 11])
+    )
+    kept = ledger.entries[0].client_ids
+    np.testing.assert_array_equal(kept, np.arange(12, 16))
+    assert np.shares_memory(kept, ledger.client_ids) and not kept.flags.writeable
+    np.testing.assert_array_equal(
+        ledger.spent_all(), [0, 0.5, 1, 1, 1, 1.5, 0, 0, 0, 0]
+    )
+    with pytest.raises(KeyError, match="20"):
+        ledger.can_spend(1.0, np.arange(18, 21))
+    with pytest.raises(ValueError, match="once per call"):
+        ledger.charge(
+            LaplaceMechanism(epsilon=0.1, dimension=1).event(), np.array([13, 13])
+        )

@@ -35,6 +35,7 @@ from ldpfda.privacy.vector_mechanisms import (
     piecewise_bound,
     piecewise_epsilon,
     product_moments,
+    random_subsets,
     sampled_dimensions,
 )
 
@@ -352,6 +353,31 @@ def test_keyed_streams_do_not_depend_on_batching(cls):
         ]
     )
     np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.parametrize(("p", "k"), [(5, 2), (4, 3), (6, 1), (3, 3)])
+def test_random_subsets_are_uniform_k_subsets(p, k):
+    n = 120_000
+    picks = random_subsets(np.random.default_rng(3).uniform(size=(n, k)), p)
+    assert picks.min() >= 0 and picks.max() < p
+    assert np.all(np.sort(picks, axis=1)[:, 1:] != np.sort(picks, axis=1)[:, :-1])
+    subsets = list(itertools.combinations(range(p), k))
+    index = {s: i for i, s in enumerate(subsets)}
+    counts = np.bincount(
+        [index[tuple(sorted(row))] for row in picks.tolist()], minlength=len(subsets)
+    )
+    # Multinomial counts: each within 4.5 standard deviations of n / C(p, k).
+    q = 1.0 / len(subsets)
+    assert np.all(np.abs(counts - n * q) <= 4.5 * math.sqrt(n * q * (1 - q)))
+
+
+@pytest.mark.parametrize("cls", [PiecewiseMechanism, HybridMechanism])
+def test_sampled_mechanisms_draw_only_the_uniforms_of_k_coordinates(cls):
+    mech = cls(epsilon=5.0, dimension=11)
+    stream = ClientStreams(1, np.arange(7)).stream("t")
+    z = mech.randomise(np.zeros((7, 11)), stream)
+    assert stream.drawn == mech.n_sampled * (1 + cls._draws_per_coordinate)
+    assert np.all((z != 0).sum(axis=1) <= mech.n_sampled)
 
 
 # ------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from ldpfda.server.fitting import (
 
 
 def test_twenty_clients_at_epsilon_5_give_a_model_without_signal():
-    # Seed 3: 20 clients' releases shrink the moment fit until it puts every public
+    # Seed 11: 20 clients' releases shrink the moment fit until it puts every public
     # calibration vector in one class; the warning says why and what would help.
-    settings = Settings(n_train=10, n_eval=10, n_test=2000, seed=3)
+    settings = Settings(n_train=10, n_eval=10, n_test=2000, seed=11)
     result = run_repeat(settings, 0)
     assert result.signal["no_signal"] is True
     public = public_features(
