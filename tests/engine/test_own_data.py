@@ -201,14 +201,16 @@ def test_three_labels_fit_the_k_class_default_and_the_model_file_keeps_k_rows():
     public = featurizer.transform(
         make_wearable(300, n_classes=3, seed=PUBLIC_SEED_BASE + 5)
     )
-    # Seed 1: with the sampled releases' streams seeds 0-7 give errors 0.30 to 0.46
-    # against the bound 0.417 below (seed 0: 0.456, seed 7: 0.44; seed 1: 0.36).
-    fit = fit_own(three, spec, epsilon=5.0, protocol="default", seed=1, public=public)
+    fit = fit_own(three, spec, epsilon=5.0, protocol="default", seed=0, public=public)
     assert fit.model.coef.shape == (3, spec.n_features)
     assert fit.result.privacy["max_spent"] == pytest.approx(5.0)
-    # Better than the majority class by far more than its standard error (~0.024).
-    majority = fit.test_errors["majority"]
-    assert fit.test_errors["moment"] < majority - 10 * fit.standard_error(majority)
+    # Better than the majority class: the gap exceeds 3 standard errors of the
+    # difference of the two test errors (each ~0.024 on these test subjects).
+    errors = fit.test_errors
+    se = np.hypot(
+        fit.standard_error(errors["moment"]), fit.standard_error(errors["majority"])
+    )
+    assert errors["moment"] < errors["majority"] - 3 * se
     record = json.loads(json.dumps(fit.model_record(spec_source="s", data="d")))
     model = OwnModel.from_record(record)
     assert model.coef.shape == (3, spec.n_features) and model.intercept.shape == (3,)
