@@ -278,7 +278,6 @@ def test_the_second_moment_comes_from_the_public_curves_or_the_releases(
     # public subjects, never the embedded design's draws; without them and with
     # data.public-features = false it falls back to the releases, and says so.
     from ldpfda.schema.spec import FederationSpec
-    from ldpfda.server.fitting import public_gram
     from ldpfda.server.learners import MomentLinearClassifier
 
     result, report = _spec_run(tmp_path, run_config)
@@ -289,7 +288,7 @@ def test_the_second_moment_comes_from_the_public_curves_or_the_releases(
     )[1]
     refit = MomentLinearClassifier(
         joint=True,
-        gram=public_gram(public.features),
+        public=public.features,
         mechanism=result.payload.release_mechanism().inner,
     ).fit(result.payload.releases)
     coef = refit.to_linear_models().coef[0]
