@@ -17,9 +17,8 @@ from ldpfda.config import Settings
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
 from ldpfda.engine.inprocess import ArrayClients
-from ldpfda.engine.runner import run_protocol
+from ldpfda.engine.runner import run_keyed
 from ldpfda.fda.features import Featurizer
-from ldpfda.privacy.random import derive_seed
 from ldpfda.schema.spec import FederationSpec
 from ldpfda.server.fitting import ProtocolResult
 
@@ -225,12 +224,11 @@ class LDPClassifier(_LocalDPClassifier):
         nobody = ArrayClients(ids[:0], features[:0], labels[:0], computed)
 
         def run() -> ProtocolResult:
-            return run_protocol(
+            return run_keyed(
                 everyone,
                 nobody,
                 settings,
-                seed=derive_seed(seed, "clients"),
-                server_rng=np.random.default_rng(derive_seed(seed, "server")),
+                seed,
                 keep_payload=False,
                 public=data.public,
                 n_classes=int(data.classes.size),

@@ -42,7 +42,7 @@ from ldpfda.config import Settings
 from ldpfda.datasets.curves import LongCurves
 from ldpfda.datasets.readers import _rows, read_curves
 from ldpfda.engine.inprocess import ArrayClients
-from ldpfda.engine.runner import run_protocol
+from ldpfda.engine.runner import run_keyed
 from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
@@ -436,12 +436,11 @@ def fit_own(
     # The non-private reference learns from the clients the server learns from, as
     # in run_repeat: the training group of MRMA, every client of the default.
     clean_idx = fit_idx if settings.protocol == "mrma" else train_idx
-    result = run_protocol(
+    result = run_keyed(
         train,
         evaluation,
         settings,
-        seed=derive_seed(seed, "clients"),
-        server_rng=np.random.default_rng(derive_seed(seed, "server")),
+        seed,
         test=(x[test_idx], y[test_idx]),
         clean_train=(x[clean_idx], y[clean_idx]),
         keep_payload=False,

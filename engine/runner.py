@@ -8,6 +8,8 @@ ServerApp runs over the grid. :func:`run_repeat` is one repeat on an embedded de
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -26,7 +28,7 @@ from ldpfda.server.mrma import fit_linear
 from ldpfda.server.plans import Plan, run_plan
 from ldpfda.server.session import Session
 
-__all__ = ["run_protocol", "run_repeat"]
+__all__ = ["run_keyed", "run_protocol", "run_repeat"]
 
 
 def run_protocol(
@@ -98,6 +100,26 @@ def run_protocol(
         score(result, *test)
     assess_signal(result, public, test)
     return result
+
+
+def run_keyed(
+    train: ClientPopulation,
+    evaluation: ClientPopulation,
+    settings: Settings,
+    seed: int,
+    **options: Any,
+) -> ProtocolResult:
+    """:func:`run_protocol` with the clients' noise keyed by ``derive_seed(seed,
+    "clients")`` and the server's randomness by ``derive_seed(seed, "server")``;
+    ``options`` are :func:`run_protocol`'s keywords."""
+    return run_protocol(
+        train,
+        evaluation,
+        settings,
+        seed=derive_seed(seed, "clients"),
+        server_rng=np.random.default_rng(derive_seed(seed, "server")),
+        **options,
+    )
 
 
 def _n_features(population: ClientPopulation) -> int:

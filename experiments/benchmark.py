@@ -80,7 +80,7 @@ def run_one(
     from ldpfda.config import Settings
     from ldpfda.datasets.population import make_featurizer
     from ldpfda.datasets.synthetic import FunctionalDesign
-    from ldpfda.engine import run_protocol
+    from ldpfda.engine.runner import run_keyed
     from ldpfda.experiments.common import limit_blas_threads, reference_settings
     from ldpfda.experiments.population import LazyCurvePopulation
     from ldpfda.privacy.random import derive_seed
@@ -122,12 +122,11 @@ def run_one(
             [train, evaluation], settings, derive_seed(seed, "clients"), public
         )
     else:
-        result = run_protocol(
+        result = run_keyed(
             train,
             evaluation,
             settings,
-            seed=derive_seed(seed, "clients"),
-            server_rng=np.random.default_rng(derive_seed(seed, "server")),
+            seed,
             chunk_size=chunk_size,
             keep_payload=False,
             public=public if settings.public_features else None,

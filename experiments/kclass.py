@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from ldpfda.config import Settings
 from ldpfda.engine import run_protocol
 from ldpfda.engine.inprocess import ArrayClients
+from ldpfda.engine.runner import run_keyed
 from ldpfda.experiments.common import mean_se
 from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
@@ -106,12 +107,11 @@ def release_and_fit(
 ) -> ProtocolResult:
     """One run of ``settings`` with K = ``n_classes`` labels, client noise and server
     randomness keyed by ``seed``; in a moment run every client releases."""
-    return run_protocol(
+    return run_keyed(
         train,
         evaluation,
         settings,
-        seed=derive_seed(seed, "clients"),
-        server_rng=np.random.default_rng(derive_seed(seed, "server")),
+        seed,
         keep_payload=False,
         public=public,
         n_classes=n_classes,
