@@ -369,16 +369,20 @@ def test_figures_keep_colours_legend_inside_and_apart(datasets, tmp_path, monkey
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
-    methods = ("mrma", "voting", "averaging", "default", "non_private", "majority")
+    # Every method of the vector study: its long legend once overflowed one panel.
+    compared = ("mrma", "voting", "averaging", "naive", "histogram", "gaussian")
+    methods = (*compared, "default", "noiseless", "non_private", "majority")
     plot.plot_study("s", _rows(methods, datasets), tmp_path)
     (fig,) = figures
     fig.canvas.draw()
-    box = fig.get_tightbbox(fig.canvas.get_renderer())
-    legend = (
-        fig.legends[0].get_window_extent().transformed(fig.dpi_scale_trans.inverted())
-    )
-    # the saved image is cut to ``box``: the whole legend lies inside it
-    assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and box.y0 <= legend.y0
+    legend = fig.legends[0].get_window_extent()
+    # Inside the figure's own canvas (nothing cut at its edges) and outside every
+    # panel (no line hidden under it).
+    canvas = fig.bbox
+    assert canvas.x0 <= legend.x0 and legend.x1 <= canvas.x1
+    assert canvas.y0 <= legend.y0 and legend.y1 <= canvas.y1
+    for ax in fig.axes[: len(datasets)]:
+        assert not legend.overlaps(ax.get_window_extent())
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == [plot.LABELS[m] for m in methods]  # once each, in order
     for ax in fig.axes[: len(datasets)]:
@@ -389,6 +393,6 @@ def test_figures_keep_colours_legend_inside_and_apart(datasets, tmp_path, monkey
             assert to_rgba(line.get_color()) == to_rgba(plot.STYLES[method][0])
             xs[method] = tuple(line.get_xdata())
         # equal means: the compared methods sit side by side, references do not move
-        at_one = [xs[m][1] for m in ("mrma", "voting", "averaging", "default")]
-        assert len(set(at_one)) == 4 and min(at_one) < 1.0 < max(at_one)
+        at_one = [xs[m][1] for m in (*compared, "default", "noiseless")]
+        assert len(set(at_one)) == 8 and min(at_one) < 1.0 < max(at_one)
         assert xs["non_private"][1] == 1.0 and xs["majority"][1] == 1.0
