@@ -16,6 +16,9 @@ __all__ = ["LedgerEntry", "PrivacyLedger"]
 
 #: Relative slack for floating-point sums of a split budget (eps/(p+1) added p+1 times).
 _SLACK = 1e-9
+#: Runs of equal spending a ledger over consecutive ids keeps before it holds one
+#: figure per client instead.
+_MAX_RUNS = 1 << 12
 
 
 def _has_duplicates(sorted_ids: NDArray[np.int64]) -> bool:
@@ -58,8 +61,68 @@ class PrivacyLedger:
             raise ValueError("client_ids must be unique")
         self.client_ids = ids.view()  # read-only: entries keep views of it
         self.client_ids.flags.writeable = False
-        self._spent = np.zeros(ids.size)
+        # Over consecutive ids, charged run by run as the engine charges them, the
+        # spending is kept as runs of equal totals: row ``_starts[i]`` on spent
+        # ``_levels[i]`` (a ledger of ten million clients holds a few numbers, not
+        # ten million). Any other charge, or too many runs, turns it into one total
+        # per client (``_spent``); either way every total is the same float.
+        self._spent: NDArray[np.float64] | None = None
+        self._starts = np.zeros(1 if ids.size else 0, dtype=np.int64)
+        self._levels = np.zeros(self._starts.size)
+        if self._first is None:
+            self._densify()
         self.entries: list[LedgerEntry] = []
+
+    def _densify(self) -> NDArray[np.float64]:
+        """One total per client from now on."""
+        if self._spent is None:
+            self._spent = self._expand(0, self.client_ids.size)
+        return self._spent
+
+    def _expand(self, start: int, stop: int) -> NDArray[np.float64]:
+        """The totals of rows ``start .. stop - 1`` from the runs."""
+        if stop <= start:
+            return np.zeros(0)
+        first = int(np.searchsorted(self._starts, start, side="right")) - 1
+        last = int(np.searchsorted(self._starts, stop, side="left"))
+        bounds = np.concatenate([[start], self._starts[first + 1 : last], [stop]])
+        return np.repeat(self._levels[first:last], np.diff(bounds))
+
+    def _cut(self, row: int) -> int:
+        """The run that starts at ``row`` (split off the run holding it)."""
+        if row >= self.client_ids.size:
+            return int(self._starts.size)
+        at = int(np.searchsorted(self._starts, row, side="right")) - 1
+        if self._starts[at] == row:
+            return at
+        self._starts = np.insert(self._starts, at + 1, row)
+        self._levels = np.insert(self._levels, at + 1, self._levels[at])
+        return at + 1
+
+    def _values(self, rows: NDArray[np.int64] | slice) -> NDArray[np.float64]:
+        """The totals of ``rows``."""
+        if self._spent is not None:
+            return self._spent[rows]
+        if isinstance(rows, slice):
+            return self._expand(rows.start, rows.stop)
+        at = np.searchsorted(self._starts, rows, side="right") - 1
+        return self._levels[at]
+
+    def _add(self, rows: NDArray[np.int64] | slice, epsilon: float) -> None:
+        """Add ``epsilon`` to the totals of ``rows``."""
+        if not isinstance(rows, slice) and rows.size == 1:
+            rows = slice(int(rows[0]), int(rows[0]) + 1)
+        if self._spent is None and isinstance(rows, slice):
+            start, stop = self._cut(rows.start), self._cut(rows.stop)
+            self._levels[start:stop] += epsilon
+            # Neighbouring runs that now spend the same become one.
+            new = np.concatenate([[True], self._levels[1:] != self._levels[:-1]])
+            self._starts, self._levels = self._starts[new], self._levels[new]
+            if self._starts.size <= _MAX_RUNS:
+                return
+            self._densify()
+            return
+        self._densify()[rows] += epsilon
 
     def _rows(self, ids: NDArray[np.int64]) -> NDArray[np.int64] | slice:
         """The rows of ``ids``: a slice (no copy) for a run of consecutive ids."""
@@ -95,7 +158,7 @@ class PrivacyLedger:
         idx = self._rows(ids)
         if math.isinf(self.budget):
             return np.ones(ids.size, dtype=bool)
-        return self._spent[idx] + epsilon <= self.budget * (1.0 + _SLACK)
+        return self._values(idx) + epsilon <= self.budget * (1.0 + _SLACK)
 
     def charge(self, event: ReleaseEvent, client_ids: ArrayLike) -> None:
         """Record ``event`` for every client in ``client_ids``, or refuse it for all."""
@@ -125,7 +188,7 @@ class PrivacyLedger:
                 f"{first} (already spent {self.spent(first):.6g})"
             )
         rows = self._rows(ids)
-        self._spent[rows] += total
+        self._add(rows, total)
         kept = self._kept(ids, rows)
         self.entries.extend(LedgerEntry(event, kept) for event in events)
 
@@ -140,16 +203,18 @@ class PrivacyLedger:
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         index = self._rows(ids)
         for event in events:
-            self._spent[index] += event.epsilon
+            self._add(index, event.epsilon)
             self.entries.append(LedgerEntry(event, self._kept(ids, index)))
 
     def spent(self, client_id: int) -> float:
         """Total epsilon spent so far by one client."""
-        return float(self._spent[self._index([client_id])[0]])
+        return float(self._values(self._index([client_id]))[0])
 
     def spent_all(self) -> NDArray[np.float64]:
         """Total epsilon spent by every client, in ``client_ids`` order."""
-        return self._spent.copy()
+        if self._spent is not None:
+            return self._spent.copy()
+        return self._expand(0, self.client_ids.size)
 
     def summary(self) -> dict[str, object]:
         """Totals for a run report: budget, spent (max/min/mean), releases by kind."""
@@ -164,12 +229,24 @@ class PrivacyLedger:
                 item["epsilon"] = float("nan")  # mixed epsilons: see epsilon_total
             item["clients"] += n
             item["epsilon_total"] += event.epsilon * n
-        spent = self._spent
+        levels, counts = self._runs()
+        n = int(self.client_ids.size)
         return {
             "budget_per_client": self.budget,
-            "n_clients": int(spent.size),
-            "max_spent": float(spent.max()) if spent.size else 0.0,
-            "min_spent": float(spent.min()) if spent.size else 0.0,
-            "mean_spent": float(spent.mean()) if spent.size else 0.0,
+            "n_clients": n,
+            "max_spent": float(levels.max()) if n else 0.0,
+            "min_spent": float(levels.min()) if n else 0.0,
+            # From the runs of equal totals, so that the same totals give the same
+            # mean however the ledger holds them.
+            "mean_spent": math.fsum((levels * counts).tolist()) / n if n else 0.0,
             "releases": releases,
         }
+
+    def _runs(self) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+        """The totals as runs of equal spending: each run's total and length."""
+        n = self.client_ids.size
+        if self._spent is None:
+            return self._levels, np.diff(np.append(self._starts, n))
+        spent = self._spent
+        starts = np.flatnonzero(np.concatenate([[n > 0], spent[1:] != spent[:-1]]))
+        return self._spent[starts], np.diff(np.append(starts, n))

@@ -216,3 +216,73 @@ def test_a_run_of_consecutive_ids_is_charged_without_copies():
         ledger.charge(
             LaplaceMechanism(epsilon=0.1, dimension=1).event(), np.array([13, 13])
         )
+
+
+def _dense_model(n: int, steps: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    spent = np.zeros(n)
+    for ids, epsilon in steps:
+        spent[ids] += epsilon
+    return spent
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_of_equal_spending_hold_exactly_the_totals_one_per_client_would(
+    seed, monkeypatch
+):
+    """Charges as the engine makes them (runs of consecutive ids) mixed with single
+    clients, scattered sets and refused charges: every total, every refusal and the
+    summary equal a plain array's, float for float (some seeds with a cap of 8 runs,
+    so that the ledger turns into one total per client midway)."""
+    if seed % 3 == 0:
+        monkeypatch.setattr("ldpfda.privacy.ledger._MAX_RUNS", 8)
+    rng = np.random.default_rng(seed)
+    n, first = 200, 1000
+    ledger = PrivacyLedger(budget=3.0, client_ids=np.arange(first, first + n))
+    steps: list[tuple[np.ndarray, float]] = []
+    for _ in range(60):
+        epsilon = float(rng.choice([0.1, 0.25, 1 / 3, 0.7]))
+        kind = rng.integers(4 if seed % 2 else 2)
+        if kind == 0:  # a run, as a chunk of the engine
+            start = int(rng.integers(0, n - 2))
+            rows = np.arange(start, int(rng.integers(start + 2, n + 1)))
+        elif kind == 1:  # the whole federation
+            rows = np.arange(n)
+        elif kind == 2:  # one client
+            rows = np.array([int(rng.integers(n))])
+        else:  # a scattered set
+            rows = np.sort(rng.choice(n, size=int(rng.integers(2, 30)), replace=False))
+        expected = _dense_model(n, steps)[rows] + epsilon <= 3.0 * (1 + 1e-9)
+        np.testing.assert_array_equal(ledger.can_spend(epsilon, first + rows), expected)
+        if expected.all():
+            ledger.charge(_event(epsilon), first + rows)
+            steps.append((rows, epsilon))
+        else:
+            with pytest.raises(BudgetExceededError):
+                ledger.charge(_event(epsilon), first + rows)
+        spent = _dense_model(n, steps)
+        np.testing.assert_array_equal(ledger.spent_all(), spent)
+        probe = int(rng.integers(n))
+        assert ledger.spent(first + probe) == spent[probe]
+    # Scattered sets, or more than 8 runs, made it one total per client.
+    assert (ledger._spent is not None) == (seed % 2 == 1 or seed % 3 == 0)
+    dense = PrivacyLedger(budget=3.0, client_ids=np.arange(first, first + n)[::-1])
+    for rows, epsilon in steps:
+        dense.charge(_event(epsilon), first + rows)
+    assert {k: v for k, v in ledger.summary().items() if k != "releases"} == {
+        k: v for k, v in dense.summary().items() if k != "releases"
+    }
+
+
+def test_a_federation_charged_run_by_run_holds_a_few_numbers_not_one_per_client():
+    n = 10_000_000
+    ledger = PrivacyLedger(budget=5.0, client_ids=np.arange(n))
+    for start in range(0, n, 100_000):
+        ledger.charge(_event(5.0, "joint"), np.arange(start, start + 100_000))
+    assert ledger._spent is None and ledger._levels.tolist() == [5.0]
+    summary = ledger.summary()
+    assert summary["min_spent"] == summary["max_spent"] == summary["mean_spent"] == 5.0
+    assert not ledger.can_spend(1e-6, np.arange(n - 5, n)).any()
+    # One client charged alone: a run of its own, still no array per client.
+    small = PrivacyLedger(budget=5.0, client_ids=np.arange(n))
+    small.charge(_event(1.0), [17])
+    assert small._spent is None and small.spent(17) == 1.0 and small.spent(18) == 0.0
