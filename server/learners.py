@@ -161,105 +161,53 @@ def _gram_fallback(
     return target + (1.0 - weight) * deviation, weight
 
 
-#: Grid of the exponent gamma of the slopes' prior shape (flat hyperprior): 0 is
-#: the isotropic prior; at 8 a direction with half the top feature variance has
-#: 2^-8 of its prior variance, nearly the top principal component alone.
-_PRIOR_POWERS = np.arange(0.0, 8.0 + 1e-9, 0.5)
-#: Grid of log tau^2 relative to the scale of C, step 0.5 (flat hyperprior).
-_LOG_PRIOR = np.arange(-28.0, 12.0 + 1e-9, 0.5)
-
-
-@dataclass
-class PriorSummary:
-    r"""The hyperposterior of :func:`_posterior_mean`: the geometric means of
-    :math:`\tau_0^2` (nan without intercept) and :math:`\tau_x^2`, the mean of
-    :math:`\gamma`, and whether the marginal likelihood is largest with the slopes'
-    (and the intercept's) prior variance at the bottom of its grid."""
-
-    variances: NDArray[np.float64]
-    power: float
-    floored: NDArray[np.bool_]
-
-
 def _posterior_mean(
     gram: NDArray[np.float64],
     cross: NDArray[np.float64],
     noise: NDArray[np.float64],
-    start: int,
-) -> tuple[NDArray[np.float64], PriorSummary]:
-    r"""Hierarchical-Bayes coefficients of :math:`\hat c_k = G\theta_k + e_k`,
+    groups: NDArray[np.int64],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    r"""Empirical-Bayes coefficients of :math:`\hat c_k = G\theta_k + e_k`,
     :math:`e_k \sim N(0, S_k)`, :math:`\theta_k \sim N(0, T)`,
-
-    .. math:: T = \mathrm{diag}(\tau_0^2,\ \tau_x^2 B_\gamma), \qquad
-              B_\gamma = V (\Lambda / \lambda_1)^\gamma V^\top,
-
-    :math:`V \Lambda V^\top` the features' covariance
-    :math:`G_{xx} - G_{x0} G_{0x}` (``start`` = 1; :math:`G` itself without
-    intercept, and no :math:`\tau_0`): the posterior mean
-    :math:`T G (G T G + S_k)^{-1} \hat c_k` averaged over the hyperposterior of
-    :math:`(\log\tau_0^2, \log\tau_x^2, \gamma)`, flat on a grid
-    (:data:`_LOG_PRIOR` times the scale of :math:`\hat C`, :data:`_PRIOR_POWERS`),
-    weighted by the marginal likelihood of the columns of :math:`\hat C`.
-    :math:`\gamma = 0` is the isotropic prior; :math:`\gamma > 0` expects the
-    coefficients along directions of small feature variance to be smaller. Both
-    the shape and the scale are integrated out rather than set at their maximum
-    likelihood, which from d numbers lands on a boundary (no slopes, or the
-    isotropic prior passing the noise of thin directions) whenever the noise
-    happens to look like signal. ``cross`` (d, K), ``noise`` (K, d, d)."""
+    :math:`T = \mathrm{diag}(\tau^2_{g(j)})`: the posterior mean
+    :math:`T G (G T G + S_k)^{-1} \hat c_k` with every :math:`\tau^2_g` maximising
+    the marginal likelihood of the columns of :math:`\hat C` (Nelder-Mead on
+    :math:`\log\tau^2`, floored at :math:`e^{-28}` times the scale of
+    :math:`\hat C`: at the floor the fit tends to the direction of
+    :math:`T G S_k^{-1} \hat c_k`, which the sign of the scores keeps). ``cross``
+    (d, K), ``noise`` (K, d, d); also returns which groups are at the floor."""
     d, k = cross.shape
     scale = max(float(np.sum(cross**2)) / (k * float(np.trace(gram @ gram))), 1e-300)
-    logs = math.log(scale) + _LOG_PRIOR
-    t = np.exp(logs)
-    xx = gram[start:, start:]
-    if start:
-        xx = xx - np.outer(gram[start:, 0], gram[start:, 0])
-    values, vectors = np.linalg.eigh((xx + xx.T) / 2.0)
-    top = max(float(values.max()), 1e-300)
-    values = np.clip(values / top, 1e-10, 1.0)
-    shapes = np.zeros((_PRIOR_POWERS.size, d, d))
-    shapes[:, start:, start:] = np.einsum(
-        "ij,gj,kj->gik", vectors, values[None, :] ** _PRIOR_POWERS[:, None], vectors
-    )
-    g0 = gram[:, 0]
-    rhs = np.stack([cross.T, np.broadcast_to(g0, (k, d))], axis=-1)
-    # Per power: log-likelihoods (t_x, t_0) and the weighted coefficients, one
-    # power at a time so that memory stays at (t_x, K, d, d) whatever the grid.
-    loglik = np.empty((_PRIOR_POWERS.size, t.size, t.size if start else 1))
-    parts = []
-    for i, shape in enumerate(shapes):
-        # The slopes' systems M = t_x G B G + S_k, shape (t_x, K, d, d); the
-        # intercept's prior adds t_0 g_0 g_0^T, by the rank-one update below.
-        m = t[:, None, None, None] * (gram @ shape @ gram) + noise[None]
-        trace = np.trace(m, axis1=-2, axis2=-1)[..., None, None]
-        m = m + (1e-12 * trace + 1e-300) * np.eye(d)
-        solved = np.linalg.solve(m, np.broadcast_to(rhs, m.shape[:-1] + (2,)))
-        u, a = solved[..., 0], solved[..., 1]
-        base = np.linalg.slogdet(m)[1] + np.einsum("tkd,kd->tk", u, cross.T)
-        if start:
-            gu, ga = u @ g0, a @ g0
-            denom = 1.0 + t * ga[..., None]  # (t_x, K, t_0)
-            part = base[..., None] + np.log(denom) - t * gu[..., None] ** 2 / denom
-            loglik[i] = -0.5 * part.sum(axis=1)
-            parts.append((u, a, t * gu[..., None] / denom))
-        else:
-            loglik[i] = -0.5 * base.sum(axis=1)[:, None]
-            parts.append((u, a, np.zeros(u.shape[:-1] + (1,))))
-    w = np.exp(loglik - loglik.max())
-    w /= w.sum()
-    # theta = t_0 e_0 g_0^T u' + t_x B G u', u' = u - a t_0 (g_0^T u) / denom.
-    theta = np.zeros((d, k))
-    for i, (u, a, ratio) in enumerate(parts):
-        share = np.einsum("ts,tks->tk", w[i], ratio)
-        direct = w[i].sum(axis=1)[:, None, None] * u - share[..., None] * a
-        theta += shapes[i] @ gram @ np.einsum("tkl,t->lk", direct, t)
-        theta[0] += start * share.sum(axis=0)
-    marg_t = w.sum(axis=(0, 2))
-    first = float(np.exp(w.sum(axis=(0, 1)) @ logs)) if start else math.nan
-    variances = np.array([first, float(np.exp(marg_t @ logs))])
-    best = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
-    floored = np.array([bool(start) and best[2] <= 2, best[1] <= 2])
-    power = float(w.sum(axis=(1, 2)) @ _PRIOR_POWERS)
-    return theta, PriorSummary(variances, power, floored)
+    low = math.log(scale) - 28.0
+
+    def systems(log_tau: NDArray[np.float64]) -> tuple[Any, NDArray[np.float64]]:
+        tau = np.exp(np.clip(log_tau, low, low + 40.0))[groups]
+        m = (gram * tau) @ gram + noise
+        trace = np.trace(m, axis1=1, axis2=2)[:, None, None]
+        return m + (1e-12 * trace + 1e-300) * np.eye(d), tau
+
+    def objective(log_tau: NDArray[np.float64]) -> float:
+        m, _ = systems(log_tau)
+        logdet = np.linalg.slogdet(m)[1].sum()
+        return float(
+            logdet + np.sum(cross.T * np.linalg.solve(m, cross.T[..., None])[..., 0])
+        )
+
+    start = np.full(groups.max() + 1, math.log(scale))
+    fits = [
+        minimize(
+            objective,
+            start + shift,
+            method="Nelder-Mead",
+            options={"xatol": 1e-4, "fatol": 1e-9, "maxiter": 400 * start.size},
+        )
+        for shift in (0.0, -6.0)
+    ]
+    best = min(fits, key=lambda fit: fit.fun).x
+    floored = best <= low + 1.0
+    m, tau = systems(np.where(floored, low, best))
+    solved = np.linalg.solve(m, cross.T[..., None])[..., 0]
+    return tau[:, None] * (gram @ solved.T), tau, floored
 
 
 class _LinearClassifier(ClassifierMixin, BaseEstimator):
@@ -325,24 +273,18 @@ class MomentLinearClassifier(_LinearClassifier):
     covariance :math:`S = \widehat{\mathrm{Cov}}(r)/n` is known from the data.
     ``"empirical-bayes"`` (default, no tuning) is the posterior mean for
     :math:`\hat c = G\theta + e`, :math:`e \sim N(0, S)`,
-    :math:`\theta \sim N(0, T)`, :math:`T = \mathrm{diag}(\tau_0^2,
-    \tau_x^2 B_\gamma)` (the intercept and the slopes have their own prior
-    variance; :math:`B_\gamma = V (\Lambda/\lambda_1)^\gamma V^\top` for the
-    features' covariance :math:`V \Lambda V^\top`, isotropic at :math:`\gamma = 0`,
-    smaller along directions of small feature variance for :math:`\gamma > 0`):
+    :math:`\theta \sim N(0, T)`, :math:`T = \mathrm{diag}(\tau_0^2, \tau_x^2, \ldots,
+    \tau_x^2)` (the intercept and the slopes have their own prior variance):
 
     .. math:: \hat\theta = T G (G T G + S)^{-1} \hat c,
 
-    averaged over :math:`(\log\tau_0^2, \log\tau_x^2, \gamma)` weighted by the
-    marginal likelihood of :math:`\hat c` (a flat hyperprior on a grid; released
-    quantities only), which shrinks noisy releases and an
+    with :math:`\tau_0^2, \tau_x^2` maximising the marginal likelihood of
+    :math:`\hat c` (type-II maximum likelihood), which shrinks noisy releases and an
     ill-conditioned G automatically. ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
     coefficients. The fit also sets ``cross_moment_``, ``gram_``, ``noise_variance_``
-    (:math:`\mathrm{tr}(S)/d`), ``prior_variances_`` (the geometric posterior means
-    of :math:`\tau_0^2, \tau_x^2`), ``prior_power_`` (the posterior mean of
-    :math:`\gamma`), ``shrinkage_``
+    (:math:`\mathrm{tr}(S)/d`), ``prior_variances_``, ``shrinkage_``
     (:math:`\mathrm{tr}(S)/(d\tau_x^2)` or :math:`\lambda`), ``identified_`` (the
     entries of :math:`\hat G` the releases estimate), ``gram_source_``,
     ``gram_weight_`` and ``fallback_`` (what the fit fell back to, "" for nothing).
@@ -352,12 +294,10 @@ class MomentLinearClassifier(_LinearClassifier):
     R. A. Fisher, "The use of multiple measurements in taxonomic problems", 1936;
     J. C. Duchi, M. I. Jordan, M. J. Wainwright, JASA 2018 (private moment estimation);
     A. E. Hoerl, R. W. Kennard, "Ridge regression", Technometrics 12, 1970; C. Morris,
-    "Parametric empirical Bayes inference", JASA 78, 1983; J. O. Berger,
-    "Statistical Decision Theory and Bayesian Analysis", 2nd ed., 1985 (hierarchical
-    Bayes); O. Ledoit, M. Wolf, "A well-conditioned estimator for large-dimensional
-    covariance matrices", J. Multivariate Anal. 88, 2004; C. E. Rasmussen,
-    C. K. I. Williams, "Gaussian Processes for Machine Learning", 2006, Section 5.4
-    (marginal likelihood).
+    "Parametric empirical Bayes inference", JASA 78, 1983; O. Ledoit, M. Wolf, "A
+    well-conditioned estimator for large-dimensional covariance matrices", J.
+    Multivariate Anal. 88, 2004; C. E. Rasmussen, C. K. I. Williams, "Gaussian
+    Processes for Machine Learning", 2006, Section 5.4 (marginal likelihood).
     """
 
     def __init__(
@@ -530,7 +470,7 @@ class MomentLinearClassifier(_LinearClassifier):
         """The regularised least-squares coefficients and the shrinkage used; ``cross``
         (d,) or (d, K), the coefficients alike; ``noise`` the covariance (d, d) of
         ``cross`` or (K, d, d), one per column. Sets ``prior_variances_`` and
-        ``prior_power_`` and ``fallback_``."""
+        ``fallback_``."""
         d, start = gram.shape[0], int(self.fit_intercept)
         if self.regularization == "ridge":
             trace = float(np.trace(gram[start:, start:]))
@@ -540,22 +480,20 @@ class MomentLinearClassifier(_LinearClassifier):
             self.prior_variances_ = np.full(1 + start, np.nan)
             return theta, float(shrinkage)
         columns = cross.reshape(d, -1)
+        # The intercept and the slopes have their own prior variance.
+        groups = (np.arange(d) >= start).astype(np.int64)
         noise = noise.reshape(-1, d, d)
-        theta, prior = _posterior_mean(gram, columns, noise, start)
-        self.prior_variances_ = prior.variances if start else prior.variances[1:]
-        self.prior_power_ = prior.power
-        if prior.floored[-1]:
-            # The marginal likelihood is largest without slopes: with the
-            # intercept's prior above the bottom the fit is mostly the majority
-            # class of the released labels, else near the direction T G S^-1 c.
+        theta, tau, floored = _posterior_mean(gram, columns, noise, groups)
+        self.prior_variances_ = tau[[0, d - 1]] if start else tau[:1]
+        if floored[-1]:
+            # No signal detected in the features: with the intercept's prior above
+            # the floor the fit is the majority class of the released labels, else
+            # the limit direction T G S^-1 c.
             what = "majority class of the released labels"
-            what = (
-                what if start and not prior.floored[0] else "limit direction G S^-1 c"
-            )
+            what = what if start and not floored[0] else "limit direction G S^-1 c"
             self.fallback_ = f"no signal detected in the features: the {what}"
         level = float(np.trace(noise.mean(axis=0))) / d
-        tau = float(prior.variances[-1])
-        return theta.reshape(cross.shape), level / tau
+        return theta.reshape(cross.shape), level / float(tau[-1])
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         r"""The least-squares estimate :math:`(1 + \hat\theta^\top w)/2` in [0, 1]."""
@@ -577,9 +515,8 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
     moment classifier of k against the rest. With one G (public, or from the releases
     as for the binary joint release: :math:`z z^\top` estimates :math:`w w^\top` for
     every j) and one empirical-Bayes prior for every class (the binary classifier's:
-    its own variance for the intercept row and for the slopes, and the slopes' shape,
-    averaged over the marginal likelihood of all K columns), each column is a
-    posterior mean
+    its own variance for the intercept row and for the slopes, by maximum marginal
+    likelihood of all K columns), each column is a posterior mean
 
     .. math:: \hat\theta_k = T G (G T G + S_k)^{-1} (\hat c_k - a G e_0) + a e_0,
               \qquad a = 2/K - 1,
