@@ -4,9 +4,10 @@ Both protocols: the default (every client releases once, the moment classifier) 
 reference MRMA, on the functional design; a run under the shipped wearable spec in
 which every simulated node reads its own wearable file (wide CSV, long CSV or NPZ, each
 on its device's own irregular timestamps) from ``flower.node-data``; and a run in
-block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``). The
-module fixture submits the four runs to the same local SuperLink (the first ``flwr
-run`` starts it, the others find it running), one after the other.
+block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``); and
+reference MRMA for three classes. The module fixture submits the five runs to the
+same local SuperLink (the first ``flwr run`` starts it, the others find it running),
+one after the other.
 """
 
 from __future__ import annotations
@@ -40,6 +41,19 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 #: The run on the hosts' own files: clients 0-7 train, 8-11 evaluate.
 FILES_RUN, FILE_NODES = "wearable-files", 12
+#: Reference MRMA for three wearable conditions: 24 clients train, 12 evaluate.
+KCLASS_RUN, KCLASS_NODES = "three-class-mrma", 36
+KCLASS_CONFIG: dict[str, Any] = {
+    **REFERENCE,
+    "data.dataset": "wearable",
+    "data.n-classes": 3,
+    "data.n-train": 24,
+    "data.n-eval": 12,
+    "mrma.num-weak-models": 4,
+    "mrma.subsample-size": 6,
+    "data.n-test": 300,
+    "fda.calibration-size": 200,
+}
 #: Block mode: 4 virtual nodes serve 250 clients each (the reference protocol).
 BLOCK_RUN, BLOCK_NODES = "blocks", 4
 BLOCK_CONFIG: dict[str, Any] = {
@@ -144,6 +158,7 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         }
         runs[FILES_RUN] = (FILE_NODES, _own_files(workdir / "own"))
         runs[BLOCK_RUN] = (BLOCK_NODES, BLOCK_CONFIG)
+        runs[KCLASS_RUN] = (KCLASS_NODES, KCLASS_CONFIG)
         for name, (nodes, protocol) in runs.items():
             config = {
                 "flower.repeat": 2,
@@ -299,5 +314,35 @@ def test_block_mode_simulation_equals_the_engine_bit_for_bit(simulations):
     part = report["participation"]
     assert part["connected_nodes"] == BLOCK_NODES and part["rejections"] == []
     assert part["evaluate"]["answered"] == 500
+    spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
+    assert spent == {5.0}
+
+
+def test_a_three_class_mrma_simulation_equals_the_engine(simulations):
+    """K = 3 on the simulation runtime: every request carries the number of classes,
+    the nodes release K-ary randomized labels and answer the K-row weak models'
+    feedback, and the payloads, the K-row model and the test errors are the engine's."""
+    report = simulations.reports[KCLASS_RUN]
+    run_dir = simulations.run_dirs[KCLASS_RUN]
+    settings = Settings.from_mapping(report["settings"])
+    assert report["n_classes"] == settings.n_classes == 3
+    reference = run_repeat(settings, 2)
+    assert report["method"] == reference.method == "mrma"
+    payload = np.load(run_dir / "payload.npz")
+    np.testing.assert_array_equal(payload["client_ids"], np.arange(24))
+    np.testing.assert_allclose(
+        payload["features"], reference.payload.features, rtol=0, atol=1e-12
+    )
+    np.testing.assert_array_equal(payload["labels"], reference.payload.labels)
+    assert set(np.unique(payload["labels"])) <= {0, 1, 2}
+    model = np.load(run_dir / "model.npz")
+    assert model["coef"].shape == reference.final.coef.shape == (3, settings.n_basis)
+    np.testing.assert_allclose(model["coef"], reference.final.coef, atol=1e-10)
+    np.testing.assert_allclose(
+        model["intercept"], reference.final.intercept, atol=1e-10
+    )
+    for method, error in report["test_errors"].items():
+        assert error == pytest.approx(reference.test_errors[method])
+    assert report["participation"]["connected_nodes"] == KCLASS_NODES
     spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
     assert spent == {5.0}
