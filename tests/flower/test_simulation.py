@@ -7,7 +7,7 @@ on its device's own irregular timestamps) from ``flower.node-data``; and a run i
 block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``); and
 reference MRMA for three classes. The module fixture submits the five runs to the
 same local SuperLink (the first ``flwr run`` starts it, the others find it running),
-one after the other.
+each once the one before has had its releases back.
 """
 
 from __future__ import annotations
@@ -118,6 +118,27 @@ def _run_log(submitted: str, env: dict[str, str], workdir: Path) -> str:
     )
 
 
+#: The stages of a run after its first query came back.
+PAST_RELEASES = ("train", "fit", "evaluate", "aggregate", "done")
+
+
+def _wait(
+    report_dir: Path,
+    stages: tuple[str, ...],
+    submitted: str,
+    env: dict[str, str],
+    workdir: Path,
+) -> None:
+    """Wait until the run writing into ``report_dir`` is at one of ``stages``; if it
+    fails first or takes over 10 minutes, raise with the run's own log."""
+    from ldpfda.deploy.loopback import wait_for_stage
+
+    try:
+        wait_for_stage(report_dir, stages, timeout=600)
+    except (RuntimeError, TimeoutError) as error:
+        raise RuntimeError(f"{error}\n{_run_log(submitted, env, workdir)}") from error
+
+
 @dataclass
 class Simulations:
     """Every run: reports and run directories by name, and the SuperLinks."""
@@ -146,12 +167,14 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
     }
-    reports, run_dirs = {}, {}
+    reports, run_dirs, submitted = {}, {}, {}
     try:
-        # One run at a time: every simulation run starts its own Ray instance, and
-        # four of them starting at once on a two-core machine that is also running
-        # the rest of the suite left one run without a single reply for minutes. The
-        # first `flwr run` starts the SuperLink, the others find it running.
+        # One Ray start at a time: every simulation run starts its own Ray instance,
+        # and four of them starting at once on a two-core machine that is also
+        # running the rest of the suite left one run without a single reply for
+        # minutes. A run is submitted once the one before has had its releases back
+        # (its Ray is serving), so two runs overlap at most. The first `flwr run`
+        # starts the SuperLink, the others find it running.
         runs = {
             name: (20, {**DESIGN_RUN, **protocol})
             for name, protocol in PROTOCOLS.items()
@@ -185,12 +208,11 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
                 raise RuntimeError(
                     f"flwr run ({name}) failed:\n{done.stdout}{done.stderr}"
                 )
-            try:
-                reports[name] = wait_for_report(workdir / name, timeout=600)
-            except (RuntimeError, TimeoutError) as error:
-                raise RuntimeError(
-                    f"{error}\n{_run_log(done.stdout, env, workdir)}"
-                ) from error
+            submitted[name] = done.stdout
+            _wait(workdir / name, PAST_RELEASES, done.stdout, env, workdir)
+        for name in runs:
+            _wait(workdir / name, ("done",), submitted[name], env, workdir)
+            reports[name] = wait_for_report(workdir / name, timeout=60)
             run_dirs[name] = next((workdir / name).glob("run-*"))
     finally:
         pids = find_local_superlinks(http_port)
