@@ -110,28 +110,26 @@ class PrivacyLedger:
 
     def _add(self, rows: NDArray[np.int64] | slice, epsilon: float) -> None:
         """Add ``epsilon`` to the totals of ``rows``."""
-        if not isinstance(rows, slice) and rows.size == 1:
-            rows = slice(int(rows[0]), int(rows[0]) + 1)
-        if self._spent is None and isinstance(rows, slice):
-            start, stop = self._cut(rows.start), self._cut(rows.stop)
-            self._levels[start:stop] += epsilon
-            # Neighbouring runs that now spend the same become one.
-            new = np.concatenate([[True], self._levels[1:] != self._levels[:-1]])
-            self._starts, self._levels = self._starts[new], self._levels[new]
-            if self._starts.size <= _MAX_RUNS:
-                return
-            self._densify()
+        if self._spent is not None or not isinstance(rows, slice):
+            self._densify()[rows] += epsilon
             return
-        self._densify()[rows] += epsilon
+        start, stop = self._cut(rows.start), self._cut(rows.stop)
+        self._levels[start:stop] += epsilon
+        # Neighbouring runs that now spend the same become one.
+        new = np.concatenate([[True], self._levels[1:] != self._levels[:-1]])
+        self._starts, self._levels = self._starts[new], self._levels[new]
+        if self._starts.size > _MAX_RUNS:
+            self._densify()
 
     def _rows(self, ids: NDArray[np.int64]) -> NDArray[np.int64] | slice:
-        """The rows of ``ids``: a slice (no copy) for a run of consecutive ids."""
-        if self._first is not None and ids.size > 1:
+        """The rows of ``ids``: a slice (no copy) for a run of consecutive ids, one
+        id included."""
+        if self._first is not None and ids.size:
             start = int(ids[0]) - self._first
             if int(ids[-1]) - int(ids[0]) + 1 == ids.size and _increasing(ids):
                 if start < 0 or start + ids.size > self.client_ids.size:
                     end = self._first + self.client_ids.size
-                    outside = int(ids[0]) if start < 0 else end
+                    outside = int(ids[0]) if start < 0 else max(int(ids[0]), end)
                     raise KeyError(f"client {outside} is not in this ledger")
                 return slice(start, start + ids.size)
         return self._index(ids)
