@@ -210,9 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args(argv)
     settings = reference_settings(dataset="functional", epsilon=5.0, n_basis=10)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for _ in range(args.repeats):
-        run = {
+        run: dict[str, Any] = {
             "ldpfda": simulate(
                 args.clients, settings, args.clients_per_node, args.mechanism
             )

@@ -245,7 +245,9 @@ class PromptGrid(Grid):
     the replies, so a round ends up to 3 s after its last reply (1.5 s on average, in
     simulation and deployment alike). This one pulls ``first`` s after the push and
     after every pull that brought a reply, and waits twice as long after each pull
-    that brought none, up to ``longest`` s. Everything else is the wrapped grid's.
+    that brought none, up to ``longest`` s; never less than twice as long as the last
+    pull took, so that pulling for many nodes keeps the SuperLink busy a third of the
+    time at most. Everything else is the wrapped grid's.
     """
 
     def __init__(self, grid: Grid, first: float = 0.05, longest: float = 1.0) -> None:
@@ -282,12 +284,15 @@ class PromptGrid(Grid):
         while pending:
             left = None if deadline is None else deadline - time.monotonic()
             time.sleep(wait if left is None else max(0.0, min(wait, left)))
+            started = time.monotonic()
             got = list(self.grid.pull_messages(pending))
+            took = time.monotonic() - started
             received.extend(got)
             pending.difference_update(m.metadata.reply_to_message_id for m in got)
             if left is not None and left <= wait:
                 break
             wait = self.first if got else min(2 * wait, self.longest)
+            wait = max(wait, 2 * took)
         return received
 
 

@@ -30,8 +30,9 @@ class StoreGrid:
     """Push/pull only, as a SuperLink offers: message ``i`` is answered at virtual
     time ``arrivals[i]`` (None: never); ``refused`` messages get no id on push."""
 
-    def __init__(self, clock: Clock, arrivals, refused=()) -> None:
+    def __init__(self, clock: Clock, arrivals, refused=(), pull_cost=0.0) -> None:
         self.clock, self.arrivals, self.refused = clock, list(arrivals), set(refused)
+        self.pull_cost = pull_cost
         self.replies: dict[str, tuple[float, Message]] = {}
         self.pulls: list[set[str]] = []
 
@@ -53,6 +54,7 @@ class StoreGrid:
     def pull_messages(self, message_ids):
         asked = set(message_ids)
         self.pulls.append(asked)
+        self.clock.now += self.pull_cost
         ready = [
             key
             for key in asked
@@ -125,6 +127,20 @@ def test_a_zero_timeout_pulls_once(clock):
     replies = PromptGrid(store).send_and_receive(_messages(2), timeout=0.0)
     assert _answered(replies) == [0]
     assert len(store.pulls) == 1 and clock.now == 0.0
+
+
+def test_slow_pulls_are_spaced_out(clock):
+    # Each pull takes 0.3 s (many nodes): at least 0.6 s between two pulls, so the
+    # SuperLink spends at most a third of the round answering them.
+    arrivals = [0.1 * i for i in range(40)]
+    store = StoreGrid(clock, arrivals, pull_cost=0.3)
+    replies = PromptGrid(store, first=0.05).send_and_receive(
+        _messages(40), timeout=300.0
+    )
+    assert len(replies) == 40
+    assert min(clock.sleeps[1:]) >= 0.6 - 1e-12
+    busy = 0.3 * len(store.pulls)
+    assert busy <= clock.now / 3 + 0.3
 
 
 def test_everything_else_is_the_wrapped_grids(clock):  # noqa: ARG001
