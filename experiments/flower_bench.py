@@ -3,13 +3,13 @@
 ``simulate(n_clients, settings)`` (the hook of ``ldpfda benchmark --flower``) runs
 ``flwr run flower-app --federation-config "num-supernodes=N"`` (the thin app that
 loads the installed package; from a checkout's editable install, the checkout's code)
-with a fresh ``FLWR_HOME`` and its own SuperLink ports (offline, no telemetry, no run-time
-installation), half of the clients training and half evaluating under the reference
-MRMA protocol (``--mechanism joint-hybrid``: the default protocol, one round), waits
-for the end of the run, stops the SuperLink that ``flwr run`` leaves behind by PID,
-and returns the wall time and the peak of the summed resident memory of every Flower
-and Ray process (sampled every 0.2 s). ``clients_per_node`` > 1 runs the
-simulation's block mode (``flower.clients-per-node``).
+with a fresh ``FLWR_HOME`` and its own SuperLink ports (offline, no telemetry, no
+run-time installation), half of the clients training and half evaluating under the
+reference MRMA protocol (``--mechanism joint-hybrid``: the default protocol, one
+round), waits for the end of the run, stops the SuperLink that ``flwr run`` leaves
+behind by PID, and returns the wall time and the peak of the summed resident memory
+of every Flower and Ray process (sampled every 0.2 s). ``clients_per_node`` > 1 runs
+the simulation's block mode (``flower.clients-per-node``).
 
 ``minimal(n_clients)`` times the same on a minimal one-round app (written to a
 temporary folder): the server sends every node one empty message and waits for the
