@@ -362,10 +362,7 @@ class LoopbackFederation:
     """A SuperLink and one SuperNode per data file, all on 127.0.0.1.
 
     A context manager; every process is stopped by PID on exit. Logs, ``flwr-home``
-    (``FLWR_HOME``) and certificates go to ``workdir``; the SuperLink keeps its state
-    in memory (it lives as long as the federation: with a SQLite file, several
-    deployments on one busy machine made a node's reply fail with "database is
-    locked", and Flower does not send a reply again); SuperNode ``i``
+    (``FLWR_HOME``), certificates and databases go to ``workdir``; SuperNode ``i``
     serves client ``i`` with ``data_files[i]`` and the extra entries
     ``node_config[i]``, with a lifetime budget of ``privacy_budget`` kept in
     ``<workdir>/state-<i>``. ``tls``: TLS with self-signed certificates and SuperNode
@@ -444,6 +441,8 @@ class LoopbackFederation:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--database",
+            str(Path(self.workdir) / "superlink.db"),
         ]
         if self.tls:
             from ldpfda.deploy.gen_certs import generate

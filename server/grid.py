@@ -5,9 +5,8 @@ that fails is rejected with the reason."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
@@ -40,7 +39,6 @@ from ldpfda.server.session import Replies, Round, check_replies, logger, wire_ro
 
 __all__ = [
     "GridClients",
-    "PromptGrid",
     "ReplyError",
     "parse_checked",
     "parse_identity",
@@ -235,65 +233,7 @@ def wait_for_nodes(
                 f'--federation-config "num-supernodes={expected}" in simulation, or '
                 f"lower data.n-train / data.n-eval."
             )
-        time.sleep(min(0.2, max(deadline - time.monotonic(), 0.01)))
-
-
-class PromptGrid(Grid):
-    """A Flower ``grid`` whose rounds end as soon as their last reply is in.
-
-    Flower's own ``send_and_receive`` on a SuperLink waits 3 s between two pulls of
-    the replies, so a round ends up to 3 s after its last reply (1.5 s on average, in
-    simulation and deployment alike). This one pulls ``first`` s after the push and
-    after every pull that brought a reply, and waits twice as long after each pull
-    that brought none, up to ``longest`` s; never less than twice as long as the last
-    pull took, so that pulling for many nodes keeps the SuperLink busy a third of the
-    time at most. Everything else is the wrapped grid's.
-    """
-
-    def __init__(self, grid: Grid, first: float = 0.05, longest: float = 1.0) -> None:
-        self.grid, self.first, self.longest = grid, first, longest
-
-    def set_run(self, run: Any) -> None:
-        self.grid.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self.grid.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self.grid.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self.grid.get_node_ids()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.grid.pull_messages(message_ids)
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        """Push ``messages``; their replies that arrive within ``timeout`` s (all of
-        them, however long it takes, when ``timeout`` is None)."""
-        pending = {i for i in self.grid.push_messages(messages) if i}
-        deadline = None if timeout is None else time.monotonic() + timeout
-        received: list[Message] = []
-        wait = self.first
-        while pending:
-            left = None if deadline is None else deadline - time.monotonic()
-            time.sleep(wait if left is None else max(0.0, min(wait, left)))
-            started = time.monotonic()
-            got = list(self.grid.pull_messages(pending))
-            took = time.monotonic() - started
-            received.extend(got)
-            pending.difference_update(m.metadata.reply_to_message_id for m in got)
-            if left is not None and left <= wait:
-                break
-            wait = self.first if got else min(2 * wait, self.longest)
-            wait = max(wait, 2 * took)
-        return received
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
 
 
 class _Absent(Exception):
@@ -472,7 +412,7 @@ class GridClients:
         while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
             if time.monotonic() >= deadline:
                 return
-            time.sleep(0.2)
+            time.sleep(1.0)
 
     def _rows(
         self, query: Query, content: RecordDict, asked: NDArray[np.int64]

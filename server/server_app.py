@@ -23,7 +23,7 @@ from ldpfda.server.fitting import (
     no_signal_warning,
     score,
 )
-from ldpfda.server.grid import GridClients, PromptGrid
+from ldpfda.server.grid import GridClients
 from ldpfda.server.options import FlowerOptions, parse_run_config
 from ldpfda.server.own_data import run_data
 from ldpfda.server.plans import Plan, planned_ids, run_plan
@@ -182,7 +182,6 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point of ``flwr run``: parse the run config, run one repeat or phase."""
     settings, options = parse_run_config(context.run_config)
-    grid = PromptGrid(grid)
     if options.phase != "single":
         from ldpfda.server.multiserver_app import run_phase
 
