@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CHECKOUT_APP",
     "LoopbackFederation",
     "flower_env",
     "free_port",
@@ -49,6 +50,11 @@ __all__ = [
     "wait_for_report",
     "wait_for_stage",
 ]
+
+#: The checkout's thin Flower app folder: its bundle is one ``pyproject.toml`` naming
+#: the installed components, where ``flwr run .`` would bundle the whole checkout (about
+#: 160 files) for every run and every node to unpack.
+CHECKOUT_APP = Path(__file__).resolve().parents[1] / "flower-app"
 
 #: Settings for a 4-node run (3 training clients, 1 evaluation client).
 DEFAULT_RUN_CONFIG: dict[str, Any] = {

@@ -29,14 +29,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from ldpfda.deploy.loopback import LoopbackFederation, make_node_files, wait_for_report
+from ldpfda.deploy.loopback import (
+    CHECKOUT_APP,
+    LoopbackFederation,
+    make_node_files,
+    wait_for_report,
+)
 
 __all__ = ["run_loopback_session"]
-
-#: The thin app folder of the checkout: its bundle is one ``pyproject.toml`` that names
-#: the installed components, where ``flwr run .`` would bundle the whole checkout
-#: (about 160 files) for every run and every node to unpack.
-APP = Path(__file__).resolve().parents[1] / "flower-app"
 
 #: Timeouts that suit a loopback run (each query starts an app process per node, and
 #: on a busy machine that takes long). A session's nodes are all honest: a reply
@@ -116,7 +116,9 @@ def run_loopback_session(
                 for cfg, federation in zip(configs, federations, strict=True)
             ]
             with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-                for submitted in [pool.submit(f.submit, APP, c) for f, c in runs]:
+                for submitted in [
+                    pool.submit(f.submit, CHECKOUT_APP, c) for f, c in runs
+                ]:
                     submitted.result()
             for cfg in configs:
                 name = f"server{cfg.server_id}"

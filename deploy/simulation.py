@@ -28,9 +28,6 @@ from ldpfda.server.multiserver_flower import (
 
 __all__ = ["run_simulation"]
 
-#: The checkout's thin app folder (see :mod:`ldpfda.deploy.multiserver_loopback`).
-APP = Path(__file__).resolve().parents[1] / "flower-app"
-
 
 def run_simulation(
     specs: Sequence[ServerSpec],
@@ -75,7 +72,7 @@ def run_simulation(
                 report_dir.mkdir(parents=True, exist_ok=True)
                 nodes = f"num-supernodes={cfg.n_train + cfg.n_eval}"
                 loopback.flwr_run(
-                    APP,
+                    loopback.CHECKOUT_APP,
                     ["--federation-config", nodes],
                     config,
                     env,

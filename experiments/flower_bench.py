@@ -38,7 +38,6 @@ from ldpfda.config import Settings
 
 __all__ = ["minimal", "simulate"]
 
-ROOT = Path(__file__).resolve().parents[1]
 _MARKERS = ("flwr", "flower", "ray", "raylet", "gcs_server")
 
 _MINIMAL_APP = """
@@ -163,10 +162,12 @@ def simulate(
     clients_per_node: int = 1,
     mechanism: str = "reference",
 ) -> dict[str, Any]:
-    """Time one ``flwr run .`` simulation of ``n_clients`` clients (``mechanism``:
-    reference MRMA, or e.g. ``"joint-hybrid"`` for the default protocol),
-    ``clients_per_node`` of them on each virtual SuperNode."""
-    if not (ROOT / "flower-app" / "pyproject.toml").exists():
+    """Time one ``flwr run flower-app`` simulation of ``n_clients`` clients
+    (``mechanism``: reference MRMA, or e.g. ``"joint-hybrid"`` for the default
+    protocol), ``clients_per_node`` of them on each virtual SuperNode."""
+    from ldpfda.deploy.loopback import CHECKOUT_APP
+
+    if not (CHECKOUT_APP / "pyproject.toml").exists():
         raise RuntimeError("the Flower benchmark needs a source checkout")
     n_train = n_clients // 2
     config: dict[str, Any] = {
@@ -185,7 +186,7 @@ def simulate(
     with tempfile.TemporaryDirectory() as reports:
         config["flower.report-dir"] = reports
         nodes = -(-n_clients // clients_per_node)
-        return _timed_run(ROOT / "flower-app", nodes, config, "report written")
+        return _timed_run(CHECKOUT_APP, nodes, config, "report written")
 
 
 def minimal(n_clients: int) -> dict[str, Any]:
@@ -221,8 +222,11 @@ def main(argv: list[str] | None = None) -> None:
             run["minimal"] = minimal(args.clients)
             run["ratio"] = run["ldpfda"]["wall_s"] / run["minimal"]["wall_s"]
         runs.append(run)
-    out: dict[str, Any] = {"clients": args.clients, "mechanism": args.mechanism}
-    out["runs"] = runs
+    out: dict[str, Any] = {
+        "clients": args.clients,
+        "mechanism": args.mechanism,
+        "runs": runs,
+    }
     if not args.no_minimal:
         out["median_ratio"] = statistics.median(run["ratio"] for run in runs)
     print(json.dumps(out, indent=1))

@@ -154,6 +154,7 @@ class Simulations:
 def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
     from ldpfda.deploy.local_superlink import find_local_superlinks, stop_pid
     from ldpfda.deploy.loopback import (
+        CHECKOUT_APP,
         _executable,
         flower_env,
         free_port,
@@ -183,11 +184,11 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         runs[FILES_RUN] = (FILE_NODES, _own_files(workdir / "own"))
         runs[BLOCK_RUN] = (BLOCK_NODES, BLOCK_CONFIG)
         runs[KCLASS_RUN] = (KCLASS_NODES, KCLASS_CONFIG)
-        for name, (nodes, protocol) in runs.items():
+        for order, (name, (nodes, protocol)) in enumerate(runs.items()):
             # The first run bundles the checkout, as the README's `flwr run .`; the
             # others the thin app folder that loads the installed package (here the
             # editable checkout), which bundles one file instead of about 160.
-            app = ROOT if name == next(iter(runs)) else ROOT / "flower-app"
+            app = ROOT if order == 0 else CHECKOUT_APP
             config = {
                 "flower.repeat": 2,
                 "flower.report-dir": str(workdir / name),
