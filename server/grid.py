@@ -272,6 +272,8 @@ class GridClients:
     identified: bool = False
     #: Called once the nodes are identified (the session's quorum on them).
     on_identified: Callable[[], None] | None = None
+    #: Seconds :meth:`rejoin` waits for a node (None: ``reply_timeout``).
+    rejoin_timeout: float | None = None
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
         """Wait for the nodes of the run's ``total`` clients. They say who they are
@@ -402,13 +404,16 @@ class GridClients:
         return replies
 
     def rejoin(self, ids: NDArray[np.int64]) -> None:
-        """Wait until the nodes of clients ``ids`` are online again, for at most the
-        reply timeout (a restarted SuperNode keeps its node id under SuperNode
+        """Wait until the nodes of clients ``ids`` are online again, for at most
+        ``rejoin_timeout`` (a restarted SuperNode keeps its node id under SuperNode
         authentication)."""
         self._wait_for({self.node_of[int(c)] for c in ids})
 
     def _wait_for(self, nodes: set[int]) -> None:
-        deadline = time.monotonic() + self.reply_timeout
+        wait = (
+            self.reply_timeout if self.rejoin_timeout is None else self.rejoin_timeout
+        )
+        deadline = time.monotonic() + wait
         while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
             if time.monotonic() >= deadline:
                 return

@@ -27,6 +27,9 @@ class FlowerOptions:
     min_nodes: int = 0
     wait_timeout: float = 60.0
     reply_timeout: float = 300.0
+    #: Seconds to wait for an unavailable node to come back before it is asked once
+    #: more; negative: as long as ``reply_timeout``.
+    rejoin_timeout: float = -1.0
     min_reply_fraction: float = 0.8
     report_dir: str = "results/flower"
     test_data: str = "design"
@@ -46,6 +49,7 @@ class FlowerOptions:
         checked("min_nodes", check_int, minimum=0)
         checked("wait_timeout", check_real, low=0.0)
         checked("reply_timeout", check_real, low=0.0, low_open=True)
+        checked("rejoin_timeout", check_real)
         checked("min_reply_fraction", check_real, low=0.0, high=1.0)
         checked("clients_per_node", check_int, minimum=1)
         for name in ("report_dir", "artifact_dir"):
@@ -82,6 +86,11 @@ class FlowerOptions:
         if unknown:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         return cls(**changes)
+
+    @property
+    def rejoin_wait(self) -> float:
+        """Seconds the server waits for an unavailable node to be back."""
+        return self.reply_timeout if self.rejoin_timeout < 0 else self.rejoin_timeout
 
     def to_mapping(self) -> dict[str, Any]:
         return {

@@ -53,6 +53,7 @@ def connect(
     clients = GridClients(
         grid,
         options.reply_timeout,
+        rejoin_timeout=options.rejoin_wait,
         spec_hash=spec_hash,
         clients_per_node=options.clients_per_node,
     )

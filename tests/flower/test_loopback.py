@@ -75,6 +75,8 @@ pytestmark = pytest.mark.slow
 
 #: Seconds the server waits for each round; the hanging node answers after it.
 REPLY_TIMEOUT = 60.0
+#: Seconds the server waits for an unavailable node to come back online.
+REJOIN_TIMEOUT = 5.0
 
 #: The federation's run (its report directory is added by the fixture).
 RUN_CONFIG: dict[str, Any] = {
@@ -87,6 +89,8 @@ RUN_CONFIG: dict[str, Any] = {
     # MRMA: the killed node is an evaluation client, asked after the training round.
     "privacy.mechanism": "reference",
     "flower.reply-timeout": REPLY_TIMEOUT,
+    # The killed node never comes back: the evaluate round gives up on it after this.
+    "flower.rejoin-timeout": REJOIN_TIMEOUT,
     # 2 of the 6 training replies are valid, and 1 of the 3 evaluation replies.
     "flower.min-reply-fraction": 0.25,
     "flower.wait-timeout": 120.0,
@@ -388,6 +392,9 @@ def test_a_node_killed_during_the_run_is_missing_and_the_run_goes_on(deployment)
     part = deployment.report["participation"]
     assert part["evaluate"]["missing"] == [VICTIM]
     assert part["evaluate"]["answered"] == 1  # the CSV node; the bit node is rejected
+    # It is reported unavailable within two of Flower's 30 s heartbeats of the kill,
+    # and waited for only flower.rejoin-timeout after that, not a reply timeout.
+    assert deployment.report["timings"]["clients_evaluate_s"] < REPLY_TIMEOUT + 15
 
 
 def test_every_valid_reply_is_used_and_nothing_else(deployment):

@@ -748,6 +748,65 @@ def test_a_restarted_node_is_asked_again_and_answers_from_its_ledger(
     assert figures["reported_spent"] == figures["charged_by_server"] == 5.0
 
 
+class GoneGrid(FakeGrid):
+    """A FakeGrid whose node ``gone`` dies once the run has begun: from the first
+    message on, the SuperLink no longer lists it and reports it unavailable for every
+    message to it."""
+
+    def __init__(self, *args, gone: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gone = 1000 + gone
+        self.dead = False
+
+    def get_node_ids(self) -> list[int]:
+        return [n for n in self.node_ids if not (self.dead and n == self.gone)]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error
+        from flwr.common.constant import ErrorCode
+
+        messages, self.dead = list(messages), True
+        dead = [m for m in messages if m.metadata.dst_node_id == self.gone]
+        live = [m for m in messages if m.metadata.dst_node_id != self.gone]
+        replies = list(super().send_and_receive(live, timeout=timeout))
+        for i, message in enumerate(dead):
+            message.metadata.__dict__["_message_id"] = f"gone-{i}"
+            replies.append(
+                Message(Error(ErrorCode.NODE_UNAVAILABLE, "offline"), reply_to=message)
+            )
+        return replies
+
+
+@pytest.mark.parametrize(("rejoin", "waited"), [(None, 30.0), (4.0, 4.0), (0.0, 0.0)])
+def test_a_node_gone_for_good_is_waited_for_as_long_as_the_rejoin_timeout(
+    run_config, monkeypatch, rejoin, waited
+):
+    # On a virtual clock: the server waits for the unavailable node (polling every
+    # second) until flower.rejoin-timeout, by default the reply timeout, then asks it
+    # once more and goes on without it.
+    import ldpfda.server.grid as grid_module
+
+    clock = [0.0]
+    monkeypatch.setattr(grid_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(
+        grid_module.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s)
+    )
+    extra = {"flower.reply-timeout": 30.0}
+    if rejoin is not None:
+        extra["flower.rejoin-timeout"] = rejoin
+    config = run_config(SMALL, extra)
+    settings, options = parse_run_config(config)
+    grid = GoneGrid(client_app, config, partitions(50), gone=7)
+    result, report = run_server(grid, settings, options, run_id=7)
+    assert clock[0] == waited
+    assert 7 not in result.payload.client_ids and len(result.payload) == 49
+    part = report["participation"]
+    assert part["absent_clients"] == [7]
+    assert part["identify"]["missing"] == [1007]
+    (gone,) = part["rejections"]
+    assert (gone["node_id"], gone["kind"]) == (1007, "unavailable")
+
+
 def test_every_refusal_is_reported_by_its_reason_code(run_config, tmp_path):
     # Three hosts refuse a label-only run for three reasons of their own; the run goes
     # on with the others and the report names each refusal by its kind.
