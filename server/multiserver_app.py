@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from flwr.serverapp import Grid
 
 from ldpfda import __version__
@@ -64,8 +65,10 @@ def _train(
     """Collect the training releases, fit and export M weak models."""
     n_features = public_featurizer(settings, options.repeat)[0].n_features_out
     clients, session = _start(grid, settings, options, status)
-    ids = clients.ids()
-    train_ids = ids[ids < settings.n_train]
+    # The release query is alike for every node, so it goes to all of them and they
+    # say who they are with their reply (an evaluation client's node answers only
+    # that): no identify round first.
+    train_ids = np.arange(settings.n_train, dtype=np.int64)
     payload, weak = train_phase(
         session, settings, train_ids, n_features, options.repeat, settings.n_classes
     )

@@ -15,6 +15,7 @@ from ldpfda.client.client_app import ERROR_BUDGET, ERROR_REQUEST
 from ldpfda.client.client_app import app as client_app
 from ldpfda.config import Settings
 from ldpfda.engine.multiserver import run_multiserver_repeat
+from ldpfda.schema.blocks import FIRST_RECORD, in_runs
 from ldpfda.server.artifacts import (
     estimates_path,
     models_path,
@@ -132,8 +133,15 @@ def test_each_client_releases_once_over_the_session(tmp_path):
             _, grid = reports[cfg.server_id, phase]
             for message in grid.sent:
                 kind = message.metadata.message_type
+                client = message.metadata.dst_node_id - 1000
+                # A first query goes to every node with the clients it asks: the
+                # others only say who they are.
+                first = message.content.array_records.get(FIRST_RECORD)
+                if first is not None:
+                    runs = first["asked"].numpy()
+                    if not in_runs(np.array([client]), runs)[0]:
+                        continue
                 if kind != "query.identify":
-                    client = message.metadata.dst_node_id - 1000
                     asked[client, kind] += 1
         train = set(range(cfg.n_train))
         assert {c for c, k in asked if k == "query.privatize"} == train
