@@ -107,6 +107,8 @@ def start_nodes(
 ) -> list[tuple[int, _Process, int]]:
     """Start one SuperNode per client file of ``args.data``, side by side, each with
     :func:`~loopback.join_with_backoff`; (client id, process, node id) of each."""
+    # The data folder is checked before anything is written.
+    files = client_files(Path(args.data))
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     security = (
@@ -159,7 +161,6 @@ def start_nodes(
         process, node_id = join_with_backoff(spawn, args.timeout)
         return i, process, node_id
 
-    files = client_files(Path(args.data))
     with ThreadPoolExecutor(max_workers=len(files)) as pool:
         return list(pool.map(start, files.items()))
 

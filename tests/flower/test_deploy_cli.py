@@ -112,10 +112,14 @@ def test_a_node_exiting_with_another_code_is_not_started_again(tmp_path):
         ),
     ],
 )
-def test_bad_usage_exits_1_naming_what_is_wrong(tmp_path, capsys, argv, message):
+def test_bad_usage_exits_1_naming_what_is_wrong(
+    tmp_path, capsys, monkeypatch, argv, message
+):
+    monkeypatch.chdir(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(["deploy", *argv]) == 1
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "logs").exists(), "nothing is written for a bad command"
 
 
 def test_the_deploy_commands_are_listed_by_the_cli(capsys):
