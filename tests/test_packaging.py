@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import email.parser
+import fcntl
+import hashlib
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -45,22 +48,30 @@ NOT_CLIENT_CORE = {
 
 
 def build_wheel(outdir: Path) -> Path:
-    """Build the project's wheel into ``outdir`` with this environment's setuptools."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(outdir),
-            str(ROOT),
-        ],
-        check=True,
-    )
+    """Build the project's wheel into ``outdir`` with this environment's setuptools.
+
+    One build at a time: setuptools builds in the checkout's ``build/`` folder, and two
+    test workers building at once collide there (``File exists: build/bdist...``).
+    """
+    key = hashlib.sha256(str(ROOT).encode()).hexdigest()[:16]
+    lock = Path(tempfile.gettempdir()) / f"ldpfda-wheel-build-{key}.lock"
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(outdir),
+                str(ROOT),
+            ],
+            check=True,
+        )
     (wheel,) = outdir.glob("ldpfda-*.whl")
     return wheel
 

@@ -3,12 +3,12 @@
 Both protocols: the default (every client releases once, the moment classifier) and the
 reference MRMA, on the functional design; a run under the shipped wearable spec in
 which every simulated node reads its own wearable file (wide CSV, long CSV or NPZ, each
-on its device's own irregular timestamps) from ``flower.node-data``; and a run in
-block mode, 4 virtual nodes serving 1000 clients (``flower.clients-per-node``); and
-reference MRMA for three classes. The module fixture submits the five runs to the
-same local SuperLink (the first ``flwr run`` starts it, the others find it running),
-each once the one before has had its releases back. The first run is the README's
-``flwr run .``, the others run the thin app folder ``flower-app``.
+on its device's own irregular timestamps) from ``flower.node-data``; and reference
+MRMA for three classes. (Block mode, ``flower.clients-per-node``, runs from the
+installed wheel: :mod:`tests.flower.test_wheel_deploy`.) The module fixture submits the
+four runs to the same local SuperLink (the first ``flwr run`` starts it, the others
+find it running), each once the one before has had its releases back. The first run
+is the README's ``flwr run .``, the others run the thin app folder ``flower-app``.
 """
 
 from __future__ import annotations
@@ -54,16 +54,6 @@ KCLASS_CONFIG: dict[str, Any] = {
     "mrma.subsample-size": 6,
     "data.n-test": 300,
     "fda.calibration-size": 200,
-}
-#: Block mode: 4 virtual nodes serve 250 clients each (the reference protocol).
-BLOCK_RUN, BLOCK_NODES = "blocks", 4
-BLOCK_CONFIG: dict[str, Any] = {
-    **REFERENCE,
-    "data.dataset": "functional",
-    "data.n-train": 500,
-    "data.n-eval": 500,
-    "data.n-test": 2000,
-    "flower.clients-per-node": 250,
 }
 
 
@@ -182,7 +172,6 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
             for name, protocol in PROTOCOLS.items()
         }
         runs[FILES_RUN] = (FILE_NODES, _own_files(workdir / "own"))
-        runs[BLOCK_RUN] = (BLOCK_NODES, BLOCK_CONFIG)
         runs[KCLASS_RUN] = (KCLASS_NODES, KCLASS_CONFIG)
         for order, (name, (nodes, protocol)) in enumerate(runs.items()):
             # The first run bundles the checkout, as the README's `flwr run .`; the
@@ -322,28 +311,6 @@ def test_simulated_nodes_on_their_own_files_equal_the_engine_on_those_files(
     )
     for method, error in report["test_errors"].items():
         assert error == pytest.approx(reference.test_errors[method])
-
-
-def test_block_mode_simulation_equals_the_engine_bit_for_bit(simulations):
-    report = simulations.reports[BLOCK_RUN]
-    run_dir = simulations.run_dirs[BLOCK_RUN]
-    settings = Settings.from_mapping(report["settings"])
-    reference = run_repeat(settings, 2)
-    assert report["method"] == reference.method == "mrma"
-    payload = np.load(run_dir / "payload.npz")
-    np.testing.assert_array_equal(payload["client_ids"], np.arange(500))
-    for key, array in reference.payload.arrays().items():
-        np.testing.assert_array_equal(payload[key], array, err_msg=key)
-    model = np.load(run_dir / "model.npz")
-    np.testing.assert_array_equal(model["coef"], reference.final.coef[0])
-    np.testing.assert_array_equal(model["intercept"], reference.final.intercept)
-    for method, error in report["test_errors"].items():
-        assert error == reference.test_errors[method]
-    part = report["participation"]
-    assert part["connected_nodes"] == BLOCK_NODES and part["rejections"] == []
-    assert part["evaluate"]["answered"] == 500
-    spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
-    assert spent == {5.0}
 
 
 def test_a_three_class_mrma_simulation_equals_the_engine(simulations):

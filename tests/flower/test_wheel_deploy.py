@@ -1,4 +1,9 @@
-"""``flwr run flower-app`` runs the installed package, not a bundle of the checkout."""
+"""``flwr run flower-app`` runs the installed package, not a bundle of the checkout.
+
+The module fixture builds the wheel, installs it into a fresh venv and runs the thin app
+folder from there in simulation block mode (4 virtual nodes serving 250 clients each):
+the installed package's run equals ``run_repeat`` bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,19 @@ import sys
 import sysconfig
 import time
 import zipfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from flwr.cli.build import build_fab_from_disk
 from flwr.cli.config_utils import load_and_validate
 
 import ldpfda
+from ldpfda.config import Settings
+from ldpfda.engine import run_repeat
 
 from .support import ROOT
 
@@ -77,9 +87,36 @@ def _fresh_env(venv: Path, home: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.slow
-def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
-    """Wheel, not editable, in a fresh venv: ``flwr run flower-app`` with 4 nodes.
+#: The run: block mode, 4 virtual nodes serving 250 clients each (reference MRMA).
+BLOCK_RUN, BLOCK_NODES = "blocks", 4
+BLOCK_CONFIG: dict[str, Any] = {
+    "privacy.mechanism": "reference",
+    "data.dataset": "functional",
+    "data.n-train": 500,
+    "data.n-eval": 500,
+    "data.n-test": 2000,
+    "flower.clients-per-node": 250,
+    "flower.repeat": 2,
+}
+
+
+@dataclass
+class WheelRun:
+    """What the fixture saw of the run from the wheel's fresh venv."""
+
+    python: Path
+    pids: list[int]
+    left: list[int]
+    commands: dict[int, list[str]]
+    report: dict[str, Any]
+    run_dir: Path
+    outlived: list[int]
+    elapsed: float
+
+
+@pytest.fixture(scope="module")
+def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
+    """Wheel, not editable, in a fresh venv: ``flwr run flower-app`` in block mode.
 
     The fresh venv takes the third-party packages from this environment through one
     ``.pth`` line naming its site-packages: a path line adds the folder to sys.path
@@ -95,6 +132,7 @@ def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
 
     from ..test_packaging import build_wheel
 
+    tmp_path = tmp_path_factory.mktemp("wheel")
     started = time.perf_counter()
     wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
@@ -164,11 +202,7 @@ def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
     assert version.stdout.strip() == f"ldpfda {ldpfda.__version__}"
 
     config = {
-        "data.n-train": 2,
-        "data.n-eval": 2,
-        "data.n-test": 100,
-        "mrma.num-weak-models": 2,
-        "mrma.subsample-size": 2,
+        **BLOCK_CONFIG,
         "flower.report-dir": str(tmp_path / "reports"),
         "flower.reply-timeout": 120.0,
     }
@@ -179,7 +213,7 @@ def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
                 "run",
                 str(FLOWER_APP),
                 "--federation-config",
-                "num-supernodes=4",
+                f"num-supernodes={BLOCK_NODES}",
                 "--run-config",
                 run_config_arg(config),
             ],
@@ -198,23 +232,66 @@ def test_wheel_install_runs_flower_app_in_simulation(tmp_path):
         for pid in pids:
             stop_pid(pid)
     elapsed = time.perf_counter() - started
-    assert len(pids) == 1, "flwr run should have started exactly one local SuperLink"
-    assert find_local_superlinks(http_port) == []
-    # The SuperLink, hence the simulation it starts, ran the fresh venv's interpreter.
-    assert [words[0] for words in commands.values()] == [str(python)]
+    left = find_local_superlinks(http_port)
+    # Nothing of the run outlives it.
+    deadline = time.monotonic() + 30
+    while (
+        outlived := [p for p, w in _processes() if any(str(venv) in x for x in w)]
+    ) and (time.monotonic() < deadline):
+        time.sleep(0.5)
+    for pid in outlived:
+        stop_pid(pid)
+    return WheelRun(
+        python=python,
+        pids=pids,
+        left=left,
+        commands=commands,
+        report=report,
+        run_dir=next((tmp_path / "reports").glob("run-*")),
+        outlived=outlived,
+        elapsed=elapsed,
+    )
 
-    assert report["settings"]["data.n-train"] == 2
-    assert report["participation"]["connected_nodes"] == 4
+
+@pytest.mark.slow
+def test_wheel_install_runs_flower_app_in_simulation(wheel_run):
+    assert len(wheel_run.pids) == 1, (
+        "flwr run should have started exactly one local SuperLink"
+    )
+    assert wheel_run.left == []
+    # The SuperLink, hence the simulation it starts, ran the fresh venv's interpreter.
+    assert [words[0] for words in wheel_run.commands.values()] == [
+        str(wheel_run.python)
+    ]
+
+    report = wheel_run.report
+    assert report["settings"]["data.n-train"] == 500
+    assert report["participation"]["connected_nodes"] == BLOCK_NODES
     spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
     assert spent == {report["settings"]["privacy.epsilon"]}
     assert set(report["test_errors"])
-    # Nothing of the run outlives it.
-    deadline = time.monotonic() + 30
-    while (left := [p for p, w in _processes() if any(str(venv) in x for x in w)]) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.5)
-    for pid in left:
-        stop_pid(pid)
-    assert left == [], "processes of the fresh venv outlived the run"
-    print(f"wheel build, fresh venv and flwr run: {elapsed:.1f} s")
+    assert wheel_run.outlived == [], "processes of the fresh venv outlived the run"
+    print(f"wheel build, fresh venv and flwr run: {wheel_run.elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_block_mode_simulation_equals_the_engine_bit_for_bit(wheel_run):
+    report = wheel_run.report
+    run_dir = wheel_run.run_dir
+    settings = Settings.from_mapping(report["settings"])
+    reference = run_repeat(settings, 2)
+    assert report["method"] == reference.method == "mrma"
+    payload = np.load(run_dir / "payload.npz")
+    np.testing.assert_array_equal(payload["client_ids"], np.arange(500))
+    for key, array in reference.payload.arrays().items():
+        np.testing.assert_array_equal(payload[key], array, err_msg=key)
+    model = np.load(run_dir / "model.npz")
+    np.testing.assert_array_equal(model["coef"], reference.final.coef[0])
+    np.testing.assert_array_equal(model["intercept"], reference.final.intercept)
+    for method, error in report["test_errors"].items():
+        assert error == reference.test_errors[method]
+    part = report["participation"]
+    assert part["connected_nodes"] == BLOCK_NODES and part["rejections"] == []
+    assert part["evaluate"]["answered"] == 500
+    spent = {c["reported_spent"] for c in report["privacy"]["clients"].values()}
+    assert spent == {5.0}
