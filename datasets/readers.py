@@ -195,6 +195,15 @@ def _body(
     return body
 
 
+def _finite(text: str) -> float | None:
+    """The cell as a finite number, or None (for :func:`_number` to tell why)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _number(text: str, where: str, *, missing_ok: bool) -> float:
     if text.lower() in MISSING:
         if missing_ok:
@@ -322,7 +331,11 @@ def read_wide_csv(
             )
         previous[c] = row
         for j, t in zip(time_columns, times, strict=True):
-            value = _number(cells[j], f"{where}, column {header[j]!r}", missing_ok=True)
+            value = _finite(cells[j])
+            if value is None:
+                value = _number(
+                    cells[j], f"{where}, column {header[j]!r}", missing_ok=True
+                )
             if not math.isnan(value):
                 values = [math.nan] * len(channels)
                 values[c] = value
@@ -400,16 +413,33 @@ def read_long_csv(
             raise ValueError(f"{path.name} row 1: no value column (one per channel)")
     builder = _Builder(names, spec_labels)
     given: dict[tuple[int, int, float, str], int] = {}
+    lab = header.index(label_column) if label_column in header else None
+    # Subject index by (subject cell, label cell): checked once per pair, and every
+    # cell parsed on the fast path, the checks (and their messages) kept for a cell
+    # that is not a finite number.
+    known: dict[tuple[str, str | None], int] = {}
+    file = path.name
     for row, cells in body:
-        where = f"{path.name} row {row}"
-        sid = _given(cells, sub, where, subject_column, "subject")
-        s = builder.subject(sid, label_of(cells, where), where)
+        where = f"{file} row {row}"
+        pair = (cells[sub], cells[lab] if lab is not None else None)
+        s = known.get(pair, -1)
+        if s < 0:
+            sid = _given(cells, sub, where, subject_column, "subject")
+            s = known[pair] = builder.subject(sid, label_of(cells, where), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
-        t = _number(cells[tim], f"{where}, column {time_column!r}", missing_ok=False)
-        values = [
-            _number(cells[j], f"{where}, column {header[j]!r}", missing_ok=True)
-            for j in value_columns
-        ]
+        t = _finite(cells[tim])
+        if t is None:
+            t = _number(
+                cells[tim], f"{where}, column {time_column!r}", missing_ok=False
+            )
+        values = []
+        for j in value_columns:
+            value = _finite(cells[j])
+            if value is None:
+                value = _number(
+                    cells[j], f"{where}, column {header[j]!r}", missing_ok=True
+                )
+            values.append(value)
         if cha is not None:
             name = _given(cells, cha, where, channel_column, "channel")
             if name not in names:
