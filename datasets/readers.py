@@ -195,13 +195,16 @@ def _body(
     return body
 
 
-def _finite(text: str) -> float | None:
-    """The cell as a finite number, or None (for :func:`_number` to tell why)."""
+def _read_number(text: str, where: str, column: str, *, missing_ok: bool) -> float:
+    """:func:`_number` of the cell of ``column`` at ``where``; a finite number is
+    taken without building the message that any other cell may need."""
     try:
         value = float(text)
     except ValueError:
-        return None
-    return value if math.isfinite(value) else None
+        value = math.nan
+    if math.isfinite(value):
+        return value
+    return _number(text, f"{where}, column {column!r}", missing_ok=missing_ok)
 
 
 def _number(text: str, where: str, *, missing_ok: bool) -> float:
@@ -331,11 +334,7 @@ def read_wide_csv(
             )
         previous[c] = row
         for j, t in zip(time_columns, times, strict=True):
-            value = _finite(cells[j])
-            if value is None:
-                value = _number(
-                    cells[j], f"{where}, column {header[j]!r}", missing_ok=True
-                )
+            value = _read_number(cells[j], where, header[j], missing_ok=True)
             if not math.isnan(value):
                 values = [math.nan] * len(channels)
                 values[c] = value
@@ -414,9 +413,7 @@ def read_long_csv(
     builder = _Builder(names, spec_labels)
     given: dict[tuple[int, int, float, str], int] = {}
     lab = header.index(label_column) if label_column in header else None
-    # Subject index by (subject cell, label cell): checked once per pair, and every
-    # cell parsed on the fast path, the checks (and their messages) kept for a cell
-    # that is not a finite number.
+    # Subject index by (subject cell, label cell): each pair is checked once.
     known: dict[tuple[str, str | None], int] = {}
     file = path.name
     for row, cells in body:
@@ -427,19 +424,11 @@ def read_long_csv(
             sid = _given(cells, sub, where, subject_column, "subject")
             s = known[pair] = builder.subject(sid, label_of(cells, where), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
-        t = _finite(cells[tim])
-        if t is None:
-            t = _number(
-                cells[tim], f"{where}, column {time_column!r}", missing_ok=False
-            )
-        values = []
-        for j in value_columns:
-            value = _finite(cells[j])
-            if value is None:
-                value = _number(
-                    cells[j], f"{where}, column {header[j]!r}", missing_ok=True
-                )
-            values.append(value)
+        t = _read_number(cells[tim], where, time_column, missing_ok=False)
+        values = [
+            _read_number(cells[j], where, header[j], missing_ok=True)
+            for j in value_columns
+        ]
         if cha is not None:
             name = _given(cells, cha, where, channel_column, "channel")
             if name not in names:

@@ -272,8 +272,8 @@ class GridClients:
     identified: bool = False
     #: Called once the nodes are identified (the session's quorum on them).
     on_identified: Callable[[], None] | None = None
-    #: Seconds :meth:`rejoin` waits for a node (None: ``reply_timeout``).
-    rejoin_timeout: float | None = None
+    #: Seconds :meth:`rejoin` waits for a node (negative: ``reply_timeout``).
+    rejoin_timeout: float = -1.0
 
     def connect(self, total: int, minimum: int, wait_timeout: float) -> None:
         """Wait for the nodes of the run's ``total`` clients. They say who they are
@@ -410,9 +410,7 @@ class GridClients:
         self._wait_for({self.node_of[int(c)] for c in ids})
 
     def _wait_for(self, nodes: set[int]) -> None:
-        wait = (
-            self.reply_timeout if self.rejoin_timeout is None else self.rejoin_timeout
-        )
+        wait = self.reply_timeout if self.rejoin_timeout < 0 else self.rejoin_timeout
         deadline = time.monotonic() + wait
         while not nodes <= {int(n) for n in self.grid.get_node_ids()}:
             if time.monotonic() >= deadline:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.serverapp import Grid
 
 from ldpfda import __version__
@@ -33,6 +32,7 @@ from ldpfda.server.multiserver import (
     train_phase,
 )
 from ldpfda.server.options import FlowerOptions
+from ldpfda.server.plans import planned_ids
 from ldpfda.server.report import Status, privacy_section, write_report
 from ldpfda.server.server_app import connect
 from ldpfda.server.session import Session, logger
@@ -68,7 +68,7 @@ def _train(
     # The release query is alike for every node, so it goes to all of them and they
     # say who they are with their reply (an evaluation client's node answers only
     # that): no identify round first.
-    train_ids = np.arange(settings.n_train, dtype=np.int64)
+    train_ids, _ = planned_ids(settings)
     payload, weak = train_phase(
         session, settings, train_ids, n_features, options.repeat, settings.n_classes
     )

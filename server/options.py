@@ -87,11 +87,6 @@ class FlowerOptions:
             raise ValueError(f"unknown setting(s): {', '.join(unknown)}")
         return cls(**changes)
 
-    @property
-    def rejoin_wait(self) -> float:
-        """Seconds the server waits for an unavailable node to be back."""
-        return self.reply_timeout if self.rejoin_timeout < 0 else self.rejoin_timeout
-
     def to_mapping(self) -> dict[str, Any]:
         return {
             f"flower.{f.name.replace('_', '-')}": getattr(self, f.name)

@@ -53,7 +53,7 @@ def connect(
     clients = GridClients(
         grid,
         options.reply_timeout,
-        rejoin_timeout=options.rejoin_wait,
+        rejoin_timeout=options.rejoin_timeout,
         spec_hash=spec_hash,
         clients_per_node=options.clients_per_node,
     )
