@@ -1085,6 +1085,11 @@ def init_spec(
     return replace(draft, channels=channels)
 
 
+#: A calibration coefficient whose spread is at most this share of the channel's largest
+#: coefficient has none (rounding of the fit reaches about 1e-14 of it).
+_NO_SPREAD = 1e-9
+
+
 def _calibrated(
     draft: FederationSpec,
     c: int,
@@ -1098,8 +1103,11 @@ def _calibrated(
     lo = np.quantile(coef, quantile, axis=0)
     hi = np.quantile(coef, 1.0 - quantile, axis=0)
     width = hi - lo
-    if np.any(width <= 0):
-        k = int(np.argmin(width))
+    # identical calibration curves can still give coefficients that differ by rounding
+    # (a least-squares fit in BLAS): a spread at that level is no spread
+    flat = width <= _NO_SPREAD * np.max(np.abs(coef))
+    if np.any(flat):
+        k = int(np.flatnonzero(flat)[0])
         raise ValueError(
             f"calibration coefficient {k} of channel {channel.name!r} has no "
             f"spread (all {calibration.n_subjects} subjects give {lo[k]!r}); "

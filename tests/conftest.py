@@ -1,11 +1,28 @@
 """Test-session hooks: print the privacy audit table at the end of a run (its rows come
 in the reports of tests/privacy/test_audit_suite.py, from whichever worker ran them);
 property tests draw their examples deterministically (a fixed seed, as every randomized
-test)."""
+test); numbers pinned bit for bit come from one BLAS kernel on every x86-64 machine."""
 
 from __future__ import annotations
 
-from hypothesis import settings
+import os
+import platform
+import sys
+
+# OpenBLAS picks its kernels by CPU when it loads: an AVX-512 Intel core and an AMD core
+# round a fit differently in the last bits (up to ~200 ulps after an MRMA fit). Pinned
+# float.hex values (tests/engine/test_mrma_pinned.py) would then depend on the machine,
+# not the code. Fix the kernel to Haswell's (AVX2, on every x86-64 machine of CI's
+# kind) before numpy is loaded; the processes the tests start inherit it.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    if "numpy" in sys.modules and "OPENBLAS_CORETYPE" not in os.environ:
+        raise RuntimeError(
+            "numpy was loaded before tests/conftest.py could fix the BLAS kernel: "
+            "set OPENBLAS_CORETYPE=Haswell in the environment"
+        )
+    os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
+from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ldpfda", derandomize=True, print_blob=True)
 settings.load_profile("ldpfda")
