@@ -21,8 +21,8 @@ if platform.machine().lower() in ("x86_64", "amd64"):
             "set OPENBLAS_CORETYPE=Haswell in the environment"
         )
     os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
-# The suite runs one worker per core (addopts: -n 2): a BLAS or OpenMP pool of its own in
-# each worker, and in each process a test starts, only oversubscribes the cores, and
+# The suite runs one worker per core (addopts: -n 2): a BLAS or OpenMP pool of its own
+# in each worker, and in each process a test starts, only oversubscribes the cores, and
 # OpenBLAS's idle threads spin. With one thread each, the quick tests take 136
 # core-seconds instead of 172, for the same numbers.
 for _pool in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
