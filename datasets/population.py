@@ -65,7 +65,7 @@ def make_featurizer(
     with bounds from ``calibration_size`` public curves drawn from ``rng``."""
     if not design.is_functional:
         return VectorFeaturizer(CoefficientScaler(-1.0, 1.0), design.n_features)
-    public, _ = design.sample(settings.calibration_size, rng)
+    public = design.sample_curves(settings.calibration_size, rng)
     return CurveFeaturizer.calibrated(
         public, design.grid_points, n_basis=settings.n_basis, order=settings.order
     )

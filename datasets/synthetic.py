@@ -90,10 +90,10 @@ class FunctionalDesign:
         j = np.arange(1, self.n_terms + 1)
         return np.sqrt(2.0) * np.cos(np.pi * j[:, None] * self.grid_points[None, :])
 
-    def sample(
-        self, n: int, rng: np.random.Generator | int | None = None
-    ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
-        """``n`` curves, shape (n, n_points), and labels in {0, 1}."""
+    def _draw(
+        self, n: int, rng: np.random.Generator | int | None
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """Curves, their labels' log-odds and the labels' uniforms, drawn in order."""
         n = check_int(n, "n", minimum=0)
         gen = as_generator(rng)
         j = np.arange(1, self.n_terms + 1)
@@ -101,9 +101,24 @@ class FunctionalDesign:
         u = gen.uniform(-np.sqrt(3.0), np.sqrt(3.0), size=(n, self.n_terms))
         curves = (u * (sign / j)) @ self._basis() + self.feature_shift
         eta = u @ (4.0 / j**3) + self.label_shift
+        return curves, eta, gen.random(n)
+
+    def sample(
+        self, n: int, rng: np.random.Generator | int | None = None
+    ) -> tuple[NDArray[np.float64], NDArray[np.int8]]:
+        """``n`` curves, shape (n, n_points), and labels in {0, 1}."""
+        curves, eta, uniform = self._draw(n, rng)
         from scipy.special import expit  # 0.2 s to import: only when sampling
 
-        return curves, (gen.random(n) < expit(eta)).astype(np.int8)
+        return curves, (uniform < expit(eta)).astype(np.int8)
+
+    def sample_curves(
+        self, n: int, rng: np.random.Generator | int | None = None
+    ) -> NDArray[np.float64]:
+        """The curves of :meth:`sample`, without their labels: ``rng`` moves on as
+        after :meth:`sample` (a host builds its featurizer from public curves this
+        way, without loading scipy.special)."""
+        return self._draw(n, rng)[0]
 
 
 def make_design(

@@ -107,9 +107,21 @@ CHILD = textwrap.dedent(
     sys.path.insert(0, {root!r})
     from tests.flower.test_light_client import answers
 
-    result = {{case: answers(*spec) for case, spec in json.loads(sys.argv[1]).items()}}
+    # What a deployed node builds from the run config on every query: the public
+    # featurizer of the functional design (its own curves come from its data file).
+    from ldpfda.config import Settings
+    from ldpfda.datasets.population import public_featurizer
+
+    public_featurizer(Settings(dataset="functional"))
+    scipy = {{"scipy.interpolate", "scipy.special"}}
+    scipy_loaded = {{"featurizer": sorted(scipy & set(sys.modules))}}
+    result = {{}}
+    for case, spec in json.loads(sys.argv[1]).items():
+        result[case] = answers(*spec)
+        scipy_loaded[case] = sorted(scipy & set(sys.modules))
     loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))
-    print(json.dumps({{"answers": result, "heavy_loaded": loaded}}))
+    out = {{"answers": result, "heavy_loaded": loaded, "scipy": scipy_loaded}}
+    print(json.dumps(out))
     """
 )
 
@@ -132,6 +144,17 @@ def light_host():
 
 def test_the_host_loads_none_of_the_heavy_packages(light_host):
     assert light_host["heavy_loaded"] == []
+
+
+def test_a_nodes_featurizer_loads_neither_scipy_interpolate_nor_special(light_host):
+    """Every message starts a fresh ClientApp process on a deployed node, which builds
+    the public featurizer: its basis (numpy's de Boor recursion) and its calibration
+    curves (drawn without their labels) must not cost it the 0.4-0.6 s of importing
+    either. The simulated clients of the cases that follow (default and reference
+    first) sample labelled curves with scipy.special's logistic, but evaluate no
+    basis with scipy."""
+    assert light_host["scipy"]["featurizer"] == []
+    assert "scipy.interpolate" not in light_host["scipy"]["reference"]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
