@@ -74,28 +74,6 @@ PINNED = {
             "0x1.ac10b0b4786d0p-7",
         ],
     ),
-    "D": (
-        [
-            "-0x1.3a89c9badc856p-4",
-            "0x1.7820933ce8eedp-5",
-            "0x1.278fa35a9cdcdp-3",
-            "-0x1.2b3d054878e49p-5",
-            "0x1.4f90866c8320cp-6",
-            "0x1.2ff5d0196331fp-7",
-            "-0x1.306f3b0b8d975p-4",
-            "-0x1.6f2fb1d2225fdp-4",
-            "0x1.2aad41dbb8a9cp-3",
-            "-0x1.0e3b346904f48p-4",
-        ],
-        "0x1.4fad31ede60b5p-4",
-        [
-            "0x1.cb99bbf4933e8p-3",
-            "0x1.43db0b66e7712p-3",
-            "0x1.c7cb1d9f1ba04p-4",
-            "0x1.6cbceb5d9882ep-6",
-            "0x1.ac10b0b4786d0p-7",
-        ],
-    ),
     "E": (
         [
             "0x1.d9a59865af922p-8",
@@ -133,6 +111,8 @@ PINNED = {
         ],
     ),
 }
+# D is C's fit on the same curves given as FDataGrid: the same numbers.
+PINNED["D"] = PINNED["C"]
 
 
 def _case(name: str):
