@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from ldpfda.deploy.local_superlink import stop_pid
+
 __all__ = [
     "CHECKOUT_APP",
     "LoopbackFederation",
@@ -252,19 +254,43 @@ class _Process:
             self.terminated = True
 
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM unless done, wait for the end, SIGKILL after ``grace`` seconds."""
+        """SIGTERM unless done, wait for the end, SIGKILL after ``grace`` seconds; then
+        the same for every process it had started that outlived it (a ClientApp still
+        at work on a message when its SuperNode was stopped)."""
         if self.popen.poll() is None:
+            below = descendants(self.pid)
             self.terminate()
             try:
                 self.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.kill()
+            for pid in below:
+                stop_pid(pid, grace)
 
     def kill(self) -> None:
         """SIGKILL: the node vanishes without a goodbye, like a crashed host."""
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=15)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, parents first (from ``/proc``; none where there is
+    no ``/proc``)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces; the parent is the 2nd field after.
+        parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier}
+        found.extend(sorted(frontier))
+    return found
 
 
 #: What a SuperNode logs when it exits with Flower's code 305 (it could not join: its

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -126,3 +127,25 @@ def test_the_deploy_commands_are_listed_by_the_cli(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "deploy" in capsys.readouterr().out
+
+
+def test_stopping_a_process_stops_what_it_left_running(tmp_path):
+    # A SuperNode stopped while its ClientApp works on a message must not leave that
+    # ClientApp behind: here a parent that ignores SIGTERM's effect on its child.
+    from ldpfda.deploy.loopback import _Process, descendants
+    from tests.flower.support import alive
+
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "time.sleep(300)\n"
+    )
+    popen = subprocess.Popen([sys.executable, "-c", code])
+    process = _Process("parent", popen, tmp_path / "log")
+    deadline = time.monotonic() + 30
+    while not (below := descendants(process.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(below) == 1, below
+    process.stop(grace=5.0)
+    assert popen.poll() is not None
+    assert not alive(below[0]), "the child outlived its stopped parent"
