@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +258,7 @@ class _Process:
         the same for every process it had started that outlived it (a ClientApp still
         at work on a message when its SuperNode was stopped)."""
         if self.popen.poll() is None:
-            below = descendants(self.pid)
+            below = descendants([self.pid])
             self.terminate()
             try:
                 self.popen.wait(timeout=grace)
@@ -274,8 +274,8 @@ class _Process:
             self.popen.wait(timeout=15)
 
 
-def descendants(pid: int) -> list[int]:
-    """The processes below ``pid``, parents first (from ``/proc``; none where there is
+def descendants(pids: Iterable[int]) -> list[int]:
+    """The processes below ``pids``, parents first (from ``/proc``; none where there is
     no ``/proc``)."""
     parent: dict[int, int] = {}
     for entry in Path("/proc").glob("[0-9]*"):
@@ -286,7 +286,7 @@ def descendants(pid: int) -> list[int]:
         # The command name (field 2) may hold spaces; the parent is the 2nd field after.
         parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     found: list[int] = []
-    frontier = {pid}
+    frontier = set(pids)
     while frontier:
         frontier = {child for child, ppid in parent.items() if ppid in frontier}
         found.extend(sorted(frontier))

@@ -22,6 +22,8 @@ from flwr.common.config import flatten_dict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from ldpfda.deploy.loopback import descendants as process_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Small settings of a quick in-memory run (kebab-case run-config keys), on the vector
@@ -222,20 +224,7 @@ def parse_label(message, *, client_id, n_classes=2):
 
 def descendants(pids: Iterable[int]) -> set[int]:
     """Every live process below ``pids`` (SuperExec, ClientApp, ServerApp, ...)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text(encoding="utf-8")
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = set(pids)
-    while frontier:
-        frontier = {child for child, ppid in parent.items() if ppid in frontier}
-        found |= frontier
-    return found
+    return set(process_tree(pids))
 
 
 def still_running(pids: Iterable[int], timeout: float = 60.0) -> set[int]:

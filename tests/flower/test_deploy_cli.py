@@ -143,7 +143,7 @@ def test_stopping_a_process_stops_what_it_left_running(tmp_path):
     popen = subprocess.Popen([sys.executable, "-c", code])
     process = _Process("parent", popen, tmp_path / "log")
     deadline = time.monotonic() + 30
-    while not (below := descendants(process.pid)) and time.monotonic() < deadline:
+    while not (below := descendants([process.pid])) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(below) == 1, below
     process.stop(grace=5.0)
