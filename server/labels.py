@@ -26,11 +26,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda.config import Settings
-from ldpfda.labeldp.learners import (
-    DEFAULT_CS,
-    BackwardCorrectedLogisticRegression,
-    ForwardCorrectedLogisticRegression,
-)
 from ldpfda.labeldp.mechanisms import (
     assign_clusters,
     cluster_distributions,
@@ -164,6 +159,14 @@ def label_result(
     ``settings.correction``, ``C`` chosen from ``DEFAULT_CS`` on a held-out split seeded
     from ``rng``, with K = the priors' width; its binary model is class 1 minus class 0
     of the multinomial fit, a K-class one (K > 2) the fit's K rows."""
+    # Imported here: they are scikit-learn estimators, and the ServerApp of every
+    # other protocol would pay scikit-learn's import (1.5 s of CPU) for nothing.
+    from ldpfda.labeldp.learners import (
+        DEFAULT_CS,
+        BackwardCorrectedLogisticRegression,
+        ForwardCorrectedLogisticRegression,
+    )
+
     cls = (
         ForwardCorrectedLogisticRegression
         if settings.correction == "forward"
