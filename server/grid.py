@@ -422,8 +422,9 @@ class GridClients:
     ) -> tuple[dict[str, NDArray], list[dict[str, float]]]:
         """One node's reply arrays stacked over its ``asked`` clients, and their
         ledger figures (:class:`ReplyError` for a refusal or a malformed reply)."""
-        if "refusal" in content.config_records:
-            refusal = content.config_records["refusal"]
+        configs = content.config_records  # a new mapping at every access
+        if "refusal" in configs:
+            refusal = configs["refusal"]
             code, reason = int(str(refusal["code"])), str(refusal["reason"])
             kind = REFUSALS.get(code, "error")
             raise ReplyError(kind, f"error reply (code {code}): {reason}")
