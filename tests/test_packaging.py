@@ -48,7 +48,9 @@ NOT_CLIENT_CORE = {
 
 
 def build_wheel(outdir: Path) -> Path:
-    """Build the project's wheel into ``outdir`` with this environment's setuptools.
+    """Build the project's wheel into ``outdir`` with this environment's setuptools
+    (``AssertionError`` if setuptools warns that a folder of the package would be left
+    out of it).
 
     One build at a time: setuptools builds in the checkout's ``build/`` folder, and two
     test workers building at once collide there (``File exists: build/bdist...``).
@@ -57,7 +59,7 @@ def build_wheel(outdir: Path) -> Path:
     lock = Path(tempfile.gettempdir()) / f"ldpfda-wheel-build-{key}.lock"
     with lock.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        subprocess.run(
+        build = subprocess.run(
             [
                 sys.executable,
                 "-m",
@@ -70,8 +72,12 @@ def build_wheel(outdir: Path) -> Path:
                 str(outdir),
                 str(ROOT),
             ],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+    assert build.returncode == 0, build.stdout + build.stderr
+    ignored = [line for line in build.stderr.splitlines() if "would be ignored" in line]
+    assert not ignored, "\n".join(ignored)
     (wheel,) = outdir.glob("ldpfda-*.whl")
     return wheel
 
