@@ -253,10 +253,9 @@ def first_reply(name: str, message: Message, context: Context) -> RecordDict:
     runs = message.content.array_records[FIRST_RECORD]["asked"].numpy()
     if clients_per_node(context) > 1:
         identity = handle(catalog.IDENTIFY, message, context)
-        record = identity["identity"]
+        record = identity.config_records["identity"]
         mine = record.get("client-ids", [record.get("client-id")])
-        mine = np.asarray(mine, dtype=np.int64)
-        if not in_runs(mine, runs).any():
+        if not in_runs(np.asarray(mine, dtype=np.int64), runs).any():
             return identity
         return _with_identity(
             name, record, lambda: handle(name, message, context, runs)
