@@ -231,13 +231,9 @@ class _Estimator:
         return sorted(p.name for p in signature.parameters.values() if p.name != "self")
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self._param_names():
-            value = getattr(self, name)
-            if deep and hasattr(value, "get_params") and not isinstance(value, type):
-                out.update((f"{name}__{k}", v) for k, v in value.get_params().items())
-            out[name] = value
-        return out
+        """The parameters by name (no parameter is an estimator: ``deep`` changes
+        nothing)."""
+        return {name: getattr(self, name) for name in self._param_names()}
 
     def set_params(self, **params: Any) -> Any:
         valid = self._param_names()

@@ -19,6 +19,7 @@ from ldpfda.privacy.vector_mechanisms import HybridMechanism
 from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
+    MomentMulticlassClassifier,
     as_weak_learner,
     nearest_psd,
 )
@@ -314,3 +315,56 @@ def test_fit_weak_models_with_estimators(vector_data):
 # ------------------------------------------------------------------------------------
 # Priors from clusters of public features, used with RR-with-prior
 # ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MomentLinearClassifier(alpha=0.5, regularization="ridge"),
+        lambda: MomentMulticlassClassifier(n_classes=4, alpha=0.5),
+        lambda: FlipCorrectedLogisticRegression(alpha=0.5, flip_rate=0.2),
+    ],
+)
+def test_the_learners_keep_scikit_learns_estimator_protocol(make):
+    # They do not inherit from scikit-learn (the ServerApp does not import it), so the
+    # protocol its tools rely on is checked here, against scikit-learn's own helpers.
+    from sklearn.base import is_classifier
+    from sklearn.utils import get_tags
+
+    estimator = make()
+    params = estimator.get_params()
+    assert params["alpha"] == 0.5
+    twin = clone(estimator)
+    assert type(twin) is type(estimator) and twin is not estimator
+    assert twin.get_params() == params
+    assert is_classifier(estimator) and get_tags(estimator).target_tags.required
+    assert estimator.set_params(alpha=0.25) is estimator and estimator.alpha == 0.25
+    with pytest.raises(ValueError, match="invalid parameter 'alphaa'"):
+        estimator.set_params(alphaa=1.0)
+    # The repr names the parameters that differ from their defaults, and only those.
+    assert repr(estimator).startswith(f"{type(estimator).__name__}(alpha=0.25")
+    assert "public=" not in repr(estimator)
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        estimator.predict(np.zeros((2, 3)))
+
+
+def test_the_learners_score_is_the_accuracy(vector_data):
+    x, y = vector_data
+    clf = MomentLinearClassifier().fit(x, y)
+    assert clf.score(x, y) == np.mean(clf.predict(x) == y)
+    weights = np.linspace(0.0, 1.0, y.size)
+    expected = np.average(clf.predict(x) == y, weights=weights)
+    assert clf.score(x, y, sample_weight=weights) == pytest.approx(expected, abs=1e-15)
+
+
+def test_a_learner_goes_through_scikit_learns_model_selection(vector_data):
+    from sklearn.model_selection import GridSearchCV
+
+    x, y = vector_data
+    search = GridSearchCV(
+        MomentLinearClassifier(regularization="ridge"), {"alpha": [0.01, 10.0]}, cv=2
+    ).fit(x, y)
+    assert search.best_params_["alpha"] in (0.01, 10.0)
+    best = search.best_estimator_
+    assert isinstance(best, MomentLinearClassifier) and best.alpha in (0.01, 10.0)
+    assert search.score(x, y) == best.score(x, y)
