@@ -2,11 +2,12 @@
 
 :func:`run_simulation` runs the session of :mod:`ldpfda.engine.multiserver` as one
 Flower run per server and phase, each server its own local SuperLink (its own
-``FLWR_HOME`` and ports) with its own virtual SuperNodes, started by ``flwr run
-<checkout> --federation-config "num-supernodes=N"``; every SuperLink is stopped by PID
-at the end, then the combine step writes the session's report. ``ldpfda multiserver
---flower`` calls it; ``multiserver_loopback.py`` runs the same session with real
-processes.
+``FLWR_HOME`` and ports; started by :func:`local_superlink.start_local_superlink`,
+which waits for it longer than ``flwr run`` would) with its own virtual SuperNodes,
+by ``flwr run <checkout> --federation-config "num-supernodes=N"``; every SuperLink is
+stopped by PID at the end, then the combine step writes the session's report.
+``ldpfda multiserver --flower`` calls it; ``multiserver_loopback.py`` runs the same
+session with real processes.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def run_simulation(
                     report_dir=report_dir,
                 )
                 report_dir.mkdir(parents=True, exist_ok=True)
+                local_superlink.start_local_superlink(env, cwd=workdir)
                 nodes = f"num-supernodes={cfg.n_train + cfg.n_eval}"
                 loopback.flwr_run(
                     loopback.CHECKOUT_APP,

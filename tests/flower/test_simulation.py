@@ -5,10 +5,12 @@ reference MRMA, on the functional design; a run under the shipped wearable spec 
 which every simulated node reads its own wearable file (wide CSV, long CSV or NPZ, each
 on its device's own irregular timestamps) from ``flower.node-data``; and reference
 MRMA for three classes. (Block mode, ``flower.clients-per-node``, runs from the
-installed wheel: :mod:`tests.flower.test_wheel_deploy`.) The module fixture submits the
-four runs to the same local SuperLink (the first ``flwr run`` starts it, the others
-find it running), each once the one before has had its releases back. The first run
-is the README's ``flwr run .``, the others run the thin app folder ``flower-app``.
+installed wheel: :mod:`tests.flower.test_wheel_deploy`.) The module fixture starts
+the local SuperLink with :func:`ldpfda.deploy.local_superlink.start_local_superlink`
+(Flower's own start gives up after 15 s, which the loaded test machine exceeded once)
+and submits the runs to it, each once the one before has had its releases back; every
+``flwr run`` finds it running. The first run is the README's ``flwr run .``, the others
+run the thin app folder ``flower-app``.
 """
 
 from __future__ import annotations
@@ -136,13 +138,18 @@ class Simulations:
 
     reports: dict[str, dict[str, Any]]
     run_dirs: dict[str, Path]
+    started: int | None
     superlinks: list[int]
     superlinks_left: list[int]
 
 
 @pytest.fixture(scope="module")
 def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
-    from ldpfda.deploy.local_superlink import find_local_superlinks, stop_pid
+    from ldpfda.deploy.local_superlink import (
+        find_local_superlinks,
+        start_local_superlink,
+        stop_pid,
+    )
     from ldpfda.deploy.loopback import (
         CHECKOUT_APP,
         _executable,
@@ -160,13 +167,14 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
         "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
     }
     reports, run_dirs, submitted = {}, {}, {}
+    started = None
     try:
+        started = start_local_superlink(env, cwd=workdir)
         # One Ray start at a time: every simulation run starts its own Ray instance,
         # and four of them starting at once on a two-core machine that is also
         # running the rest of the suite left one run without a single reply for
         # minutes. A run is submitted once the one before has had its releases back
-        # (its Ray is serving), so two runs overlap at most. The first `flwr run`
-        # starts the SuperLink, the others find it running.
+        # (its Ray is serving), so two runs overlap at most.
         runs = {
             name: (20, {**DESIGN_RUN, **protocol})
             for name, protocol in PROTOCOLS.items()
@@ -216,14 +224,18 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
     return Simulations(
         reports=reports,
         run_dirs=run_dirs,
+        started=started,
         superlinks=pids,
         superlinks_left=find_local_superlinks(http_port),
     )
 
 
-def test_flwr_run_starts_one_local_superlink_which_is_stopped(simulations):
-    assert len(simulations.superlinks) == 1, (
-        "flwr run should have started exactly one local SuperLink"
+def test_every_flwr_run_uses_the_started_local_superlink_which_is_stopped(
+    simulations,
+):
+    assert simulations.started is not None
+    assert simulations.superlinks == [simulations.started], (
+        "flwr run should have found the started local SuperLink, not started another"
     )
     assert simulations.superlinks_left == []
 

@@ -126,6 +126,7 @@ def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
     from ldpfda.deploy.local_superlink import (
         _processes,
         find_local_superlinks,
+        start_local_superlink,
         stop_pid,
     )
     from ldpfda.deploy.loopback import free_port, run_config_arg, wait_for_report
@@ -207,6 +208,9 @@ def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
         "flower.reply-timeout": 120.0,
     }
     try:
+        # The fresh venv's flower-superlink, started as flwr run would but waited for
+        # until it answers (flwr run's own start gives up after 15 s).
+        start_local_superlink(env, cwd=tmp_path)
         done = subprocess.run(
             [
                 venv / "bin" / "flwr",
@@ -256,7 +260,7 @@ def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
 @pytest.mark.slow
 def test_wheel_install_runs_flower_app_in_simulation(wheel_run):
     assert len(wheel_run.pids) == 1, (
-        "flwr run should have started exactly one local SuperLink"
+        "flwr run should have used the one local SuperLink, not started another"
     )
     assert wheel_run.left == []
     # The SuperLink, hence the simulation it starts, ran the fresh venv's interpreter.
