@@ -22,7 +22,7 @@ import platform
 import sys
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
@@ -79,13 +79,25 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | os.PathLike[str], *, quick: bool = False) -> dict[str, Any]:
-    """Read a study file; with ``quick`` its ``[quick]`` table overrides the rest."""
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    quick: bool = False,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Read a study file; with ``quick`` its ``[quick]`` table overrides the rest, and
+    ``settings`` (dotted keys, e.g. ``{"server.threshold": "refit"}``) its
+    ``[settings]``."""
     with open(path, "rb") as fh:
         conf = tomllib.load(fh)
     overrides = conf.pop("quick", {})
     if quick:
         conf = _merge(conf, overrides)
+    for key, value in (settings or {}).items():
+        nested: dict[str, Any] = {key.rsplit(".", 1)[-1]: value}
+        for part in reversed(key.split(".")[:-1]):
+            nested = {part: nested}
+        conf = _merge(conf, {"settings": nested})
     study = conf.get("study", {})
     if "name" not in study:
         raise ValueError(f"{path}: [study] needs a name")
@@ -353,9 +365,11 @@ def run_study(
     repeats: int | None = None,
     progress: bool = True,
     allow_stale: bool = False,
+    settings: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Run (or resume) one study and write its summary; returns its output folder."""
-    conf = load_config(conf_path, quick=quick)
+    """Run (or resume) one study and write its summary; returns its output folder.
+    ``settings`` override the study file's ``[settings]`` (:func:`load_config`)."""
+    conf = load_config(conf_path, quick=quick, settings=settings)
     name = conf["study"]["name"] + ("-quick" if quick else "")
     folder = Path(out) / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -403,6 +417,18 @@ def run_study(
     return folder
 
 
+def _setting_pair(pair: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set``: the value as TOML (a number, bool, ...), else the
+    bare string (``ValueError`` without a key and an ``=``)."""
+    key, sep, text = pair.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
+    try:
+        return key, tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return key, text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -433,7 +459,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="reuse cached runs made by other versions of the code",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a [settings] entry of every study (a TOML value, or a bare "
+        "string), e.g. --set server.threshold=refit; repeatable. The results go to "
+        "the study's folder under --out: give another --out than the plain run's",
+    )
     args = parser.parse_args(argv)
+    try:
+        overrides = dict(_setting_pair(pair) for pair in args.set)
+    except ValueError as error:
+        parser.error(str(error))
     for conf in args.configs:
         t0 = time.perf_counter()
         folder = run_study(
@@ -444,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=args.repeats,
             progress=not args.no_progress,
             allow_stale=args.allow_stale,
+            settings=overrides,
         )
         print(f"{conf}: {folder} ({time.perf_counter() - t0:.1f} s)")
     return 0

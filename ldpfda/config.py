@@ -94,6 +94,8 @@ MECHANISMS = (
 )
 LABEL_CORRECTIONS = ("forward", "backward")
 SERVER_METHODS = ("auto", "moment", "mrma")
+#: The moment classifier's intercept and slope scale (``MomentLinearClassifier``).
+THRESHOLDS = ("posterior", "refit")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 
 
@@ -166,6 +168,14 @@ class Settings:
         "server method: the moment classifier on every release, or MRMA ('auto': "
         "moment for joint releases, MRMA for the reference release)",
         choices=SERVER_METHODS,
+    )
+    threshold: str = setting(
+        "posterior",
+        "server",
+        "the moment classifier's intercept and slopes' scale: 'posterior' (the "
+        "empirical-Bayes posterior mean) or 'refit' (least squares along the "
+        "posterior's slope direction; experiments/README.md, issue 18)",
+        choices=THRESHOLDS,
     )
     label_share: float | None = setting(
         None,

@@ -181,9 +181,14 @@ def make_learner(
         inner = payload.release_mechanism().inner
         if payload.n_classes > 2:
             return MomentMulticlassClassifier(
-                n_classes=payload.n_classes, public=rows, mechanism=inner
+                n_classes=payload.n_classes,
+                public=rows,
+                mechanism=inner,
+                threshold=settings.threshold,
             )
-        return MomentLinearClassifier(joint=True, public=rows, mechanism=inner)
+        return MomentLinearClassifier(
+            joint=True, public=rows, mechanism=inner, threshold=settings.threshold
+        )
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     if payload.n_classes > 2:
         raise ValueError(
@@ -196,7 +201,12 @@ def make_learner(
     features = LaplaceMechanism(
         epsilon=payload.feature_epsilon, dimension=payload.features.shape[1]
     )
-    return MomentLinearClassifier(mechanism=features, public=rows, label_flip_rate=rho)
+    return MomentLinearClassifier(
+        mechanism=features,
+        public=rows,
+        label_flip_rate=rho,
+        threshold=settings.threshold,
+    )
 
 
 def _fit(

@@ -130,6 +130,30 @@ def test_changed_settings_do_not_reuse_cached_runs(tiny_conf, tmp_path):
     assert keys.isdisjoint({t["key"] for t in runner.plan(conf)})
 
 
+def test_set_overrides_a_setting_of_the_study_and_its_runs(tiny_conf, tmp_path):
+    plain = runner.plan(runner.load_config(tiny_conf))
+    changed = runner.load_config(
+        tiny_conf, settings={"mrma.cutoff": 0.3, "server.threshold": "refit"}
+    )
+    assert changed["settings"]["mrma"] == {
+        "num-weak-models": 5,
+        "subsample-size": 20,
+        "cutoff": 0.3,
+    }
+    tasks = runner.plan(changed)
+    assert {t["key"] for t in tasks}.isdisjoint({t["key"] for t in plain})
+    assert {t["settings"]["server.threshold"] for t in tasks} == {"refit"}
+    # From the command line: TOML values, bare strings, and a malformed pair refused.
+    with pytest.raises(SystemExit):
+        runner.main([str(tiny_conf), "--set", "mrma.cutoff", "--out", str(tmp_path)])
+    assert not (tmp_path / "tiny").exists(), "nothing runs on a malformed --set"
+    assert runner._setting_pair("mrma.cutoff=0.3") == ("mrma.cutoff", 0.3)
+    assert runner._setting_pair("server.threshold=refit") == (
+        "server.threshold",
+        "refit",
+    )
+
+
 def test_bad_config_is_refused(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[study]\nname = "x"\ndriver = "magic"\n')

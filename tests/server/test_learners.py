@@ -20,6 +20,7 @@ from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     MomentMulticlassClassifier,
+    _refit_along,
     as_weak_learner,
     nearest_psd,
 )
@@ -165,7 +166,7 @@ def _marginal(gram, c, noise, tau):
 
 def test_empirical_bayes_is_the_stated_posterior_mean(vector_data):
     x, y = vector_data
-    clf = MomentLinearClassifier().fit(x, y)
+    clf = MomentLinearClassifier(threshold="posterior").fit(x, y)
     rows = (2.0 * y - 1.0)[:, None] * np.hstack([np.ones((y.size, 1)), x])
     c = rows.mean(axis=0)
     noise = np.cov(rows, rowvar=False) / y.size
@@ -188,6 +189,33 @@ def test_empirical_bayes_is_the_stated_posterior_mean(vector_data):
     assert clf.fallback_ == ""
 
 
+def test_the_refit_keeps_the_posterior_direction_and_refits_along_it(vector_data):
+    x, y = vector_data
+    x = x[:300] + 0.2  # few rows: visible shrinkage; uncentred: the mean term counts
+    posterior = MomentLinearClassifier(threshold="posterior").fit(x, y[:300])
+    refit = MomentLinearClassifier(threshold="refit").fit(x, y[:300])
+    u, g, c = posterior.coef_, posterior.gram_, posterior.cross_moment_
+    np.testing.assert_array_equal(refit.gram_, g)
+    # Least squares of y~ on (1, u.x) from the same moments, solved here directly.
+    system = np.array([[1.0, u @ g[1:, 0]], [u @ g[1:, 0], u @ g[1:, 1:] @ u]])
+    a, b = np.linalg.solve(system, [c[0], u @ c[1:]])
+    np.testing.assert_allclose(refit.coef_, b * u, rtol=1e-10)
+    assert refit.intercept_ == pytest.approx(a, rel=1e-10)
+    assert refit.slope_scale_ == pytest.approx([b]) and b > 1.0  # it undoes shrinkage
+    np.testing.assert_array_equal(posterior.slope_scale_, [1.0])
+    # The refit depends on the posterior's direction only: how much the posterior
+    # shrank the slopes, and its intercept, do not move the decision boundary.
+    for factor, intercept in ((0.05, 3.0), (20.0, -1.0)):
+        moved = np.r_[intercept, factor * u][:, None]
+        again, _ = _refit_along(g, c[:, None], moved)
+        np.testing.assert_allclose(again[:, 0], np.r_[a, b * u], rtol=1e-9)
+    # Along the least-squares solution of the same moments the refit changes nothing.
+    theta = np.linalg.solve(g, c)[:, None]
+    again, scale = _refit_along(g, c[:, None], theta)
+    np.testing.assert_allclose(scale, [1.0], rtol=1e-9)
+    np.testing.assert_allclose(again[:, 0], theta[:, 0], rtol=1e-9, atol=1e-12)
+
+
 def test_empirical_bayes_shrinks_pure_noise():
     # Without signal the posterior mean is c tau / (tau + sigma^2) (G = I): never
     # longer than c. The prior variance of the slopes is 0 (at its floor) when
@@ -202,6 +230,13 @@ def test_empirical_bayes_shrinks_pure_noise():
             at_floor += 1
             assert np.linalg.norm(clf.coef_) < 1e-9
             assert clf.shrinkage_ > 1e9 * clf.noise_variance_
+            # The refit keeps that (tiny) direction and fits a scale along it.
+            refit = MomentLinearClassifier(
+                joint=True, gram=np.eye(4), threshold="refit"
+            ).fit(z)
+            assert "refit along the limit direction" in refit.fallback_
+            assert _cosine(refit.coef_, clf.coef_) > 1 - 1e-9
+            assert np.linalg.norm(refit.coef_) > 1e6 * np.linalg.norm(clf.coef_)
     assert at_floor >= 5
     with pytest.raises(ValueError, match="regularization must be one of"):
         MomentLinearClassifier(regularization="lasso").fit(z[:, 1:], z[:, 0] > 0)

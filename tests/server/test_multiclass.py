@@ -122,3 +122,32 @@ def test_a_class_drawn_by_one_client_takes_the_common_score():
     w = np.column_stack([np.ones(n), x])
     scores = w @ np.vstack([model.intercept_, model.coef_.T])
     assert np.mean(np.argmax(scores[:, :2], axis=1) == truth) > 0.9
+
+
+def test_the_refit_solves_each_class_along_its_posterior_direction():
+    # Noisy releases (eps 1): with threshold="refit" every class k keeps the direction
+    # u_k of its posterior slopes, and (a_k, b_k) is the least-squares fit of y~_k on
+    # (1, u_k.x) from the class's whole cross moment c_k, the part common to every
+    # class included (taken out before the posterior, it only moves a_k).
+    x, y = _toy(3000, 1)
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(y.size), seed=3, epsilon=1.0, n_classes=3
+    )
+    public = _toy(500, 2)[0]
+    fits = {
+        t: MomentMulticlassClassifier(n_classes=3, public=public, threshold=t).fit(
+            payload.releases, payload.classes
+        )
+        for t in ("posterior", "refit")
+    }
+    posterior, refit = fits["posterior"], fits["refit"]
+    g, c = refit.gram_, refit.cross_moment_
+    for k in range(3):
+        u = posterior.coef_[k]
+        mean = u @ g[1:, 0]
+        system = np.array([[1.0, mean], [mean, u @ g[1:, 1:] @ u]])
+        a, b = np.linalg.solve(system, [c[0, k], u @ c[1:, k]])
+        np.testing.assert_allclose(refit.coef_[k], b * u, rtol=1e-9)
+        assert refit.intercept_[k] == pytest.approx(a, rel=1e-9, abs=1e-12)
+        assert refit.slope_scale_[k] == pytest.approx(b)
+    np.testing.assert_array_equal(posterior.slope_scale_, np.ones(3))
