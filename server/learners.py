@@ -405,7 +405,8 @@ class MomentLinearClassifier(_LinearClassifier):
     the posterior's limit direction :math:`G S^{-1} \hat c` and the refit gives a
     classifier along it where the posterior mean predicts one class: paired on the
     same releases that was better on most real data sets at small epsilon, worse on
-    GunPoint (experiments/README.md, issue 18).
+    GunPoint and on unbalanced labels that carry no signal, where the majority class
+    is right (experiments/README.md, issue 18).
     ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
