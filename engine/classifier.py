@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ldpfda.config import Settings
+from ldpfda.config import THRESHOLDS, Settings
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
 from ldpfda.engine.inprocess import ArrayClients
@@ -86,6 +86,10 @@ class LDPClassifier(_LocalDPClassifier):
         None: the spec's ``release.epsilon``, else 5.0.
     mechanism : {"hybrid", "piecewise", "duchi", "laplace"}
         The vector mechanism of the joint release.
+    threshold : {"posterior", "refit"}
+        The moment classifier's intercept and slopes' scale: the empirical-Bayes
+        posterior mean (default), or refitted by least squares along its slope
+        direction (``server.threshold``; experiments/README.md, issue 18).
     input_type : {"curves", "vectors"}
         How a plain 2-D array is read: curves sampled on ``grid_points`` (default), or
         feature vectors already in [-1, 1] (values outside are clipped to it, as each
@@ -149,6 +153,7 @@ class LDPClassifier(_LocalDPClassifier):
         epsilon: float | None = None,
         mechanism: str = "hybrid",
         *,
+        threshold: str = "posterior",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,
         featurizer: Featurizer | None = None,
@@ -159,6 +164,7 @@ class LDPClassifier(_LocalDPClassifier):
     ) -> None:
         self.epsilon = epsilon
         self.mechanism = mechanism
+        self.threshold = threshold
         self.input_type = input_type
         self.spec = spec
         self.featurizer = featurizer
@@ -198,6 +204,10 @@ class LDPClassifier(_LocalDPClassifier):
             raise ValueError(
                 f"mechanism must be one of {JOINT_MECHANISMS}, got {self.mechanism!r}"
             )
+        if self.threshold not in THRESHOLDS:
+            raise ValueError(
+                f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
+            )
         self._fit(X, y, grid_points, public_curves, client_ids)
         return self
 
@@ -209,6 +219,7 @@ class LDPClassifier(_LocalDPClassifier):
         settings = Settings(
             epsilon=epsilon,
             mechanism=f"joint-{self.mechanism}",
+            threshold=self.threshold,
             public_features=data.public is not None,
             num_weak_models=1,
             subsample_size=2,

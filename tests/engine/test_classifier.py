@@ -152,6 +152,20 @@ def test_every_joint_mechanism_can_be_chosen(mechanism):
     assert model.result_.privacy["max_spent"] == 5.0  # the default epsilon
 
 
+def test_the_refit_threshold_keeps_the_posteriors_direction_on_the_same_releases():
+    x, y = VectorDesign().sample(3000, 3)
+    fits = {
+        t: LDPClassifier(epsilon=1.0, threshold=t, random_state=5, **VECTORS).fit(x, y)
+        for t in ("posterior", "refit")
+    }
+    posterior, refit = fits["posterior"].coef_[0], fits["refit"].coef_[0]
+    cosine = posterior @ refit / np.linalg.norm(posterior) / np.linalg.norm(refit)
+    assert cosine == pytest.approx(1.0, abs=1e-12)
+    # Same releases (one keyed stream per client), another intercept and scale.
+    assert fits["refit"].result_.privacy == fits["posterior"].result_.privacy
+    assert fits["refit"].intercept_[0] != fits["posterior"].intercept_[0]
+
+
 def test_bad_parameters_and_data_are_refused_by_name():
     x, y = VectorDesign().sample(300, 0)
     for epsilon in (0.0, -1.0):
@@ -161,6 +175,8 @@ def test_bad_parameters_and_data_are_refused_by_name():
         LDPClassifier(epsilon="5", **VECTORS).fit(x, y)
     with pytest.raises(ValueError, match="mechanism must be one of"):
         LDPClassifier(mechanism="gauss", **VECTORS).fit(x, y)
+    with pytest.raises(ValueError, match="threshold must be one of"):
+        LDPClassifier(threshold="mean", **VECTORS).fit(x, y)
     with pytest.raises(ValueError, match="input_type must be one of"):
         LDPClassifier(input_type="matrix").fit(x, y)
     # Three classes are MRMA's K-class run now (tests/server/test_mrma_classes.py).
