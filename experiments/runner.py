@@ -94,10 +94,10 @@ def load_config(
     if quick:
         conf = _merge(conf, overrides)
     for key, value in (settings or {}).items():
-        nested: dict[str, Any] = {key.rsplit(".", 1)[-1]: value}
-        for part in reversed(key.split(".")[:-1]):
+        nested: Any = value
+        for part in reversed(["settings", *key.split(".")]):
             nested = {part: nested}
-        conf = _merge(conf, {"settings": nested})
+        conf = _merge(conf, nested)
     study = conf.get("study", {})
     if "name" not in study:
         raise ValueError(f"{path}: [study] needs a name")
