@@ -302,8 +302,11 @@ class Settings:
         integer("num_weak_models", 1)
         integer("subsample_size", 2)
         real("cutoff", low=0.0, high=0.5)
-        for name in ("mechanism", "method", "weak_learner"):
-            choice(name)
+        # Every field declared with choices (server.threshold was missed when each
+        # was named here by hand).
+        for name, declared in _FIELDS.items():
+            if declared.metadata["choices"]:
+                choice(name)
         if self.joint_release and self.protocol == "mrma" and self.learner != "moment":
             raise SettingError(
                 "weak_learner",
@@ -322,7 +325,6 @@ class Settings:
                 raise SettingTypeError(
                     name, f"{name} must be a bool, got {type(value).__name__}"
                 )
-        choice("dataset")
         self._check_dataset()
         integer("n_classes", 2, WEARABLE_MAX_CLASSES)
         self._check_classes()
@@ -334,7 +336,6 @@ class Settings:
         integer("n_clusters", 1)
         real("pilot_share", low=0.0, high=1.0, low_open=True, high_open=True)
         integer("min_cluster_size", 1)
-        choice("correction")
         if self.label_release:
             self._check_label_only()
         integer("n_test", 1, MAX_TEST)

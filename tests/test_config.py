@@ -90,6 +90,11 @@ def test_error_messages_repeat_the_value():
         Settings(n_basis=3)
     with pytest.raises(ValueError, match=r"mechanism must be one of .*, got 'gauss'"):
         Settings(mechanism="gauss")
+    # Every field with choices is checked, from the constructor and from a run config.
+    with pytest.raises(ValueError, match=r"threshold must be one of .*, got 'mean'"):
+        Settings(threshold="mean")
+    with pytest.raises(ValueError, match=r"threshold must be one of .*, got 'mean'"):
+        Settings.from_mapping({"server.threshold": "mean"})
     with pytest.raises(
         ValueError,
         match="weak_learner 'svm' needs released labels; with mechanism "
