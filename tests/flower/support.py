@@ -145,7 +145,9 @@ def alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
             # The command name (field 2) may hold spaces; the state follows its ")".
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:  # gone between the two checks
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone between the two checks: the open fails, or the read of a process that
+        # exited after the open (ESRCH).
         return False
 
 

@@ -149,3 +149,33 @@ def test_stopping_a_process_stops_what_it_left_running(tmp_path):
     process.stop(grace=5.0)
     assert popen.poll() is not None
     assert not alive(below[0]), "the child outlived its stopped parent"
+
+
+def test_a_process_that_exits_while_its_state_is_read_is_not_alive(monkeypatch):
+    # /proc/<pid>/stat of a process that exits between the open and the read fails
+    # with ESRCH on the read: the process has stopped, and the check must say so
+    # rather than raise (it did once, at the end of the loopback deployment).
+    import builtins
+    import errno
+
+    from tests.flower import support
+
+    class Gone:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            raise ProcessLookupError(errno.ESRCH, "No such process")
+
+    real_open = builtins.open
+
+    def fake_open(path, *args, **kwargs):
+        if str(path).startswith("/proc/") and str(path).endswith("/stat"):
+            return Gone()
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert support.alive(support.os.getpid()) is False
