@@ -436,7 +436,7 @@ def read_long_csv(
             key = (s, curve, t, name)
             if key in given:
                 raise ValueError(
-                    f"{where}: subject {sid!r}"
+                    f"{where}: subject {cells[sub]!r}"
                     + (f" curve {cells[cur]!r}" if cur is not None else "")
                     + f" channel {name!r} at time {t!r} is already given in "
                     f"row {given[key]}"

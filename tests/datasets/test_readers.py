@@ -406,6 +406,13 @@ LONG_ERRORS = {
         r"^hr\.csv row 3: subject 's1' channel 'hr' at time 0\.0 is already given in "
         r"row 2",
     ),
+    # The subject named is the row's own, not the one read last.
+    "repeated-channel-value-after-another-subject": (
+        "subject,time,channel,value,label\ns1,0,hr,1,healthy\ns2,0,hr,2,healthy\n"
+        "s1,0,hr,3,healthy\n",
+        r"^hr\.csv row 4: subject 's1' channel 'hr' at time 0\.0 is already given in "
+        r"row 2",
+    ),
     "channel-without-value-column": (
         "subject,time,channel,label\ns1,0,hr,healthy\n",
         r"^hr\.csv row 1: no column 'value'; a long file with a channel column",
