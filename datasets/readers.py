@@ -29,6 +29,7 @@ from ldpfda.datasets.curves import LongCurves
 
 __all__ = [
     "MISSING",
+    "csv_delimiter",
     "read_curves",
     "read_long_csv",
     "read_npz",
@@ -701,7 +702,8 @@ def read_curves(
     **options: Any,
 ) -> LongCurves:
     """Read ``.npz`` or ``.csv`` curves; a CSV file is long if it has a ``time``
-    column (``options['time_column']``), else wide, unless ``layout`` says.
+    column (``options['time_column']``), else wide, unless ``layout`` says. Its
+    delimiter is ``options['delimiter']``, else :func:`csv_delimiter`'s.
 
     Every reader takes ``unlabelled``: the label of every subject of a file without
     labels (curves to classify, public calibration curves); without it a file must
@@ -717,6 +719,8 @@ def read_curves(
         )
     if suffix != ".csv":
         raise ValueError(f"curve files must be .csv or .npz, got {path.name!r}")
+    if "delimiter" not in options:
+        options["delimiter"] = csv_delimiter(path)
     if layout is None:
         rows = _rows(path, options.get("delimiter", ","))
         header = _header(path, rows)
@@ -728,6 +732,18 @@ def read_curves(
         options.pop("time_column", None)  # a wide file's times are its headers
         return read_wide_csv(path, spec_labels=spec_labels, channel=channel, **options)
     raise ValueError(f"layout must be 'wide' or 'long', got {layout!r}")
+
+
+def csv_delimiter(path: str | Path) -> str:
+    """The delimiter of a CSV file, from its header line: a comma, unless the line
+    holds none and holds semicolons or tabs (not both), as spreadsheets write in
+    locales whose decimal mark is a comma."""
+    with Path(path).open(newline="", encoding="utf-8-sig") as handle:
+        line = handle.readline()
+    if "," in line:
+        return ","
+    found = [d for d in (";", "\t") if d in line]
+    return found[0] if len(found) == 1 else ","
 
 
 def _cell(value: float) -> str:

@@ -700,8 +700,11 @@ def _layout(path: Path, layout: str | None) -> str:
     if layout is None:
         import csv
 
+        from ldpfda.datasets.readers import csv_delimiter
+
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            header = next((r for r in csv.reader(handle) if any(r)), [])
+            records = csv.reader(handle, delimiter=csv_delimiter(path))
+            header = next((r for r in records if any(r)), [])
         layout = "long" if "time" in [c.strip() for c in header] else "wide"
     return f"{layout} CSV"
 

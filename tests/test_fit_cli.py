@@ -124,7 +124,17 @@ def test_predict_classifies_unlabelled_curves_to_stdout(files, tmp_path, capsys)
     assert "error on the file's labels" not in captured.err
     labelled = ["predict", "--model", str(out / "model.json"), "--data"]
     assert main([*labelled, str(files["new"])]) == 0
-    assert capsys.readouterr().out.splitlines() == lines
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == lines
+    assert "error on the file's labels" in captured.err
+    # The same file as a spreadsheet with a decimal comma writes it: ';' between cells.
+    semi = tmp_path / "semi.csv"
+    text = files["new"].read_text(encoding="utf-8")
+    semi.write_text(text.replace(",", ";"), encoding="utf-8")
+    assert main([*labelled, str(semi)]) == 0
+    again = capsys.readouterr()
+    assert again.out == captured.out
+    assert again.err == captured.err.replace("new.csv", "semi.csv")
 
 
 def test_fit_reads_npz_too(files, tmp_path, capsys):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ldpfda.datasets.curves import LongCurves
 from ldpfda.datasets.files import save_node_data
 from ldpfda.datasets.readers import (
+    csv_delimiter,
     read_curves,
     read_long_csv,
     read_npz,
@@ -212,6 +213,41 @@ def test_read_curves_picks_the_layout(tmp_path):
         read_curves(wide, layout="tall")
     with pytest.raises(ValueError, match=r"\.csv or \.npz, got 'x\.txt'"):
         read_curves(tmp_path / "x.txt")
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_semicolon_or_tab_file_reads_as_its_comma_twin(tmp_path, delimiter):
+    # Spreadsheets in locales whose decimal mark is a comma write ';' (or tabs).
+    long = "subject,curve,time,label,hr\ns1,0,0.5,a,60.5\ns1,0,2,a,\ns2,0,1,b,70\n"
+    wide = "subject,label,0,1.5\ns1,a,60,61\ns2,b,70,NA\n"
+    for name, text in (("long", long), ("wide", wide)):
+        comma = read_curves(_write(tmp_path, f"{name}.csv", text))
+        other = _write(tmp_path, f"{name}-x.csv", text.replace(",", delimiter))
+        assert csv_delimiter(other) == delimiter
+        got = read_curves(other)
+        for field in ("subjects", "curves", "times", "values", "labels"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(comma, field))
+        assert (got.subject_ids, got.label_names) == (
+            comma.subject_ids,
+            comma.label_names,
+        )
+    # A delimiter given is used as given.
+    with pytest.raises(ValueError, match="no column 'label'"):
+        read_curves(other, delimiter=",")
+
+
+def test_the_delimiter_is_a_comma_unless_the_header_says_otherwise(tmp_path):
+    assert csv_delimiter(_write(tmp_path, "a.csv", "subject;x,y\n")) == ","
+    # Both semicolons and tabs, no comma: no guess; the error shows the header.
+    both = _write(tmp_path, "b.csv", "subject;time\tlabel\ns;0\ta\n")
+    assert csv_delimiter(both) == ","
+    with pytest.raises(ValueError, match="subject;time"):
+        read_curves(both)
+    # A byte order mark before the header is not part of it.
+    bom = tmp_path / "c.csv"
+    bom.write_text("subject;time;label;hr\ns;0;a;1\n", encoding="utf-8-sig")
+    assert csv_delimiter(bom) == ";"
+    assert read_curves(bom).values.tolist() == [[1.0]]
 
 
 # -- round trips -----------------------------------------------------------------------
