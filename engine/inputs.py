@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,18 @@ def _same_data(a: Any, b: Any) -> bool:
     )
 
 
+@contextmanager
+def _public_curves() -> Iterator[None]:
+    """Say that a ValueError or TypeError raised inside was about ``public_curves``
+    (the readers and featurizers call whatever they read "curves")."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        if type(exc) not in (ValueError, TypeError):
+            raise
+        raise type(exc)(f"public_curves: {exc}") from exc
+
+
 def warn_if_private(public_curves: Any, X: Any) -> None:
     """Warn with :class:`~ldpfda.exceptions.PrivacyLeakWarning` if the "public"
     curves are the training data: bounds and moments taken from them are not covered
@@ -179,13 +192,18 @@ def _dataframe_grid(frame: Any) -> NDArray[np.float64]:
 
 
 def grid_channels(
-    X: Any, grid_points: ArrayLike | None, *, allow_missing: bool = False
+    X: Any,
+    grid_points: ArrayLike | None,
+    *,
+    allow_missing: bool = False,
+    name: str = "curves",
 ) -> tuple[list[Any], NDArray[np.float64]]:
     """Curves on one grid as one 2-D array per channel, and the grid.
 
     ``X`` is a 2-D array with ``grid_points``, an ``FDataGrid`` (any number of
     channels) or a DataFrame whose column names are the grid. Values must be finite
     unless ``allow_missing``; the grid is checked by :func:`~ldpfda.fda.as_curves`.
+    Errors call the curves ``name``.
     """
     kind = _kind(X)
     if kind in ("FDataGrid", "DataFrame") and grid_points is not None:
@@ -213,8 +231,8 @@ def grid_channels(
     if allow_missing:
         grid = check_finite_array(grid, "grid_points", ndim=1)
         return [np.asarray(c, dtype=float) for c in channels], grid
-    first, checked_grid = as_curves(channels[0], grid)
-    rest = [as_curves(values, checked_grid)[0] for values in channels[1:]]
+    first, checked_grid = as_curves(channels[0], grid, name=name)
+    rest = [as_curves(values, checked_grid, name=name)[0] for values in channels[1:]]
     return [first, *rest], checked_grid
 
 
@@ -237,7 +255,9 @@ class GridFeaturizer:
         """Bases on ``grid`` and bounds from public curves (an array on ``grid``, an
         FDataGrid or a DataFrame)."""
         channels, public_grid = grid_channels(
-            public_curves, grid if _kind(public_curves) == "array" else None
+            public_curves,
+            grid if _kind(public_curves) == "array" else None,
+            name="public_curves",
         )
         _check_same_grid(public_grid, grid, "public_curves")
         return cls(
@@ -569,9 +589,10 @@ def curve_inputs(
             raise ValueError(f"grid_points must not be given with {describe(X)}")
         spec_featurizer = SpecCurvesFeaturizer(spec, grid_points)
         features, labels = spec_featurizer.featurize(X)
-        public = (
-            None if public_curves is None else spec_featurizer.transform(public_curves)
-        )
+        public = None
+        if public_curves is not None:
+            with _public_curves():
+                public = spec_featurizer.transform(public_curves)
         return CurveInputs(spec_featurizer, features, labels, public, n_columns)
     if kind == "LongCurves":
         raise ValueError(
@@ -602,17 +623,20 @@ def curve_inputs(
                     f"{name}={actual}: leave {name}=None or match it"
                 )
         draft = BasisFeaturizer(knots, basis_order, CoefficientScaler())
-        scaler = CoefficientScaler.from_public(draft.coefficients(public_curves))
+        with _public_curves():
+            coefficients = draft.coefficients(public_curves)
+        scaler = CoefficientScaler.from_public(coefficients)
         featurizer = BasisFeaturizer(knots, basis_order, scaler)
     elif kind == "FDataIrregular":
         start, end = X.domain_range[0]
-        featurizer = IrregularFeaturizer.calibrated(
-            public_curves,
-            (float(start), float(end)),
-            int(X.dim_codomain),
-            n_basis=size,
-            order=degree_order,
-        )
+        with _public_curves():
+            featurizer = IrregularFeaturizer.calibrated(
+                public_curves,
+                (float(start), float(end)),
+                int(X.dim_codomain),
+                n_basis=size,
+                order=degree_order,
+            )
     else:
         _, grid = grid_channels(X, grid_points)
         featurizer = GridFeaturizer.calibrated(

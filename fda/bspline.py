@@ -44,7 +44,7 @@ def _check_grid(grid_points: ArrayLike) -> NDArray[np.float64]:
 
 
 def as_curves(
-    X: Any, grid_points: ArrayLike | None = None
+    X: Any, grid_points: ArrayLike | None = None, *, name: str = "curves"
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``(values, grid)``, values ``(n_curves, n_points)``, from an ``FDataGrid``
     (recognised by its attributes, without importing scikit-fda) or a 2-D array plus
@@ -52,20 +52,20 @@ def as_curves(
     if hasattr(X, "data_matrix") and hasattr(X, "grid_points"):  # skfda.FDataGrid
         if X.dim_domain != 1 or X.dim_codomain != 1:
             raise ValueError(
-                f"curves must be univariate functions of one variable, got "
+                f"{name} must be univariate functions of one variable, got "
                 f"dim_domain={X.dim_domain}, dim_codomain={X.dim_codomain}"
             )
         if grid_points is not None:
             raise ValueError("grid_points must not be given with an FDataGrid")
-        values = check_finite_array(X.data_matrix[..., 0], "curves", ndim=2)
+        values = check_finite_array(X.data_matrix[..., 0], name, ndim=2)
         return values, _check_grid(X.grid_points[0])
     if grid_points is None:
-        raise ValueError("grid_points are required when curves are a plain array")
-    values = check_finite_array(X, "curves", ndim=2)
+        raise ValueError(f"grid_points are required when {name} are a plain array")
+    values = check_finite_array(X, name, ndim=2)
     grid = _check_grid(grid_points)
     if values.shape[1] != grid.size:
         raise ValueError(
-            f"curves have {values.shape[1]} samples per curve but grid_points has "
+            f"{name} have {values.shape[1]} samples per curve but grid_points has "
             f"{grid.size} points"
         )
     return values, grid

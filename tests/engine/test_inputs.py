@@ -366,3 +366,36 @@ def test_vectors_and_curves_do_not_mix(cls, data):
     with pytest.raises(ValueError, match="sampled on a grid of 50 points"):
         model = _small(cls).fit(curves, labels, grid_points=GRID, public_curves=public)
         model.predict(skfda.FDataGrid(curves[:, ::2], GRID[::2]))
+
+
+def test_an_error_in_the_public_curves_names_them_and_not_the_clients(data):
+    curves, labels, public = data
+    bad = public.copy()
+    bad[4, 2] = np.nan
+    fit = LDPClassifier(random_state=0).fit
+    for given, match in (
+        (bad, r"^public_curves contains 1 NaN or infinite value\(s\), first at index"),
+        (public[:, :10], r"^public_curves have 10 samples per curve but grid_points"),
+        (skfda.FDataGrid(bad, GRID), r"^public_curves contains 1 NaN"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            fit(curves, labels, grid_points=GRID, public_curves=given)
+    # The clients' own curves are still "curves".
+    own = curves.copy()
+    own[0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"^curves contains 1 NaN or infinite"):
+        fit(own, labels, grid_points=GRID, public_curves=public)
+    # Curves on their own timestamps, and in a B-spline basis.
+    sparse = _irregular(curves[:10], 30, 0)
+    holes = _irregular(public, 30, 1)
+    values = holes.values.copy()
+    values[3] = np.nan
+    holes = skfda.FDataIrregular(holes.start_indices, holes.points, values)
+    with pytest.raises(ValueError, match=r"^public_curves: curves contain NaN"):
+        fit(sparse, labels[:10], public_curves=holes)
+    basis = BSplineBasis(domain_range=(0.0, 1.0), n_basis=10, order=4)
+    other = skfda.FDataGrid(public, GRID).to_basis(
+        BSplineBasis(domain_range=(0.0, 1.0), n_basis=8)
+    )
+    with pytest.raises(ValueError, match=r"^public_curves: curves are in a B-spline"):
+        fit(skfda.FDataGrid(curves, GRID).to_basis(basis), labels, public_curves=other)
