@@ -196,13 +196,28 @@ def _body(
     return body
 
 
-def _read_number(text: str, where: str, column: str, *, missing_ok: bool) -> float:
+def _float(text: str, comma: bool) -> float:
+    """``float(text)``; with ``comma``, also a decimal comma (``65,5``: one comma, no
+    point), as spreadsheets write numbers in files whose cells ';' or tabs divide.
+    NaN for text that is neither."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if comma and text.count(",") == 1 and "." not in text:
+        try:
+            return float(text.replace(",", "."))
+        except ValueError:
+            pass
+    return math.nan
+
+
+def _read_number(
+    text: str, where: str, column: str, *, missing_ok: bool, comma: bool = False
+) -> float:
     """:func:`_number` of the cell of ``column`` at ``where``; a finite number is
     taken without building the message that any other cell may need."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float(text, comma)
     if math.isfinite(value):
         return value
     return _number(text, f"{where}, column {column!r}", missing_ok=missing_ok)
@@ -222,11 +237,8 @@ def _number(text: str, where: str, *, missing_ok: bool) -> float:
     return value
 
 
-def _header_time(path: Path, name: str) -> float:
-    try:
-        value = float(name)
-    except ValueError:
-        value = math.nan
+def _header_time(path: Path, name: str, comma: bool = False) -> float:
+    value = _float(name, comma)
     if not math.isfinite(value):
         raise ValueError(
             f"{path.name} row 1, column {name!r}: {name!r} is not a number; every "
@@ -300,7 +312,8 @@ def read_wide_csv(
     time_columns = [j for j, name in enumerate(header) if name not in named]
     if not time_columns:
         raise ValueError(f"{path.name} row 1: no time columns (headers that are times)")
-    times = [_header_time(path, header[j]) for j in time_columns]
+    comma = delimiter != ","
+    times = [_header_time(path, header[j], comma) for j in time_columns]
     body = _body(path, rows, header)
     channels: tuple[str, ...] = (channel,)
     if cha is not None:
@@ -335,7 +348,9 @@ def read_wide_csv(
             )
         previous[c] = row
         for j, t in zip(time_columns, times, strict=True):
-            value = _read_number(cells[j], where, header[j], missing_ok=True)
+            value = _read_number(
+                cells[j], where, header[j], missing_ok=True, comma=comma
+            )
             if not math.isnan(value):
                 values = [math.nan] * len(channels)
                 values[c] = value
@@ -413,6 +428,7 @@ def read_long_csv(
             raise ValueError(f"{path.name} row 1: no value column (one per channel)")
     builder = _Builder(names, spec_labels)
     given: dict[tuple[int, int, float, str], int] = {}
+    comma = delimiter != ","  # a decimal comma is possible
     lab = header.index(label_column) if label_column in header else None
     # Subject index by (subject cell, label cell): each pair is checked once.
     known: dict[tuple[str, str | None], int] = {}
@@ -425,9 +441,9 @@ def read_long_csv(
             sid = _given(cells, sub, where, subject_column, "subject")
             s = known[pair] = builder.subject(sid, label_of(cells, where), where)
         curve = builder.curve(s, cells[cur]) if cur is not None else 0
-        t = _read_number(cells[tim], where, time_column, missing_ok=False)
+        t = _read_number(cells[tim], where, time_column, missing_ok=False, comma=comma)
         values = [
-            _read_number(cells[j], where, header[j], missing_ok=True)
+            _read_number(cells[j], where, header[j], missing_ok=True, comma=comma)
             for j in value_columns
         ]
         if cha is not None:
@@ -735,14 +751,17 @@ def read_curves(
 
 
 def csv_delimiter(path: str | Path) -> str:
-    """The delimiter of a CSV file, from its header line: a comma, unless the line
-    holds none and holds semicolons or tabs (not both), as spreadsheets write in
-    locales whose decimal mark is a comma."""
+    """The delimiter of a CSV file: of a comma, a semicolon and a tab, the one that
+    divides its header line into the most columns; a comma where two do (spreadsheets
+    in locales whose decimal mark is a comma write ';', and a wide file's time
+    headers may then hold decimal commas)."""
     with Path(path).open(newline="", encoding="utf-8-sig") as handle:
         line = handle.readline()
-    if "," in line:
-        return ","
-    found = [d for d in (";", "\t") if d in line]
+    counts = {
+        d: len(next(csv.reader([line], delimiter=d), [])) for d in (",", ";", "\t")
+    }
+    most = max(counts.values())
+    found = [d for d, n in counts.items() if n == most]
     return found[0] if len(found) == 1 else ","
 
 

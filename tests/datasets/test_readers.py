@@ -236,9 +236,39 @@ def test_a_semicolon_or_tab_file_reads_as_its_comma_twin(tmp_path, delimiter):
         read_curves(other, delimiter=",")
 
 
-def test_the_delimiter_is_a_comma_unless_the_header_says_otherwise(tmp_path):
-    assert csv_delimiter(_write(tmp_path, "a.csv", "subject;x,y\n")) == ","
-    # Both semicolons and tabs, no comma: no guess; the error shows the header.
+@pytest.mark.parametrize("delimiter", [";", "\t"])
+def test_a_decimal_comma_is_read_where_cells_are_not_divided_by_commas(
+    tmp_path, delimiter
+):
+    long = "subject;time;label;hr\ns1;0,5;a;60,25\ns1;2;a;1,5e1\ns2;1;b;70\n"
+    wide = "subject;label;0;1,5\ns1;a;60,25;61\ns2;b;70;NA\n"
+    for name, text in (("long", long), ("wide", wide)):
+        got = read_curves(_write(tmp_path, f"{name}.csv", text.replace(";", delimiter)))
+        point = read_curves(
+            _write(tmp_path, f"{name}-p.csv", _point(text).replace(";", ","))
+        )
+        for field in ("subjects", "times", "values", "labels"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(point, field))
+    # One comma and no point, nothing else: '1,234.5' and '1,2,3' are not numbers.
+    for cell in ("1,234.5", "1,2,3"):
+        bad = _write(tmp_path, "bad.csv", f"subject;time;label;hr\ns1;0;a;{cell}\n")
+        with pytest.raises(ValueError, match=rf"column 'hr': '{cell}' is not a number"):
+            read_curves(bad)
+
+
+def _point(text: str) -> str:
+    """``text`` with its decimal commas (a digit, a comma, a digit) as points."""
+    import re
+
+    return re.sub(r"(\d),(\d)", r"\1.\2", text)
+
+
+def test_the_delimiter_is_the_one_that_gives_the_header_the_most_columns(tmp_path):
+    assert csv_delimiter(_write(tmp_path, "a.csv", "subject;x,y,z\n")) == ","
+    assert csv_delimiter(_write(tmp_path, "d.csv", "subject;label;0;1,5\n")) == ";"
+    assert csv_delimiter(_write(tmp_path, "q.csv", '"a;b";c;d\n')) == ";"
+    assert csv_delimiter(_write(tmp_path, "e.csv", "subject\n")) == ","
+    # As many columns by semicolons as by tabs: a comma; the error shows the header.
     both = _write(tmp_path, "b.csv", "subject;time\tlabel\ns;0\ta\n")
     assert csv_delimiter(both) == ","
     with pytest.raises(ValueError, match="subject;time"):
