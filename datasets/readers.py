@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import operator
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,11 @@ class _Builder:
         self.label_rows: list[str] = []
         self.curve_ids: list[dict[str, int]] = []
         self.rows: list[tuple[int, int, float, list[float]]] = []
+        #: Observations read a record at a time (a wide row): (subject, curve, times,
+        #: values of shape (len(times), n_channels)). A reader fills either these or
+        #: ``rows``.
+        self.blocks: list[tuple[int, int, NDArray[np.float64], NDArray[np.float64]]]
+        self.blocks = []
 
     def subject(self, sid: str, label: str, where: str) -> int:
         """Index of subject ``sid``, checking that its label never changes."""
@@ -135,13 +141,23 @@ class _Builder:
 
     def build(self) -> LongCurves:
         """The observations read, without those where every channel is missing."""
-        values = np.array([r[3] for r in self.rows], dtype=float).reshape(
-            len(self.rows), len(self.channels)
-        )
+        if self.blocks:
+            sizes = [times.size for _, _, times, _ in self.blocks]
+            subjects: Any = np.repeat([b[0] for b in self.blocks], sizes)
+            curves: Any = np.repeat([b[1] for b in self.blocks], sizes)
+            times: Any = np.concatenate([b[2] for b in self.blocks])
+            values = np.concatenate([b[3] for b in self.blocks])
+        else:
+            subjects = [r[0] for r in self.rows]
+            curves = [r[1] for r in self.rows]
+            times = [r[2] for r in self.rows]
+            values = np.array([r[3] for r in self.rows], dtype=float).reshape(
+                len(self.rows), len(self.channels)
+            )
         return _assemble(
-            [r[0] for r in self.rows],
-            [r[1] for r in self.rows],
-            [r[2] for r in self.rows],
+            subjects,
+            curves,
+            times,
             values,
             self.labels,
             tuple(self.subjects),
@@ -217,7 +233,10 @@ def _read_number(
 ) -> float:
     """:func:`_number` of the cell of ``column`` at ``where``; a finite number is
     taken without building the message that any other cell may need."""
-    value = _float(text, comma)
+    try:
+        value = float(text)
+    except ValueError:
+        value = _float(text, comma)
     if math.isfinite(value):
         return value
     return _number(text, f"{where}, column {column!r}", missing_ok=missing_ok)
@@ -313,7 +332,8 @@ def read_wide_csv(
     if not time_columns:
         raise ValueError(f"{path.name} row 1: no time columns (headers that are times)")
     comma = delimiter != ","
-    times = [_header_time(path, header[j], comma) for j in time_columns]
+    time_points = np.array([_header_time(path, header[j], comma) for j in time_columns])
+    pick = operator.itemgetter(*time_columns)
     body = _body(path, rows, header)
     channels: tuple[str, ...] = (channel,)
     if cha is not None:
@@ -347,15 +367,45 @@ def read_wide_csv(
                 f"{channels[c]!r} is already given in row {previous[c]}"
             )
         previous[c] = row
-        for j, t in zip(time_columns, times, strict=True):
-            value = _read_number(
-                cells[j], where, header[j], missing_ok=True, comma=comma
-            )
-            if not math.isnan(value):
-                values = [math.nan] * len(channels)
-                values[c] = value
-                builder.rows.append((s, curve, t, values))
+        numbers = _row_numbers(cells, time_columns, pick, header, where, comma)
+        seen_at = ~np.isnan(numbers)
+        values = np.full((int(seen_at.sum()), len(channels)), math.nan)
+        values[:, c] = numbers[seen_at]
+        builder.blocks.append((s, curve, time_points[seen_at], values))
     return _merge_channels(builder.build())
+
+
+def _row_numbers(
+    cells: list[str],
+    columns: list[int],
+    pick: Callable[[list[str]], Any],
+    header: list[str],
+    where: str,
+    comma: bool,
+) -> NDArray[np.float64]:
+    """The numbers of ``columns`` of one record, NaN where a cell is missing; the
+    errors of :func:`_read_number`. Parsed in one step (the same values as ``float``)
+    where every cell is a finite number or missing (:data:`MISSING`), else cell by
+    cell."""
+    raw = pick(cells)
+    raw = [raw] if isinstance(raw, str) else raw
+    missing = [c.lower() in MISSING for c in raw]
+    try:
+        numbers = np.array(
+            ["nan" if gap else c for c, gap in zip(raw, missing, strict=True)],
+            dtype=float,
+        )
+        if np.array_equal(~np.isfinite(numbers), missing):
+            return numbers
+    except ValueError:
+        pass
+    return np.array(
+        [
+            _read_number(cells[j], where, header[j], missing_ok=True, comma=comma)
+            for j in columns
+        ],
+        dtype=float,
+    )
 
 
 def _merge_channels(curves: LongCurves) -> LongCurves:

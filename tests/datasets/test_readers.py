@@ -3,6 +3,7 @@ file, the spreadsheet row and the column."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -583,3 +584,41 @@ def test_writing_two_values_at_one_time_in_the_wide_form_is_an_error(tmp_path):
         write_wide_csv(tmp_path / "w.csv", curves)
     path = write_long_csv(tmp_path / "l.csv", curves)  # the long form holds both
     assert read_long_csv(path, channels=["hr"]).times.tolist() == [1.0, 1.0]
+
+
+CELLS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["", "nan", "NaN", "NA", "n/a", "null", "1_0", "-0", "1e400"]),
+    st.sampled_from(["inf", "-inf", "+nan", "abc", "1,5", "0x10", "1,234.5"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CELLS, min_size=1, max_size=8), st.booleans())
+def test_a_wide_row_parsed_in_one_step_is_the_row_parsed_cell_by_cell(cells, comma):
+    import operator
+
+    from ldpfda.datasets.readers import _read_number, _row_numbers
+
+    columns = list(range(len(cells)))
+    header = [str(j) for j in columns]
+
+    def one_by_one():
+        return [
+            _read_number(c, "f row 2", h, missing_ok=True, comma=comma)
+            for c, h in zip(cells, header, strict=True)
+        ]
+
+    try:
+        expected = one_by_one()
+    except ValueError as error:
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            _row_numbers(
+                cells, columns, operator.itemgetter(*columns), header, "f row 2", comma
+            )
+        return
+    got = _row_numbers(
+        cells, columns, operator.itemgetter(*columns), header, "f row 2", comma
+    )
+    assert got.dtype == np.float64 and got.shape == (len(cells),)
+    assert [v.hex() for v in got.tolist()] == [float(v).hex() for v in expected]
