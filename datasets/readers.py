@@ -17,11 +17,14 @@ if all are integers, else sorted.
 from __future__ import annotations
 
 import csv
+import functools
+import gc
 import math
 import operator
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -170,6 +173,27 @@ class _Builder:
 # -- CSV -------------------------------------------------------------------------------
 
 
+_Reader = TypeVar("_Reader", bound=Callable[..., LongCurves])
+
+
+def _paused_gc(reader: _Reader) -> _Reader:
+    """``reader`` run with the cyclic garbage collector paused: a file read makes
+    millions of small lists and tuples and no cycles, and every collection would scan
+    them all again (half the time of a long file's read)."""
+
+    @functools.wraps(reader)
+    def read(*args: Any, **kwargs: Any) -> LongCurves:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return reader(*args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return cast(_Reader, read)
+
+
 def _rows(path: Path, delimiter: str) -> Generator[tuple[int, list[str]], None, None]:
     """(spreadsheet row, stripped cells) of every non-blank record; the header is
     row 1. A UTF-8 byte order mark (as spreadsheets write) is skipped."""
@@ -296,6 +320,7 @@ def _label_reader(
     return lambda cells, where: _label_text(_given(cells, j, where, column, "label"))
 
 
+@_paused_gc
 def read_wide_csv(
     path: str | Path,
     *,
@@ -432,6 +457,7 @@ def _merge_channels(curves: LongCurves) -> LongCurves:
     )
 
 
+@_paused_gc
 def read_long_csv(
     path: str | Path,
     *,
@@ -461,6 +487,7 @@ def read_long_csv(
     label_of = _label_reader(path, header, label_column, "long", unlabelled)
     cur = header.index(curve_column) if curve_column in header else None
     cha = header.index(channel_column) if channel_column in header else None
+    lab = header.index(label_column) if label_column in header else None
     if cha is not None:
         value_columns = [
             _required(path, header, value_column, "long file with a channel column")
@@ -469,17 +496,22 @@ def read_long_csv(
         found = tuple(dict.fromkeys(cells[cha] for _, cells in body if cells[cha]))
         names = tuple(channels) if channels is not None else found
     else:
-        body = _body(path, rows, header)
         named = {subject_column, time_column, label_column, curve_column}
         candidates = [h for h in header if h not in named]
         names = tuple(channels if channels is not None else candidates)
         value_columns = [_required(path, header, name, "long") for name in names]
         if not names:
             raise ValueError(f"{path.name} row 1: no value column (one per channel)")
+        layout = _LongColumns(sub, tim, lab, cur, value_columns, names)
+        read = _read_by_columns(
+            path, delimiter, header, layout, spec_labels, unlabelled
+        )
+        if read is not None:
+            return read
+        body = _body(path, rows, header)
     builder = _Builder(names, spec_labels)
     given: dict[tuple[int, int, float, str], int] = {}
     comma = delimiter != ","  # a decimal comma is possible
-    lab = header.index(label_column) if label_column in header else None
     # Subject index by (subject cell, label cell): each pair is checked once.
     known: dict[tuple[str, str | None], int] = {}
     file = path.name
@@ -515,6 +547,140 @@ def read_long_csv(
         builder.rows.append((s, curve, t, values))
     curves = builder.build()
     return _merge_channels(curves) if cha is not None else curves
+
+
+@dataclass(frozen=True)
+class _LongColumns:
+    """Where a long file without a channel column keeps each field (None: absent)."""
+
+    subject: int
+    time: int
+    label: int | None
+    curve: int | None
+    values: list[int]
+    channels: tuple[str, ...]
+
+
+class _RowByRow(Exception):
+    """The file needs :func:`read_long_csv`'s row-by-row loop: to read a cell this
+    reader does not check, or to name the error of one."""
+
+
+def _read_by_columns(
+    path: Path,
+    delimiter: str,
+    header: list[str],
+    layout: _LongColumns,
+    spec_labels: Sequence[str] | None,
+    unlabelled: str | None,
+) -> LongCurves | None:
+    """The curves of a long file without a channel column, read column by column:
+    what the row-by-row loop reads, or None where that loop must read the file (it
+    then also names any error)."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        records = [c for c in csv.reader(handle, delimiter=delimiter) if c]
+    if len(records) < 2 or [c.strip() for c in records[0]] != header:
+        return None
+    n = len(header)
+    if any(len(c) != n for c in records):
+        return None
+    cells = list(zip(*records[1:], strict=True))
+    builder = _Builder(layout.channels, spec_labels)
+    try:
+        times = _column_numbers(cells[layout.time], missing_ok=False)
+        values = np.stack(
+            [_column_numbers(cells[j], missing_ok=True) for j in layout.values], axis=1
+        )
+        subjects = _subject_codes(builder, cells, layout, unlabelled)
+        curves = _curve_codes(subjects, cells, layout.curve)
+    except (_RowByRow, ValueError):
+        return None
+    return _assemble(
+        subjects,
+        curves,
+        times,
+        values,
+        builder.labels,
+        tuple(builder.subjects),
+        layout.channels,
+        spec_labels,
+        ~np.all(np.isnan(values), axis=1),
+    )
+
+
+def _text(cell: str) -> str:
+    """A text cell as the row-by-row loop takes it: not empty, no spaces around."""
+    if not cell or cell != cell.strip():
+        raise _RowByRow
+    return cell
+
+
+def _column_numbers(cells: tuple[str, ...], *, missing_ok: bool) -> NDArray[np.float64]:
+    """One column's numbers (as ``float`` reads them); a missing cell (:data:`MISSING`)
+    is NaN where ``missing_ok``. Any other cell raises _RowByRow."""
+    missing = [c.strip().lower() in MISSING for c in cells] if missing_ok else None
+    try:
+        numbers = np.array(
+            cells
+            if missing is None
+            else ["nan" if m else c for c, m in zip(cells, missing, strict=True)],
+            dtype=float,
+        )
+    except ValueError:
+        raise _RowByRow from None
+    gaps = ~np.isfinite(numbers)
+    if missing is None and gaps.any():
+        raise _RowByRow
+    if missing is not None and not np.array_equal(gaps, missing):
+        raise _RowByRow
+    return numbers
+
+
+def _subject_codes(
+    builder: _Builder,
+    cells: list[tuple[str, ...]],
+    layout: _LongColumns,
+    unlabelled: str | None,
+) -> NDArray[np.int64]:
+    """Each record's subject index, subjects numbered as they first appear; each
+    (subject, label) pair is checked once, by the builder."""
+    sid = cells[layout.subject]
+    keys: Any = (
+        sid if layout.label is None else zip(sid, cells[layout.label], strict=True)
+    )
+    pairs = dict.fromkeys(keys)
+    index = {}
+    for key in pairs:
+        if layout.label is None:
+            if unlabelled is None:
+                raise _RowByRow
+            subject, label = key, _label_text(unlabelled)
+        else:
+            subject, label = key[0], _label_text(_text(key[1]))
+        index[key] = builder.subject(_text(subject), label, "")
+    keys = sid if layout.label is None else zip(sid, cells[layout.label], strict=True)
+    return np.fromiter(map(index.__getitem__, keys), np.int64, len(sid))
+
+
+def _curve_codes(
+    subjects: NDArray[np.int64], cells: list[tuple[str, ...]], column: int | None
+) -> NDArray[np.int64]:
+    """Each record's curve index in its subject, numbered as they first appear (0
+    for every record of a file without a curve column)."""
+    if column is None:
+        return np.zeros(subjects.size, dtype=np.int64)
+    ids = subjects.tolist()
+    numbers: dict[tuple[int, str], int] = {}
+    count: dict[int, int] = {}
+    for s, cid in dict.fromkeys(zip(ids, cells[column], strict=True)):
+        if cid != cid.strip():
+            raise _RowByRow
+        numbers[s, cid] = count[s] = count.get(s, -1) + 1
+    return np.fromiter(
+        map(numbers.__getitem__, zip(ids, cells[column], strict=True)),
+        np.int64,
+        subjects.size,
+    )
 
 
 # -- NPZ -------------------------------------------------------------------------------

@@ -622,3 +622,98 @@ def test_a_wide_row_parsed_in_one_step_is_the_row_parsed_cell_by_cell(cells, com
     )
     assert got.dtype == np.float64 and got.shape == (len(cells),)
     assert [v.hex() for v in got.tolist()] == [float(v).hex() for v in expected]
+
+
+NUMBERS = st.floats(-1e3, 1e3, allow_nan=False).map(repr)
+#: Cells each reader takes (a file of these only is read by columns) ...
+CLEAN = (
+    st.sampled_from(["s1", "s2", "7", "x;y"]),
+    st.sampled_from(["0", "1", "d1"]),
+    NUMBERS,
+    st.sampled_from(["a", "b", "1", "1.0", "c"]),
+    st.one_of(NUMBERS, st.sampled_from(["", "nan", "NA"])),
+)
+#: ... and cells with which the column reader leaves the file to the row-by-row loop.
+MESSY = (
+    st.sampled_from(["s1", " s1", "s3 ", ""]),
+    st.sampled_from(["0", " 0", ""]),
+    st.one_of(NUMBERS, st.sampled_from(["", "inf", "abc", " 2 ", "1,5", "+nan"])),
+    st.sampled_from(["a", "", " a", "b "]),
+    st.one_of(NUMBERS, st.sampled_from(["inf", "abc", " 2 ", "+nan", "N/A"])),
+)
+
+
+@st.composite
+def long_rows(draw):
+    if not draw(st.booleans()):
+        return draw(st.lists(st.tuples(*MESSY), min_size=1, max_size=12))
+    rows = draw(st.lists(st.tuples(*CLEAN), min_size=1, max_size=12))
+    # Mostly one label a subject, as in a file that reads.
+    if draw(st.integers(0, 3)):
+        first = {}
+        rows = [(s, c, t, first.setdefault(s, label), v) for s, c, t, label, v in rows]
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(long_rows(), st.booleans(), st.sampled_from([None, ("a", "b", "c", "1")]))
+def test_a_long_file_read_by_columns_is_the_file_read_row_by_row(
+    rows, with_curve, spec_labels
+):
+    # Every cell the column reader does not take as the row-by-row loop would sends
+    # the file to that loop, which then reads it or names its error.
+    import csv
+    import io
+
+    from ldpfda.datasets import readers
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    header = ["subject", "curve", "time", "label", "hr"]
+    keep = [0, 1, 2, 3, 4] if with_curve else [0, 2, 3, 4]
+    writer.writerow([header[j] for j in keep])
+    writer.writerows([[row[j] for j in keep] for row in rows])
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "hr.csv"
+        path.write_text(out.getvalue(), encoding="utf-8")
+
+        def read(by_columns: bool):
+            saved = readers._read_by_columns
+            if not by_columns:
+                readers._read_by_columns = lambda *args, **kwargs: None
+            try:
+                return readers.read_long_csv(path, spec_labels=spec_labels)
+            except ValueError as error:
+                return str(error)
+            finally:
+                readers._read_by_columns = saved
+
+        got, expected = read(True), read(False)
+    if isinstance(expected, str):
+        assert got == expected
+        return
+    for field in ("subjects", "curves", "times", "values", "labels"):
+        a, b = getattr(got, field), getattr(expected, field)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert (got.subject_ids, got.channels, got.label_names) == (
+        expected.subject_ids,
+        expected.channels,
+        expected.label_names,
+    )
+
+
+def test_a_read_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    import gc
+
+    good = _write(tmp_path, "g.csv", "subject,time,label,hr\ns,0,a,1\n")
+    bad = _write(tmp_path, "b.csv", "subject,time,label,hr\ns,x,a,1\n")
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            read_curves(good)
+            with pytest.raises(ValueError, match="'x' is not a number"):
+                read_curves(bad)
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
