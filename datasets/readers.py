@@ -409,21 +409,12 @@ def _row_numbers(
     comma: bool,
 ) -> NDArray[np.float64]:
     """The numbers of ``columns`` of one record, NaN where a cell is missing; the
-    errors of :func:`_read_number`. Parsed in one step (the same values as ``float``)
-    where every cell is a finite number or missing (:data:`MISSING`), else cell by
-    cell."""
+    errors of :func:`_read_number`. In one step (:func:`_finite_numbers`) where it
+    can, else cell by cell."""
     raw = pick(cells)
-    raw = [raw] if isinstance(raw, str) else raw
-    missing = [c.lower() in MISSING for c in raw]
-    try:
-        numbers = np.array(
-            ["nan" if gap else c for c, gap in zip(raw, missing, strict=True)],
-            dtype=float,
-        )
-        if np.array_equal(~np.isfinite(numbers), missing):
-            return numbers
-    except ValueError:
-        pass
+    numbers = _finite_numbers((raw,) if isinstance(raw, str) else raw, missing_ok=True)
+    if numbers is not None:
+        return numbers
     return np.array(
         [
             _read_number(cells[j], where, header[j], missing_ok=True, comma=comma)
@@ -431,6 +422,23 @@ def _row_numbers(
         ],
         dtype=float,
     )
+
+
+def _finite_numbers(
+    cells: Sequence[str], *, missing_ok: bool
+) -> NDArray[np.float64] | None:
+    """The numbers of ``cells`` parsed in one numpy step (the values ``float`` gives),
+    NaN for a missing cell (:data:`MISSING`) where ``missing_ok``; None if any other
+    cell is not a finite number (a cell-by-cell reader then reads it or names it)."""
+    missing = [missing_ok and c.strip().lower() in MISSING for c in cells]
+    try:
+        numbers = np.array(
+            ["nan" if gap else c for c, gap in zip(cells, missing, strict=True)],
+            dtype=float,
+        )
+    except ValueError:
+        return None
+    return numbers if np.array_equal(~np.isfinite(numbers), missing) else None
 
 
 def _merge_channels(curves: LongCurves) -> LongCurves:
@@ -586,11 +594,13 @@ def _read_by_columns(
         return None
     cells = list(zip(*records[1:], strict=True))
     builder = _Builder(layout.channels, spec_labels)
+    times = _finite_numbers(cells[layout.time], missing_ok=False)
+    parsed = [_finite_numbers(cells[j], missing_ok=True) for j in layout.values]
+    columns = [c for c in parsed if c is not None]
+    if times is None or len(columns) < len(parsed):
+        return None
+    values = np.stack(columns, axis=1)
     try:
-        times = _column_numbers(cells[layout.time], missing_ok=False)
-        values = np.stack(
-            [_column_numbers(cells[j], missing_ok=True) for j in layout.values], axis=1
-        )
         subjects = _subject_codes(builder, cells, layout, unlabelled)
         curves = _curve_codes(subjects, cells, layout.curve)
     except (_RowByRow, ValueError):
@@ -613,27 +623,6 @@ def _text(cell: str) -> str:
     if not cell or cell != cell.strip():
         raise _RowByRow
     return cell
-
-
-def _column_numbers(cells: tuple[str, ...], *, missing_ok: bool) -> NDArray[np.float64]:
-    """One column's numbers (as ``float`` reads them); a missing cell (:data:`MISSING`)
-    is NaN where ``missing_ok``. Any other cell raises _RowByRow."""
-    missing = [c.strip().lower() in MISSING for c in cells] if missing_ok else None
-    try:
-        numbers = np.array(
-            cells
-            if missing is None
-            else ["nan" if m else c for c, m in zip(cells, missing, strict=True)],
-            dtype=float,
-        )
-    except ValueError:
-        raise _RowByRow from None
-    gaps = ~np.isfinite(numbers)
-    if missing is None and gaps.any():
-        raise _RowByRow
-    if missing is not None and not np.array_equal(gaps, missing):
-        raise _RowByRow
-    return numbers
 
 
 def _subject_codes(
