@@ -34,6 +34,7 @@ from ldpfda.datasets.curves import LongCurves
 __all__ = [
     "MISSING",
     "csv_delimiter",
+    "csv_header",
     "read_curves",
     "read_long_csv",
     "read_npz",
@@ -943,9 +944,7 @@ def read_curves(
     if "delimiter" not in options:
         options["delimiter"] = csv_delimiter(path)
     if layout is None:
-        rows = _rows(path, options.get("delimiter", ","))
-        header = _header(path, rows)
-        rows.close()
+        header = csv_header(path, options["delimiter"])  # [] if empty: the reader says
         layout = "long" if options.get("time_column", "time") in header else "wide"
     if layout == "long":
         return read_long_csv(path, spec_labels=spec_labels, **options)
@@ -953,6 +952,15 @@ def read_curves(
         options.pop("time_column", None)  # a wide file's times are its headers
         return read_wide_csv(path, spec_labels=spec_labels, channel=channel, **options)
     raise ValueError(f"layout must be 'wide' or 'long', got {layout!r}")
+
+
+def csv_header(path: str | Path, delimiter: str | None = None) -> list[str]:
+    """The column names of a CSV file (its first non-blank row, stripped), split by
+    ``delimiter`` or else :func:`csv_delimiter`'s; [] for a file without any."""
+    rows = _rows(Path(path), delimiter or csv_delimiter(path))
+    first = next(rows, None)
+    rows.close()
+    return [] if first is None else first[1]
 
 
 def csv_delimiter(path: str | Path) -> str:

@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from ldpfda import __version__
 from ldpfda.config import Settings
 from ldpfda.datasets.curves import LongCurves
-from ldpfda.datasets.readers import _rows, csv_delimiter, read_curves
+from ldpfda.datasets.readers import csv_header, read_curves
 from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.engine.runner import run_keyed
 from ldpfda.fda.features import VectorFeaturizer
@@ -97,10 +97,8 @@ def _has_labels(path: Path) -> bool:
     if path.suffix.lower() == ".npz":
         with np.load(path, allow_pickle=False) as archive:
             return "labels" in archive.files
-    rows = _rows(path, csv_delimiter(path))
-    first = next(rows, None)
-    rows.close()
-    return first is None or "label" in first[1]  # an empty file: the reader says so
+    header = csv_header(path)
+    return not header or "label" in header  # an empty file: the reader says so
 
 
 def read_own_curves(

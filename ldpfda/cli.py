@@ -698,14 +698,9 @@ def _layout(path: Path, layout: str | None) -> str:
     if path.suffix.lower() == ".npz":
         return "NPZ"
     if layout is None:
-        import csv
+        from ldpfda.datasets.readers import csv_header
 
-        from ldpfda.datasets.readers import csv_delimiter
-
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            records = csv.reader(handle, delimiter=csv_delimiter(path))
-            header = next((r for r in records if any(r)), [])
-        layout = "long" if "time" in [c.strip() for c in header] else "wide"
+        layout = "long" if "time" in csv_header(path) else "wide"
     return f"{layout} CSV"
 
 
