@@ -238,14 +238,18 @@ def _body(
 
 
 def _float(text: str, comma: bool) -> float:
-    """``float(text)``; with ``comma``, also a decimal comma (``65,5``: one comma, no
-    point), as spreadsheets write numbers in files whose cells ';' or tabs divide.
+    """``float(text)``; with ``comma``, also a decimal comma (:func:`_decimal_comma`).
     NaN for text that is neither."""
     try:
         return float(text)
     except ValueError:
-        pass
-    if comma and text.count(",") == 1 and "." not in text:
+        return _decimal_comma(text) if comma else math.nan
+
+
+def _decimal_comma(text: str) -> float:
+    """A number written with a decimal comma (``65,5``: one comma, no point), as
+    spreadsheets write in files whose cells ';' or tabs divide; NaN for other text."""
+    if text.count(",") == 1 and "." not in text:
         try:
             return float(text.replace(",", "."))
         except ValueError:
@@ -261,7 +265,7 @@ def _read_number(
     try:
         value = float(text)
     except ValueError:
-        value = _float(text, comma)
+        value = _decimal_comma(text) if comma else math.nan
     if math.isfinite(value):
         return value
     return _number(text, f"{where}, column {column!r}", missing_ok=missing_ok)
