@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ldpfda.config import THRESHOLDS, Settings
+from ldpfda.config import MULTICLASS_RULES, THRESHOLDS, Settings
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
 from ldpfda.engine.inprocess import ArrayClients
@@ -90,6 +90,11 @@ class LDPClassifier(_LocalDPClassifier):
         The moment classifier's intercept and slopes' scale: the empirical-Bayes
         posterior mean (default), or refitted by least squares along its slope
         direction (``server.threshold``; experiments/README.md, issue 18).
+    multiclass_rule : {"least-squares", "lda"}
+        With K > 2 classes: the regression of the indicator matrix (default), or
+        linear discriminant analysis from the same moments, which does not mask a
+        class that lies between others (``server.multiclass-rule``;
+        ``docs/estimators.md``, "K classes"). Ignored with two classes.
     input_type : {"curves", "vectors"}
         How a plain 2-D array is read: curves sampled on ``grid_points`` (default), or
         feature vectors already in [-1, 1] (values outside are clipped to it, as each
@@ -154,6 +159,7 @@ class LDPClassifier(_LocalDPClassifier):
         mechanism: str = "hybrid",
         *,
         threshold: str = "posterior",
+        multiclass_rule: str = "least-squares",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,
         featurizer: Featurizer | None = None,
@@ -165,6 +171,7 @@ class LDPClassifier(_LocalDPClassifier):
         self.epsilon = epsilon
         self.mechanism = mechanism
         self.threshold = threshold
+        self.multiclass_rule = multiclass_rule
         self.input_type = input_type
         self.spec = spec
         self.featurizer = featurizer
@@ -208,6 +215,11 @@ class LDPClassifier(_LocalDPClassifier):
             raise ValueError(
                 f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
             )
+        if self.multiclass_rule not in MULTICLASS_RULES:
+            raise ValueError(
+                f"multiclass_rule must be one of {MULTICLASS_RULES}, "
+                f"got {self.multiclass_rule!r}"
+            )
         self._fit(X, y, grid_points, public_curves, client_ids)
         return self
 
@@ -220,6 +232,7 @@ class LDPClassifier(_LocalDPClassifier):
             epsilon=epsilon,
             mechanism=f"joint-{self.mechanism}",
             threshold=self.threshold,
+            multiclass_rule=self.multiclass_rule,
             public_features=data.public is not None,
             num_weak_models=1,
             subsample_size=2,

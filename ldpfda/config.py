@@ -96,6 +96,8 @@ LABEL_CORRECTIONS = ("forward", "backward")
 SERVER_METHODS = ("auto", "moment", "mrma")
 #: The moment classifier's intercept and slope scale (``MomentLinearClassifier``).
 THRESHOLDS = ("posterior", "refit")
+#: The K-class moment classifier's decision rule (``MomentMulticlassClassifier``).
+MULTICLASS_RULES = ("least-squares", "lda")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 
 
@@ -176,6 +178,14 @@ class Settings:
         "empirical-Bayes posterior mean) or 'refit' (least squares along the "
         "posterior's slope direction; experiments/README.md, issue 18)",
         choices=THRESHOLDS,
+    )
+    multiclass_rule: str = setting(
+        "least-squares",
+        "server",
+        "the K-class (K > 2) moment classifier's rule: 'least-squares' (regression of "
+        "the indicator matrix) or 'lda' (linear discriminant analysis from the same "
+        "moments: no masking of classes that lie between others; docs/estimators.md)",
+        choices=MULTICLASS_RULES,
     )
     label_share: float | None = setting(
         None,

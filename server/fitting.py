@@ -185,6 +185,7 @@ def make_learner(
                 public=rows,
                 mechanism=inner,
                 threshold=settings.threshold,
+                rule=settings.multiclass_rule,
             )
         return MomentLinearClassifier(
             joint=True, public=rows, mechanism=inner, threshold=settings.threshold

@@ -33,7 +33,7 @@ from ldpfda._validation import (
     check_int,
     check_real,
 )
-from ldpfda.config import THRESHOLDS
+from ldpfda.config import MULTICLASS_RULES, THRESHOLDS
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
 from ldpfda.server.mrma import LinearModels
@@ -42,11 +42,13 @@ __all__ = [
     "MomentLinearClassifier",
     "MomentMulticlassClassifier",
     "FlipCorrectedLogisticRegression",
+    "MULTICLASS_RULES",
     "REGULARIZATIONS",
     "THRESHOLDS",
     "ReleaseMoments",
     "WeakLearner",
     "as_weak_learner",
+    "discriminant_rule",
     "nearest_psd",
 ]
 
@@ -641,6 +643,59 @@ class MomentLinearClassifier(_LinearClassifier):
         return np.column_stack([1.0 - p1, p1])
 
 
+#: The floor of the within-class covariance's eigenvalues in :func:`discriminant_rule`,
+#: relative to the features' mean variance.
+WITHIN_FLOOR = 1e-6
+
+
+def discriminant_rule(
+    theta: NDArray[np.float64], gram: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], str]:
+    r"""Linear discriminant analysis from the K-class moment classifier's moments.
+
+    ``theta`` (d, K) holds the least-squares coefficients of :math:`\tilde y_k` on
+    :math:`w = (1, x)` (posterior means in the classifier), ``gram`` (d, d)
+    :math:`G = E[w w^\top]`. Their fitted class moments
+    :math:`m_k = E[1\{y = k\} w] = G (\theta_k + e_0) / 2` give the class shares
+    :math:`\pi_k = m_{k0}` and means :math:`\mu_k`; :math:`G` the mean
+    :math:`\mu` and the covariance :math:`\Sigma`, so the pooled within-class
+    covariance is :math:`\Sigma_W = \Sigma - \sum_k \pi_k (\mu_k - \mu)
+    (\mu_k - \mu)^\top`, and the discriminants are
+
+    .. math:: \delta_k(x) = x^\top \Sigma_W^{-1} \mu_k
+              - \tfrac12 \mu_k^\top \Sigma_W^{-1} \mu_k + \log \pi_k.
+
+    From exact moments this is the plug-in LDA of the clients (covariances over n).
+    Noisy moments can leave :math:`\Sigma_W` indefinite; its eigenvalues are raised
+    to :data:`WITHIN_FLOOR` times the features' mean variance. Returns (coef (K, p),
+    intercept (K,), ""), or, where a class share is not positive, the least-squares
+    scores and the reason.
+    """
+    d = theta.shape[0]
+    e0 = np.zeros(d)
+    e0[0] = 1.0
+    moments = gram @ ((theta + e0[:, None]) / 2.0)
+    shares = moments[0]
+    if np.any(shares <= 0.0):
+        bad = np.flatnonzero(shares <= 0.0).tolist()
+        why = f"lda: classes {bad} have no positive estimated share, least squares kept"
+        return theta[1:].T.copy(), theta[0].copy(), why
+    means = moments[1:] / shares
+    mean = gram[1:, 0] / gram[0, 0]
+    spread = means - mean[:, None]
+    covariance = gram[1:, 1:] / gram[0, 0] - np.outer(mean, mean)
+    within = covariance - (spread * shares) @ spread.T
+    # Noise can leave Sigma_W indefinite where the classes are far apart (it is
+    # small there): its eigenvalues are raised to a floor, a millionth of the
+    # features' mean variance.
+    values, vectors = np.linalg.eigh((within + within.T) / 2.0)
+    floor = WITHIN_FLOOR * max(float(np.trace(covariance)) / covariance.shape[0], 0.0)
+    values = np.maximum(values, max(floor, np.finfo(float).tiny))
+    solved = (vectors / values) @ (vectors.T @ means)
+    intercept = -0.5 * np.einsum("pk,pk->k", means, solved) + np.log(shares)
+    return solved.T.copy(), intercept, ""
+
+
 class MomentMulticlassClassifier(MomentLinearClassifier):
     r"""K-class moment classifier from class-sampled joint releases.
 
@@ -670,6 +725,12 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
     ``"ridge"`` solves :math:`(\hat G + \lambda D)\hat\Theta = \hat C` as the binary
     classifier does. ``coef_`` is (K, p), ``intercept_`` (K,).
 
+    ``rule="lda"`` turns the same posterior means and G into linear discriminant
+    analysis (:func:`discriminant_rule`): the least-squares rule can mask a class
+    whose mean lies between others' (Hastie et al., Section 4.2), LDA cannot. Where
+    the moments are too noisy for it (a class share not positive) the fit keeps
+    least squares and says so in ``fallback_``; ``rule_`` is the rule used.
+
     References
     ----------
     T. Hastie, R. Tibshirani, J. Friedman, "The Elements of Statistical Learning",
@@ -691,8 +752,10 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
         public: ArrayLike | None = None,
+        rule: str = "least-squares",
     ) -> None:
         self.n_classes = n_classes
+        self.rule = rule
         self.regularization = regularization
         self.alpha = alpha
         self.threshold = threshold
@@ -720,6 +783,10 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         class), summed chunk by chunk or by :meth:`fit`."""
         alpha = self._check()
         k = check_int(self.n_classes, "n_classes", minimum=3)
+        if self.rule not in MULTICLASS_RULES:
+            raise ValueError(
+                f"rule must be one of {MULTICLASS_RULES}, got {self.rule!r}"
+            )
         counts = moments.count
         if counts.size != k:
             raise ValueError(f"the moments hold {counts.size} classes, expected {k}")
@@ -751,8 +818,17 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
             unseen = np.flatnonzero(counts < 2).tolist()
             own = f"classes {unseen} drawn by fewer than 2 clients: the common score"
             self.fallback_ = "; ".join(filter(None, [self.fallback_, own]))
-        self.coef_ = theta[1:].T.copy()
-        self.intercept_ = theta[0].copy()
+        self.rule_ = self.rule
+        intercept: Any  # (K,), where the binary classifier's is a float
+        if self.rule == "lda":
+            coef, intercept, why = discriminant_rule(theta, gram)
+            if why:
+                self.rule_ = "least-squares"
+                self.fallback_ = "; ".join(filter(None, [self.fallback_, why]))
+        else:
+            coef, intercept = theta[1:].T.copy(), theta[0].copy()
+        self.coef_ = coef
+        self.intercept_ = intercept
         self.n_features_in_ = d - 1
         self.classes_ = np.arange(k)
         self.cross_moment_ = cross
@@ -779,8 +855,14 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
 
     def predict_proba(self, X: ArrayLike) -> NDArray[np.float64]:
         r"""The least-squares estimates :math:`(1 + \hat\theta_k^\top w)/2`, clipped to
-        [0, 1] and normalised (uniform where all are 0)."""
-        p = np.clip((1.0 + self.decision_function(X)) / 2.0, 0.0, 1.0)
+        [0, 1] and normalised (uniform where all are 0); under ``rule_ = "lda"`` the
+        discriminants' softmax, LDA's posterior."""
+        scores = self.decision_function(X)
+        if getattr(self, "rule_", "least-squares") == "lda":
+            scores = scores - scores.max(axis=1, keepdims=True)
+            e = np.exp(scores)
+            return e / e.sum(axis=1, keepdims=True)
+        p = np.clip((1.0 + scores) / 2.0, 0.0, 1.0)
         total = p.sum(axis=1, keepdims=True)
         uniform = np.full_like(p, 1.0 / p.shape[1])
         return np.where(total > 0, p / np.where(total > 0, total, 1.0), uniform)

@@ -13,7 +13,7 @@ from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.server.fitting import model_error
-from ldpfda.server.learners import MomentMulticlassClassifier
+from ldpfda.server.learners import MomentMulticlassClassifier, discriminant_rule
 
 
 def _toy(n: int, seed: int, p: int = 4):
@@ -151,3 +151,86 @@ def test_the_refit_solves_each_class_along_its_posterior_direction():
         assert refit.intercept_[k] == pytest.approx(a, rel=1e-9, abs=1e-12)
         assert refit.slope_scale_[k] == pytest.approx(b)
     np.testing.assert_array_equal(posterior.slope_scale_, np.ones(3))
+
+
+# -- the LDA rule ---------------------------------------------------------------------
+
+
+def _ordered(n: int, seed: int, p: int = 3):
+    """Three classes along one line (class 1 between 0 and 2), the others' noise in
+    the remaining coordinates: the case in which least squares masks class 1."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n).astype(np.int8)
+    x = 0.15 * rng.standard_normal((n, p))
+    x[:, 0] += 0.5 * (y.astype(float) - 1.0)
+    return np.clip(x, -1, 1), y
+
+
+def _plug_in_lda(x, y, k):
+    """LDA by hand: class shares, class means, within-class covariance over n."""
+    shares = np.bincount(y, minlength=k) / y.size
+    means = np.stack([x[y == c].mean(axis=0) for c in range(k)])
+    centred = x - means[y]
+    within = centred.T @ centred / y.size
+    solved = np.linalg.solve(within, means.T)
+    return solved.T, -0.5 * np.sum(means.T * solved, axis=0) + np.log(shares)
+
+
+def test_discriminant_rule_of_exact_moments_is_the_plug_in_lda():
+    x, y = _ordered(5000, 1)
+    w = np.hstack([np.ones((y.size, 1)), x])
+    gram = w.T @ w / y.size
+    signs = np.where(y[:, None] == np.arange(3), 1.0, -1.0)
+    theta = np.linalg.solve(gram, w.T @ signs / y.size)
+    coef, intercept, why = discriminant_rule(theta, gram)
+    expected_coef, expected_intercept = _plug_in_lda(x, y, 3)
+    assert why == ""
+    np.testing.assert_allclose(coef, expected_coef, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(intercept, expected_intercept, rtol=1e-9, atol=1e-9)
+
+
+def test_lda_does_not_mask_the_middle_class_where_least_squares_does():
+    x, y = _ordered(20_000, 2)
+    xt, yt = _ordered(20_000, 3)
+    payload = privatize_joint(
+        x, y, client_ids=np.arange(y.size), seed=0, epsilon=np.inf, n_classes=3
+    )
+    w = np.hstack([np.ones((y.size, 1)), x])
+    fits = {
+        rule: MomentMulticlassClassifier(
+            n_classes=3, gram=w.T @ w / y.size, rule=rule
+        ).fit(payload.releases, payload.classes)
+        for rule in ("least-squares", "lda")
+    }
+    errors = {rule: float(np.mean(m.predict(xt) != yt)) for rule, m in fits.items()}
+    # Bayes error of this design: boundaries at -0.25 and 0.25 on the line, noise sd
+    # 0.15, so Phi(-0.25 / 0.15) = 0.048 for the outer classes and twice that for the
+    # middle one: 0.064 on average; 20,000 test points give it a standard error of
+    # 0.0017. Least squares predicts the middle class almost never: about 1/3 wrong.
+    assert np.mean(fits["least-squares"].predict(xt) == 1) < 0.1
+    assert errors["least-squares"] > 0.25
+    assert errors["lda"] < 0.075
+    assert fits["lda"].rule_ == "lda" and fits["lda"].fallback_ == ""
+    proba = fits["lda"].predict_proba(xt[:100])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(proba.argmax(axis=1), fits["lda"].predict(xt[:100]))
+
+
+def test_lda_keeps_least_squares_where_a_class_share_is_not_positive():
+    gram = np.eye(3)
+    gram[1:, 1:] = np.eye(2) / 3.0
+    # Class 2's share (G (theta_2 + e0) / 2)[0] = (theta_2[0] + 1) / 2 is -0.25.
+    theta = np.array([[0.0, 0.5, -1.5], [0.2, -0.1, 0.0], [0.0, 0.3, -0.3]])
+    coef, intercept, why = discriminant_rule(theta, gram)
+    assert "classes [2] have no positive estimated share" in why
+    np.testing.assert_array_equal(coef, theta[1:].T)
+    np.testing.assert_array_equal(intercept, theta[0])
+
+
+def test_an_unknown_rule_is_refused_by_name():
+    with pytest.raises(
+        ValueError, match=r"rule must be one of \('least-squares', 'lda'\)"
+    ):
+        MomentMulticlassClassifier(n_classes=3, rule="qda").fit(
+            np.zeros((6, 3)), [0, 1, 2] * 2
+        )
