@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ldpfda.config import Settings
+from ldpfda.client.protocol import privatize_joint
+from ldpfda.config import MULTICLASS_RULES, Settings
 from ldpfda.engine import run_protocol
 from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.engine.runner import run_keyed
@@ -52,6 +54,7 @@ from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
 from ldpfda.server.fitting import ProtocolResult, model_error
+from ldpfda.server.learners import MomentMulticlassClassifier
 from ldpfda.server.mrma import (
     average_models,
     fit_linear,
@@ -264,8 +267,6 @@ def class_moment_errors(
     release per client at ``epsilon`` (the mean of the releases of the clients that
     drew k), and from K binary releases per client at ``epsilon / K`` (run k on the
     labels 1{y = k}). Client noise keyed by ``seed``."""
-    from ldpfda.client.protocol import privatize_joint
-
     k, n = n_classes, y.size
     ids = np.arange(n)
     w = np.hstack([np.ones((n, 1)), x])
@@ -294,12 +295,9 @@ def class_moment_errors(
     )
 
 
-def _wearable_clients(n_classes: int) -> ToyData:
-    """Every client (training and evaluation) of the K-class study's wearable
-    federation, repeat 0: features by the shipped spec, and the conditions."""
-    from ldpfda.experiments.synthetic import draw_repeat
-
-    settings = Settings(
+def _wearable_settings(n_classes: int, n_test: int = 1) -> Settings:
+    """The K-class study's wearable federation (conf/kclass.toml)."""
+    return Settings(
         dataset="wearable",
         n_classes=n_classes,
         n_basis=10,
@@ -307,9 +305,16 @@ def _wearable_clients(n_classes: int) -> ToyData:
         calibration_size=1000,
         n_train=500,
         n_eval=2500,
-        n_test=1,
+        n_test=n_test,
     )
-    data = draw_repeat(settings, 0)
+
+
+def _wearable_clients(n_classes: int) -> ToyData:
+    """Every client (training and evaluation) of the K-class study's wearable
+    federation, repeat 0: features by the shipped spec, and the conditions."""
+    from ldpfda.experiments.synthetic import draw_repeat
+
+    data = draw_repeat(_wearable_settings(n_classes), 0)
     x = np.vstack([data.train.features(), data.evaluation.features()])
     y = np.concatenate([data.train.labels, data.evaluation.labels]).astype(np.int8)
     return x, y
@@ -346,6 +351,136 @@ def _moments_table(args: argparse.Namespace) -> dict[str, list[dict[str, float]]
             )
             cells.append(f"{pairs[:, 0].mean() / pairs[:, 1].mean():>11.2f}")
         print(f"{eps:>5g} " + " ".join(cells))
+    return rows
+
+
+def ordered_toy(n: int, seed: int, *, n_features: int = 10) -> ToyData:
+    """``n`` clients of 3 ordered classes: class 1's mean lies between the means of
+    0 and 2 along one direction (as intensity levels or stages do), the other
+    coordinates are noise; standard deviation 0.3 in every coordinate, clipped."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n).astype(np.int8)
+    x = 0.3 * rng.standard_normal((n, n_features))
+    x[:, : n_features // 2] += 0.3 * (y[:, None] - 1.0)
+    return np.clip(x, -1.0, 1.0), y
+
+
+#: How much closer (total variation) LDA's predicted class shares must be to the
+#: estimated ones for the "by shares" choice of :func:`rule_errors` to take LDA.
+SHARE_MARGIN = 0.05
+
+
+def rule_errors(
+    train: ToyData,
+    test: ToyData,
+    public: NDArray[np.float64],
+    epsilon: float,
+    n_classes: int,
+    seed: int,
+) -> dict[str, float]:
+    """Test errors of the K-class moment classifier's two rules on the same
+    releases (one K-class joint release per client at ``epsilon``), and of a choice
+    between them from released quantities that was tried and not adopted
+    (``"by shares"``: LDA where its predicted class shares on the public features are
+    closer, in total variation, to the shares the releases estimate by more than
+    :data:`SHARE_MARGIN`)."""
+    (x, y), (x_test, y_test) = train, test
+    payload = privatize_joint(
+        x,
+        y,
+        client_ids=np.arange(y.size),
+        seed=seed,
+        epsilon=epsilon,
+        n_classes=n_classes,
+    )
+    inner = payload.release_mechanism().inner
+    errors, predicted = {}, {}
+    for rule in MULTICLASS_RULES:
+        model = MomentMulticlassClassifier(
+            n_classes=n_classes, public=public, mechanism=inner, rule=rule
+        ).fit(payload.releases, np.asarray(payload.classes))
+        errors[rule] = float(np.mean(model.predict(x_test) != y_test))
+        predicted[rule] = np.bincount(model.predict(public), minlength=n_classes)
+        if rule == "least-squares":
+            # The class shares the releases estimate: (G (theta_k + e_0) / 2)[0].
+            theta = np.vstack([model.intercept_, model.coef_.T])
+            theta[0] += 1.0
+            shares = (model.gram_ @ theta / 2.0)[0]
+    shares = np.clip(shares, 0.0, None) / max(np.clip(shares, 0.0, None).sum(), 1e-12)
+    tv = {
+        r: 0.5 * float(np.abs(c / len(public) - shares).sum())
+        for r, c in predicted.items()
+    }
+    lda = tv["lda"] < tv["least-squares"] - SHARE_MARGIN
+    errors["by shares"] = errors["lda" if lda else "least-squares"]
+    return errors
+
+
+def _rules_table(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
+    from ldpfda.experiments.synthetic import draw_repeat
+
+    def ordered(r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
+        def seed(part: str) -> int:
+            return derive_seed(args.seed, "ordered", part, r)
+
+        public = ordered_toy(1000, seed("public"))[0]
+        return (
+            ordered_toy(args.clients, seed("train")),
+            ordered_toy(20_000, seed("test")),
+            public,
+        )
+
+    def wearable(k: int, r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
+        data = draw_repeat(_wearable_settings(k, n_test=20_000), r)
+        x = np.vstack([data.train.features(), data.evaluation.features()])
+        y = np.concatenate([data.train.labels, data.evaluation.labels])
+        return (x, y.astype(np.int8)), data.test, data.public
+
+    def toy(r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
+        def seed(part: str) -> int:
+            return derive_seed(args.seed, "toy", part, r)
+
+        public = three_class_toy(1000, seed("public"))[0]
+        return (
+            three_class_toy(args.clients, seed("train")),
+            three_class_toy(20_000, seed("test")),
+            public,
+        )
+
+    sets: dict[str, Callable[[int], tuple[ToyData, ToyData, NDArray[np.float64]]]] = {
+        "three-class toy": toy,
+        "ordered toy": ordered,
+        "wearable-3": functools.partial(wearable, 3),
+        "wearable-5": functools.partial(wearable, 5),
+    }
+    print(
+        "test error of the K-class moment classifier's rules on the same releases, "
+        f"mean +- s.e. over {args.repeats} repeats"
+    )
+    print(
+        f"{'data':>16} {'eps':>5} {'least squares':>15} {'LDA':>15} {'by shares':>15}"
+    )
+    rows: dict[str, list[dict[str, float]]] = {}
+    for name, make in sets.items():
+        repeats = [make(r) for r in range(args.repeats)]
+        for eps in args.epsilon:
+            runs = [
+                rule_errors(
+                    train,
+                    test,
+                    public,
+                    eps,
+                    int(train[1].max()) + 1,
+                    derive_seed(args.seed, "rules", name, r, f"{eps:g}"),
+                )
+                for r, (train, test, public) in enumerate(repeats)
+            ]
+            rows[f"{name} {eps:g}"] = runs
+            cells = [
+                "{:.3f} +- {:.3f}".format(*mean_se([run[key] for run in runs]))
+                for key in (*MULTICLASS_RULES, "by shares")
+            ]
+            print(f"{name:>16} {eps:>5g} " + " ".join(f"{c:>15}" for c in cells))
     return rows
 
 
@@ -392,7 +527,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="the class moments' error, K-class release against one-vs-rest's, instead",
     )
+    parser.add_argument(
+        "--rules",
+        action="store_true",
+        help="the K-class fit's least-squares and LDA rules on the same releases",
+    )
     args = parser.parse_args(argv)
+    if args.rules:
+        _write(args.output, _rules_table(args))
+        return 0
     if args.mrma:
         _write(args.output, _mrma_table(args))
         return 0

@@ -9,6 +9,8 @@ of the training and evaluation groups taking part and spending ``epsilon`` in to
 
 - ``default``: the K-class default protocol, one joint release per client at its
   whole epsilon, the K-class moment classifier;
+- ``default_lda``: the same releases (same client streams), the classifier's LDA rule
+  (``server.multiclass-rule = "lda"``): a second fit, no second release;
 - ``mrma``: K-class MRMA on the reference release (K-ary randomized response on the
   label), weak models from the training clients, feedback from the evaluators;
 - ``one_vs_rest``: K binary default runs at epsilon / K on the labels 1{y = k}, the
@@ -41,7 +43,14 @@ from ldpfda.server.fitting import model_error
 __all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
 
 #: The study's columns, in table order.
-STUDY_METHODS = ("default", "mrma", "one_vs_rest", "non_private", "majority")
+STUDY_METHODS = (
+    "default",
+    "default_lda",
+    "mrma",
+    "one_vs_rest",
+    "non_private",
+    "majority",
+)
 
 
 def evaluate_kclass(
@@ -75,6 +84,7 @@ def evaluate_kclass(
         n_classes=k,
     )
     default, failed, fallback = default_settings(settings), False, ""
+    lda_error = lda_fallback = None
     try:
         joint = release_and_fit(
             train, evaluation, default, k, derive_seed(seed, "default"), public
@@ -82,6 +92,16 @@ def evaluate_kclass(
         default_error = model_error(joint.final, *test)
         default_spent = float(joint.privacy["max_spent"])
         fallback = str(joint.signal.get("fallback", ""))
+        lda = release_and_fit(
+            train,
+            evaluation,
+            default.replace(multiclass_rule="lda"),
+            k,
+            derive_seed(seed, "default"),
+            public,
+        )
+        lda_error = model_error(lda.final, *test)
+        lda_fallback = str(lda.signal.get("fallback", ""))
     except ValueError as exc:
         # The moment classifier gives a class drawn by fewer than 2 clients the
         # common score, and refuses only when no class is drawn twice: no model, so
@@ -101,6 +121,7 @@ def evaluate_kclass(
     majority = int(np.argmax(np.bincount(y_all, minlength=k)))
     errors = {
         "default": default_error,
+        "default_lda": default_error if lda_error is None else lda_error,
         "mrma": mrma.test_errors["mrma"],
         "one_vs_rest": float(np.mean(scores.argmax(axis=1) != test[1])),
         "non_private": mrma.test_errors["non_private"],
@@ -111,6 +132,7 @@ def evaluate_kclass(
         "majority_class": majority,
         "default_fit_failed": failed,
         "default_fallback": fallback,
+        "default_lda_fallback": lda_fallback,
         "n_features": int(x_all.shape[1]),
         "spent": {
             "default": default_spent,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "load_summary",
     "main",
     "markdown_tables",
+    "paired_table",
     "plot_study",
     "sample_size_table",
 ]
@@ -37,6 +39,7 @@ LABELS = {
     "histogram": "histogram (Berrett-Butucea)",
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
+    "default_lda": "default's releases, LDA rule",
     "one_vs_rest": "one-vs-rest (K default releases at ε/K)",
     "noiseless": "default without noise (ε = ∞)",
     "non_private": "non-private",
@@ -56,6 +59,7 @@ STYLES = {
     "histogram": ("C4", "*", "-"),
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
+    "default_lda": ("C6", "H", "--"),
     "one_vs_rest": ("C1", "d", "-."),
     "noiseless": ("C6", "", ":"),
     "non_private": ("k", "", "--"),
@@ -391,6 +395,60 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
     return "\n".join(lines) + "\n"
 
 
+#: Paired differences a study's tables add (runs.jsonl): (study, [(a, b), ...]) for
+#: the per-repeat error of a minus that of b.
+PAIRS = {"kclass": (("one_vs_rest", "default"), ("default_lda", "default"))}
+
+
+def paired_table(
+    runs_path: Path, pairs: tuple[tuple[str, str], ...], epsilons: tuple[float, ...]
+) -> str:
+    """Per-repeat differences of test error, error(a) - error(b), for each pair:
+    mean ± standard error over the repeats of every (data set, epsilon) of a study's
+    ``runs.jsonl``; **win** for b where the mean is more than two standard errors
+    above 0, loss below."""
+    from ldpfda.experiments.common import mean_se
+
+    # A resumed or repeated study appends: the last record of a run key stands.
+    with open(runs_path, encoding="utf-8") as fh:
+        records = {run["key"]: run for run in map(json.loads, fh)}
+    diffs: dict[tuple[str, float, int], list[float]] = {}
+    order: list[str] = []
+    for run in records.values():
+        point, errors = run["point"], run["errors"]
+        if point["dataset"] not in order:
+            order.append(point["dataset"])
+        for i, (a, b) in enumerate(pairs):
+            if a in errors and b in errors:
+                key = (point["dataset"], float(point["epsilon"]), i)
+                diffs.setdefault(key, []).append(errors[a] - errors[b])
+    lines = []
+    for i, (a, b) in enumerate(pairs):
+        heads = [f"ε = {eps:g}" for eps in epsilons]
+        lines += [
+            f"{LABELS[a]} minus {LABELS[b]}, paired (mean ± s.e. of the per-repeat "
+            f"differences; **win** for {LABELS[b]} beyond two standard errors):",
+            "",
+            "| " + " | ".join(["data", *heads]) + " |",
+            "|" + "---|" * (1 + len(heads)),
+        ]
+        for dataset in order:
+            cells = []
+            for eps in epsilons:
+                values = diffs.get((dataset, eps, i))
+                if not values:
+                    cells.append("")
+                    continue
+                mean, se = mean_se(values)
+                mark = (
+                    " **win**" if mean > 2 * se else " loss" if mean < -2 * se else ""
+                )
+                cells.append(f"{mean:+.3f} ± {se:.3f}{mark}")
+            lines.append("| " + " | ".join([dataset, *cells]) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _cell(rows: list[dict[str, Any]], method: str, eps: float) -> str:
     hit = [r for r in rows if r["method"] == method and math.isclose(r["epsilon"], eps)]
     return f"{hit[0]['mean']:.3f} ± {hit[0]['se']:.3f}" if hit else ""
@@ -423,6 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = load_summary(results / name / "summary.csv")
         print(plot_study(name, rows, out))
         tables[name] = markdown_tables(name, rows, epsilons)
+        runs = results / name / "runs.jsonl"
+        pairs = PAIRS.get(name.removesuffix("-quick"))
+        if pairs and runs.exists():
+            tables[name] += "\n" + paired_table(runs, pairs, epsilons)
     table_path = Path(args.tables) if args.tables else out / "tables.md"
     table_path.parent.mkdir(parents=True, exist_ok=True)
     table_path.write_text("".join(f"### {k}\n\n{v}\n" for k, v in tables.items()))
