@@ -420,3 +420,31 @@ def test_figures_keep_colours_legend_inside_and_apart(datasets, tmp_path, monkey
         at_one = [xs[m][1] for m in (*compared, "default", "noiseless")]
         assert len(set(at_one)) == 8 and min(at_one) < 1.0 < max(at_one)
         assert xs["non_private"][1] == 1.0 and xs["majority"][1] == 1.0
+
+
+def test_paired_table_differences_each_repeat_once_and_marks_wins(tmp_path):
+    from ldpfda.experiments.plot import paired_table
+
+    def record(key, dataset, eps, repeat, a, b):
+        return {
+            "key": key,
+            "point": {"dataset": dataset, "epsilon": eps},
+            "repeat": repeat,
+            "errors": {"one_vs_rest": a, "default": b},
+        }
+
+    runs = [
+        record("k0", "set", 1.0, 0, 0.50, 0.40),
+        record("k1", "set", 1.0, 1, 0.52, 0.40),
+        record("k2", "set", 1.0, 2, 0.54, 0.40),
+        # A study run twice appends its records again: one difference per key.
+        record("k0", "set", 1.0, 0, 0.50, 0.40),
+        record("k3", "set", 2.0, 0, 0.40, 0.41),
+        record("k4", "set", 2.0, 1, 0.40, 0.39),
+    ]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    table = paired_table(path, (("one_vs_rest", "default"),), (1.0, 2.0))
+    # eps 1: differences 0.10, 0.12, 0.14: mean 0.12, s.e. 0.02 / sqrt(3) = 0.012.
+    # eps 2: -0.01 and +0.01: mean 0, s.e. 0.01: a tie.
+    assert "| set | +0.120 ± 0.012 **win** | +0.000 ± 0.010 |" in table
