@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from ldpfda import __version__
-from ldpfda.config import DATASETS, SettingError, Settings, settings_table
+from ldpfda.config import (
+    DATASETS,
+    MULTICLASS_RULES,
+    THRESHOLDS,
+    SettingError,
+    Settings,
+    settings_table,
+)
 
 __all__ = ["main", "simulate"]
 
@@ -574,6 +581,8 @@ _FIT_FLAGS = {
     "epsilon": "--epsilon",
     "num_weak_models": "--num-weak-models",
     "subsample_size": "--subsample-size",
+    "threshold": "--threshold",
+    "multiclass_rule": "--multiclass-rule",
 }
 
 
@@ -649,6 +658,21 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         "--drop-unusable",
         action="store_true",
         help="leave out subjects without a usable curve (else an error)",
+    )
+    default = p.add_argument_group("default protocol (the server's moment classifier)")
+    default.add_argument(
+        "--threshold",
+        choices=THRESHOLDS,
+        default="posterior",
+        help="the intercept and the slopes' scale (default: posterior)",
+    )
+    default.add_argument(
+        "--multiclass-rule",
+        choices=MULTICLASS_RULES,
+        default="least-squares",
+        help="with three or more labels: least squares on the indicator matrix, or "
+        "LDA from the same releases, which does not mask a label whose curves lie "
+        "between others' (ordered conditions) (default: least-squares)",
     )
     ref = p.add_argument_group("reference protocol")
     ref.add_argument("--num-weak-models", type=_integer, default=50, metavar="M")
@@ -858,6 +882,8 @@ def _fit(args: argparse.Namespace) -> int:
         public=public,
         num_weak_models=args.num_weak_models,
         subsample_size=args.subsample_size,
+        threshold=args.threshold,
+        multiclass_rule=args.multiclass_rule,
         record_seed=args.seed is not None,
         spec_text=spec_text,
     )
@@ -911,10 +937,16 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
     if protocol == "default":
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
+        rules = [f"{s.threshold} threshold"] if s.threshold != "posterior" else []
+        if k > 2:
+            rules.append(f"{s.multiclass_rule} rule")
+        how = f" ({', '.join(rules)})" if rules else ""
         print(
             f"default protocol, epsilon {epsilon:g}: {clients}, each releasing "
-            f"{release} once with the hybrid mechanism; the moment classifier"
+            f"{release} once with the hybrid mechanism; the moment classifier{how}"
         )
+        if k == 2 and s.multiclass_rule != "least-squares":
+            print("  (--multiclass-rule applies to three or more labels: not used)")
     else:
         print(
             f"reference MRMA, epsilon {epsilon:g}: {s.n_train} training clients "
@@ -922,6 +954,11 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"{s.subsample_size} payloads each, {s.n_eval} evaluation clients answer "
             "one bit"
         )
+        if (s.threshold, s.multiclass_rule) != ("posterior", "least-squares"):
+            print(
+                "  (--threshold and --multiclass-rule are the default protocol's "
+                "moment classifier's: not used by MRMA)"
+            )
     if (protocol, epsilon) != (spec.release.protocol, spec.release.epsilon):
         print(
             f"  (the spec declares {spec.release.protocol}, epsilon "

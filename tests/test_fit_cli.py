@@ -184,6 +184,42 @@ def test_a_spec_from_explicit_options(files, tmp_path, capsys):
     assert (tmp_path / "run" / "model.json").exists()
 
 
+def test_three_labels_take_the_lda_rule_on_the_same_releases(files, tmp_path, capsys):
+    three = '["healthy", "blunted", "delayed"]'
+    spec = tmp_path / "three.toml"
+    spec.write_text(
+        WEARABLE_SPEC.replace('["healthy", "blunted"]', three), encoding="utf-8"
+    )
+    data = write_long_csv(
+        tmp_path / "three.csv", make_wearable(600, n_classes=3, seed=5)
+    )
+    fits = {}
+    for rule in ("least-squares", "lda"):
+        out = tmp_path / rule
+        argv = ["fit", "--spec", str(spec), "--data", str(data), "--out", str(out)]
+        argv += ["--public", str(files["public"]), "--epsilon", "10", "--seed", "0"]
+        assert main([*argv, "--multiclass-rule", rule]) == 0
+        assert f"the moment classifier ({rule} rule)" in capsys.readouterr().out
+        report = json.loads((out / "report.json").read_text())
+        assert report["settings"]["server.multiclass-rule"] == rule
+        fits[rule] = report
+    model = fits["lda"]["model"]
+    assert model["labels"] == ["healthy", "blunted", "delayed"]
+    assert np.asarray(model["coef"]).shape == (3, 10)
+    # The same subjects release the same values: only the rule differs.
+    assert fits["lda"]["test_subjects"] == fits["least-squares"]["test_subjects"]
+    assert model["coef"] != fits["least-squares"]["model"]["coef"]
+    assert fits["lda"]["run"]["signal"]["fallback"] == ""
+
+
+def test_default_protocol_options_with_mrma_are_named_as_unused(
+    files, tmp_path, capsys
+):
+    argv = ["--data", str(files["wide"]), "--protocol", "reference"]
+    assert _fit(files, tmp_path / "r", *argv, "--multiclass-rule", "lda") == 0
+    assert "not used by MRMA" in capsys.readouterr().out
+
+
 # -- errors ----------------------------------------------------------------------------
 
 
