@@ -419,37 +419,29 @@ def rule_errors(
 def _rules_table(args: argparse.Namespace) -> dict[str, list[dict[str, float]]]:
     from ldpfda.experiments.synthetic import draw_repeat
 
-    def ordered(r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
-        def seed(part: str) -> int:
-            return derive_seed(args.seed, "ordered", part, r)
+    Drawn = tuple[ToyData, ToyData, NDArray[np.float64]]
 
-        public = ordered_toy(1000, seed("public"))[0]
-        return (
-            ordered_toy(args.clients, seed("train")),
-            ordered_toy(20_000, seed("test")),
-            public,
-        )
+    def toy(make: Callable[[int, int], ToyData], name: str) -> Callable[[int], Drawn]:
+        """Repeat r of a toy: training clients, test points, public features."""
 
-    def wearable(k: int, r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
+        def draw(r: int) -> Drawn:
+            def seed(part: str) -> int:
+                return derive_seed(args.seed, name, part, r)
+
+            public = make(1000, seed("public"))[0]
+            return make(args.clients, seed("train")), make(20_000, seed("test")), public
+
+        return draw
+
+    def wearable(k: int, r: int) -> Drawn:
         data = draw_repeat(_wearable_settings(k, n_test=20_000), r)
         x = np.vstack([data.train.features(), data.evaluation.features()])
         y = np.concatenate([data.train.labels, data.evaluation.labels])
         return (x, y.astype(np.int8)), data.test, data.public
 
-    def toy(r: int) -> tuple[ToyData, ToyData, NDArray[np.float64]]:
-        def seed(part: str) -> int:
-            return derive_seed(args.seed, "toy", part, r)
-
-        public = three_class_toy(1000, seed("public"))[0]
-        return (
-            three_class_toy(args.clients, seed("train")),
-            three_class_toy(20_000, seed("test")),
-            public,
-        )
-
-    sets: dict[str, Callable[[int], tuple[ToyData, ToyData, NDArray[np.float64]]]] = {
-        "three-class toy": toy,
-        "ordered toy": ordered,
+    sets: dict[str, Callable[[int], Drawn]] = {
+        "three-class toy": toy(three_class_toy, "toy"),
+        "ordered toy": toy(ordered_toy, "ordered"),
         "wearable-3": functools.partial(wearable, 3),
         "wearable-5": functools.partial(wearable, 5),
     }
