@@ -21,12 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -78,11 +80,48 @@ INSECURE_WARNING = (
 )
 
 
+#: Ports :func:`free_port` handed out in this process (never handed out twice).
+_HANDED_OUT: set[int] = set()
+_PORT_LOCK = threading.Lock()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 if it cannot be read)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now, below the ephemeral range.
+
+    A port the kernel picks for a bind to port 0 comes from the ephemeral range, from
+    which every outgoing connection takes its own port too: between this call and the
+    moment a SuperNode binds the port, one of the many connections of the Flower
+    processes around could take it (a loopback run failed so, "address already in
+    use"). Ports below that range are never given to outgoing connections; this picks
+    one at random, checks that it binds, and never hands out the same one twice in a
+    process. Where the range starts too low to leave room, it falls back to port 0.
+    """
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    with _PORT_LOCK:
+        for _ in range(200 if low > 11024 else 0):
+            port = rng.randrange(max(1024, low - 20000), low)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
 
 
 def _executable(name: str) -> str:

@@ -179,3 +179,18 @@ def test_a_process_that_exits_while_its_state_is_read_is_not_alive(monkeypatch):
 
     monkeypatch.setattr(builtins, "open", fake_open)
     assert support.alive(support.os.getpid()) is False
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice():
+    # Outgoing connections take their ports from the ephemeral range: a port from it
+    # could be taken between free_port() and the bind of the process it is for.
+    import socket
+
+    from ldpfda.deploy.loopback import _ephemeral_low, free_port
+
+    low = _ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= p < low for p in ports)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", ports[-1]))
