@@ -31,7 +31,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -385,47 +384,84 @@ def join_with_backoff(
         delay = min(2 * delay, max_delay)
 
 
+#: Run by one interpreter for a list of keys: Flower's ``flwr supernode register`` for
+#: each (argv: the SuperLink connection, then the keys), one JSON line per key with
+#: its exit code and Flower's output. One process imports Flower's CLI once, where a
+#: command per key costs about a second of CPU each.
+_REGISTER_MANY = """
+import contextlib, io, json, logging, sys
+from flwr.cli.app import app
+superlink = sys.argv[1]
+# Flower's log handlers hold the stderr of the import: point them at each key's output.
+handlers = [h for h in logging.getLogger("flwr").handlers if hasattr(h, "setStream")]
+for key in sys.argv[2:]:
+    out, code = io.StringIO(), 0
+    streams = [h.setStream(out) for h in handlers]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            app(["supernode", "register", key, superlink], standalone_mode=False)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except Exception as exc:
+            code = 1
+            print(f"{type(exc).__name__}: {exc}")
+    for h, stream in zip(handlers, streams):
+        h.setStream(stream)
+    print(json.dumps({"key": key, "code": code, "output": out.getvalue()}), flush=True)
+"""
+
+
 def register_keys(
     keys: Sequence[Path],
     superlink: str,
     env: Mapping[str, str],
     cwd: Path,
     *,
-    workers: int = 1,
     timeout: float = 60.0,
 ) -> list[str]:
     """``flwr supernode register KEY superlink`` for every public key of ``keys``.
 
-    Flower registers one key per command; ``workers`` commands run side by side (1:
-    one at a time). A key the SuperLink refuses for another reason than being
-    registered already is tried again until ``timeout`` seconds have passed (the
-    SuperLink may still be starting). Returns one line per key; ``RuntimeError``
-    with Flower's output for a key that could not be registered.
+    One process registers every key in turn (Flower's command, one key at a time).
+    Keys the SuperLink refuses for another reason than being registered already are
+    tried again, in a new process, until ``timeout`` seconds have passed (the
+    SuperLink may still be starting). Returns one line per key, in the order of
+    ``keys``; ``RuntimeError`` with Flower's output for a key that could not be
+    registered.
     """
     deadline = time.monotonic() + timeout
-
-    def register(key: Path) -> str:
-        while True:
-            done = subprocess.run(
-                [_executable("flwr"), "supernode", "register", str(key), superlink],
-                env=dict(env),
-                cwd=cwd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                timeout=timeout,
-            )
-            if done.returncode == 0:
-                return f"{key.name}: registered"
-            if "already in use" in done.stdout:
-                return f"{key.name}: registered already"
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"flwr supernode register {key}:\n{done.stdout}")
+    lines: dict[Path, str] = {}
+    pending = list(keys)
+    while pending:
+        done = subprocess.run(
+            [sys.executable, "-c", _REGISTER_MANY, superlink, *map(str, pending)],
+            env=dict(env),
+            cwd=cwd,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            timeout=max(timeout, 60.0),
+        )
+        replies = {
+            Path(r["key"]): r
+            for r in map(json.loads, re.findall(r'^\{"key": .*$', done.stdout, re.M))
+        }
+        refused = []
+        for key in pending:
+            reply = replies.get(key)
+            if reply is not None and reply["code"] == 0:
+                lines[key] = f"{key.name}: registered"
+            elif reply is not None and "already in use" in reply["output"]:
+                lines[key] = f"{key.name}: registered already"
+            else:
+                refused.append((key, reply))
+        if refused and time.monotonic() >= deadline:
+            key, reply = refused[0]
+            said = done.stderr if reply is None else reply["output"]
+            raise RuntimeError(f"flwr supernode register {key}:\n{said}")
+        pending = [key for key, _ in refused]
+        if pending:
             time.sleep(1.0)
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(register, keys))
+    return [lines[key] for key in keys]
 
 
 @dataclass
@@ -607,12 +643,10 @@ class LoopbackFederation:
         self.supernodes[i], _ = join_with_backoff(spawn, timeout, max_delay=2.0)
 
     def _register_keys(self, timeout: float = 120.0) -> None:
-        """Register every SuperNode's public key, side by side."""
+        """Register every SuperNode's public key."""
         n = len(self.data_files)
         keys = [self.certs / f"supernode-{i}.pub" for i in range(n)]
-        register_keys(
-            keys, "loopback", self.env, self.workdir, workers=n, timeout=timeout
-        )
+        register_keys(keys, "loopback", self.env, self.workdir, timeout=timeout)
 
     def _watch(
         self,

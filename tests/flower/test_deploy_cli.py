@@ -181,6 +181,34 @@ def test_a_process_that_exits_while_its_state_is_read_is_not_alive(monkeypatch):
     assert support.alive(support.os.getpid()) is False
 
 
+def test_keys_flower_refuses_are_named_with_flowers_own_message(tmp_path):
+    # One process registers every key; a key Flower cannot read, or a connection
+    # config.toml does not have, fails naming the key and what Flower said about it
+    # (and only it), once the timeout has passed (0: after the first try).
+    from ldpfda.deploy.gen_certs import generate
+    from ldpfda.deploy.loopback import flower_env, register_keys
+
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "here"\n\n[superlink.here]\naddress = "127.0.0.1:1"\n'
+        "insecure = true\n",
+        encoding="utf-8",
+    )
+    certs = generate(tmp_path / "certs", supernodes=1)
+    bad = tmp_path / "bad.pub"
+    bad.write_text("not a key\n", encoding="utf-8")
+    env = flower_env(home)
+    with pytest.raises(RuntimeError, match=r"bad\.pub:\n(.|\n)*Unsupported key type"):
+        register_keys([bad], "here", env, tmp_path, timeout=0.0)
+    with pytest.raises(
+        RuntimeError, match=r"supernode-0\.pub:\n(.|\n)*'elsewhere' not"
+    ):
+        register_keys(
+            [certs / "supernode-0.pub"], "elsewhere", env, tmp_path, timeout=0
+        )
+
+
 def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice():
     # Outgoing connections take their ports from the ephemeral range: a port from it
     # could be taken between free_port() and the bind of the process it is for.
