@@ -54,7 +54,7 @@ from ldpfda.fda.features import VectorFeaturizer
 from ldpfda.fda.scaling import CoefficientScaler
 from ldpfda.privacy.random import derive_seed
 from ldpfda.server.fitting import ProtocolResult, model_error
-from ldpfda.server.learners import MomentMulticlassClassifier
+from ldpfda.server.learners import MomentMulticlassClassifier, class_moments
 from ldpfda.server.mrma import (
     average_models,
     fit_linear,
@@ -402,10 +402,9 @@ def rule_errors(
         errors[rule] = float(np.mean(model.predict(x_test) != y_test))
         predicted[rule] = np.bincount(model.predict(public), minlength=n_classes)
         if rule == "least-squares":
-            # The class shares the releases estimate: (G (theta_k + e_0) / 2)[0].
+            # The class shares the releases estimate.
             theta = np.vstack([model.intercept_, model.coef_.T])
-            theta[0] += 1.0
-            shares = (model.gram_ @ theta / 2.0)[0]
+            shares = class_moments(theta, model.gram_)[0]
     shares = np.clip(shares, 0.0, None) / max(np.clip(shares, 0.0, None).sum(), 1e-12)
     tv = {
         r: 0.5 * float(np.abs(c / len(public) - shares).sum())

@@ -48,6 +48,7 @@ __all__ = [
     "ReleaseMoments",
     "WeakLearner",
     "as_weak_learner",
+    "class_moments",
     "discriminant_rule",
     "nearest_psd",
 ]
@@ -648,6 +649,17 @@ class MomentLinearClassifier(_LinearClassifier):
 WITHIN_FLOOR = 1e-6
 
 
+def class_moments(
+    theta: NDArray[np.float64], gram: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    r"""The fitted class moments :math:`m_k = E[1\{y = k\} w] = G (\theta_k + e_0)/2`
+    (d, K) of least-squares coefficients ``theta`` (d, K) of :math:`\tilde y_k` on
+    :math:`w = (1, x)`; row 0 holds the class shares."""
+    shifted = np.array(theta, dtype=float)
+    shifted[0] += 1.0
+    return gram @ shifted / 2.0
+
+
 def discriminant_rule(
     theta: NDArray[np.float64], gram: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], str]:
@@ -671,10 +683,7 @@ def discriminant_rule(
     intercept (K,), ""), or, where a class share is not positive, the least-squares
     scores and the reason.
     """
-    d = theta.shape[0]
-    e0 = np.zeros(d)
-    e0[0] = 1.0
-    moments = gram @ ((theta + e0[:, None]) / 2.0)
+    moments = class_moments(theta, gram)
     shares = moments[0]
     if np.any(shares <= 0.0):
         bad = np.flatnonzero(shares <= 0.0).tolist()
