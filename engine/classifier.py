@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ldpfda.config import MULTICLASS_RULES, THRESHOLDS, Settings
+from ldpfda.config import MULTICLASS_RULES, NO_SIGNAL_FITS, THRESHOLDS, Settings
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
 from ldpfda.engine.inprocess import ArrayClients
@@ -90,6 +90,12 @@ class LDPClassifier(_LocalDPClassifier):
         The moment classifier's intercept and slopes' scale: the empirical-Bayes
         posterior mean (default), or refitted by least squares along its slope
         direction (``server.threshold``; experiments/README.md, issue 18).
+    no_signal_fit : {"fallback", "average"}
+        Where the marginal likelihood detects no signal in the features (the
+        slopes' prior variance at its floor): the majority class of the released
+        labels or the limit direction (default), or the posterior mean averaged
+        over the prior variances (``server.no-signal-fit``; experiments/README.md,
+        "The default protocol at the limits").
     multiclass_rule : {"least-squares", "lda"}
         With K > 2 classes: the regression of the indicator matrix (default), or
         linear discriminant analysis from the same moments, which does not mask a
@@ -159,6 +165,7 @@ class LDPClassifier(_LocalDPClassifier):
         mechanism: str = "hybrid",
         *,
         threshold: str = "posterior",
+        no_signal_fit: str = "fallback",
         multiclass_rule: str = "least-squares",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,
@@ -171,6 +178,7 @@ class LDPClassifier(_LocalDPClassifier):
         self.epsilon = epsilon
         self.mechanism = mechanism
         self.threshold = threshold
+        self.no_signal_fit = no_signal_fit
         self.multiclass_rule = multiclass_rule
         self.input_type = input_type
         self.spec = spec
@@ -215,6 +223,11 @@ class LDPClassifier(_LocalDPClassifier):
             raise ValueError(
                 f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
             )
+        if self.no_signal_fit not in NO_SIGNAL_FITS:
+            raise ValueError(
+                f"no_signal_fit must be one of {NO_SIGNAL_FITS}, "
+                f"got {self.no_signal_fit!r}"
+            )
         if self.multiclass_rule not in MULTICLASS_RULES:
             raise ValueError(
                 f"multiclass_rule must be one of {MULTICLASS_RULES}, "
@@ -232,6 +245,7 @@ class LDPClassifier(_LocalDPClassifier):
             epsilon=epsilon,
             mechanism=f"joint-{self.mechanism}",
             threshold=self.threshold,
+            no_signal_fit=self.no_signal_fit,
             multiclass_rule=self.multiclass_rule,
             public_features=data.public is not None,
             num_weak_models=1,

@@ -391,6 +391,7 @@ def fit_own(
     num_weak_models: int = 50,
     subsample_size: int = 50,
     threshold: str = "posterior",
+    no_signal_fit: str = "fallback",
     multiclass_rule: str = "least-squares",
     record_seed: bool = True,
     spec_text: str | None = None,
@@ -400,7 +401,8 @@ def fit_own(
     ``public`` holds the spec's features of public calibration subjects: the
     default protocol's feature second moment (without them it is estimated from the
     releases). ``num_weak_models`` and ``subsample_size`` are the reference MRMA's,
-    ``threshold`` and ``multiclass_rule`` the default protocol's moment classifier's
+    ``threshold``, ``no_signal_fit`` and ``multiclass_rule`` the default protocol's
+    moment classifier's
     (:class:`~ldpfda.config.Settings`).
     ``record_seed`` False keeps the seed out of the record (an OS-entropy seed).
     Raises a :class:`~ldpfda.config.SettingError` naming a setting the data are too
@@ -424,6 +426,7 @@ def fit_own(
         num_weak_models=num_weak_models,
         subsample_size=subsample_size,
         threshold=threshold,
+        no_signal_fit=no_signal_fit,
         multiclass_rule=multiclass_rule,
         n_train=int(fit_idx.size),
         n_eval=int(eval_idx.size),

@@ -21,6 +21,7 @@ from ldpfda import __version__
 from ldpfda.config import (
     DATASETS,
     MULTICLASS_RULES,
+    NO_SIGNAL_FITS,
     THRESHOLDS,
     SettingError,
     Settings,
@@ -582,6 +583,7 @@ _FIT_FLAGS = {
     "num_weak_models": "--num-weak-models",
     "subsample_size": "--subsample-size",
     "threshold": "--threshold",
+    "no_signal_fit": "--no-signal-fit",
     "multiclass_rule": "--multiclass-rule",
 }
 
@@ -665,6 +667,14 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         choices=THRESHOLDS,
         default="posterior",
         help="the intercept and the slopes' scale (default: posterior)",
+    )
+    default.add_argument(
+        "--no-signal-fit",
+        choices=NO_SIGNAL_FITS,
+        default="fallback",
+        help="where the fit detects no signal in the features: the majority class "
+        "of the released labels (or the limit direction), or the posterior mean "
+        "averaged over the prior variances (default: fallback)",
     )
     default.add_argument(
         "--multiclass-rule",
@@ -883,6 +893,7 @@ def _fit(args: argparse.Namespace) -> int:
         num_weak_models=args.num_weak_models,
         subsample_size=args.subsample_size,
         threshold=args.threshold,
+        no_signal_fit=args.no_signal_fit,
         multiclass_rule=args.multiclass_rule,
         record_seed=args.seed is not None,
         spec_text=spec_text,
@@ -938,6 +949,8 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
         rules = [f"{s.threshold} threshold"] if s.threshold != "posterior" else []
+        if s.no_signal_fit != "fallback":
+            rules.append(f"{s.no_signal_fit} where no signal")
         if k > 2:
             rules.append(f"{s.multiclass_rule} rule")
         how = f" ({', '.join(rules)})" if rules else ""
@@ -954,10 +967,11 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"{s.subsample_size} payloads each, {s.n_eval} evaluation clients answer "
             "one bit"
         )
-        if (s.threshold, s.multiclass_rule) != ("posterior", "least-squares"):
+        chosen = (s.threshold, s.no_signal_fit, s.multiclass_rule)
+        if chosen != ("posterior", "fallback", "least-squares"):
             print(
-                "  (--threshold and --multiclass-rule are the default protocol's "
-                "moment classifier's: not used by MRMA)"
+                "  (--threshold, --no-signal-fit and --multiclass-rule are the default "
+                "protocol's moment classifier's: not used by MRMA)"
             )
     if (protocol, epsilon) != (spec.release.protocol, spec.release.epsilon):
         print(

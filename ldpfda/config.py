@@ -96,6 +96,8 @@ LABEL_CORRECTIONS = ("forward", "backward")
 SERVER_METHODS = ("auto", "moment", "mrma")
 #: The moment classifier's intercept and slope scale (``MomentLinearClassifier``).
 THRESHOLDS = ("posterior", "refit")
+#: What the moment classifier does where it detects no signal in the features.
+NO_SIGNAL_FITS = ("fallback", "average")
 #: The K-class moment classifier's decision rule (``MomentMulticlassClassifier``).
 MULTICLASS_RULES = ("least-squares", "lda")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
@@ -178,6 +180,15 @@ class Settings:
         "empirical-Bayes posterior mean) or 'refit' (least squares along the "
         "posterior's slope direction; experiments/README.md, issue 18)",
         choices=THRESHOLDS,
+    )
+    no_signal_fit: str = setting(
+        "fallback",
+        "server",
+        "the moment classifier where the marginal likelihood puts the slopes' prior "
+        "variance at its floor (no signal detected): 'fallback' (the majority class "
+        "of the released labels, or the limit direction G S^-1 c) or 'average' (the "
+        "posterior mean averaged over the prior variances; experiments/README.md)",
+        choices=NO_SIGNAL_FITS,
     )
     multiclass_rule: str = setting(
         "least-squares",

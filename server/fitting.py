@@ -185,10 +185,15 @@ def make_learner(
                 public=rows,
                 mechanism=inner,
                 threshold=settings.threshold,
+                no_signal_fit=settings.no_signal_fit,
                 rule=settings.multiclass_rule,
             )
         return MomentLinearClassifier(
-            joint=True, public=rows, mechanism=inner, threshold=settings.threshold
+            joint=True,
+            public=rows,
+            mechanism=inner,
+            threshold=settings.threshold,
+            no_signal_fit=settings.no_signal_fit,
         )
     assert isinstance(payload, TrainingPayload)  # labels.py fits label-only ones
     if payload.n_classes > 2:
@@ -207,6 +212,7 @@ def make_learner(
         public=rows,
         label_flip_rate=rho,
         threshold=settings.threshold,
+        no_signal_fit=settings.no_signal_fit,
     )
 
 

@@ -33,7 +33,7 @@ from ldpfda._validation import (
     check_int,
     check_real,
 )
-from ldpfda.config import MULTICLASS_RULES, THRESHOLDS
+from ldpfda.config import MULTICLASS_RULES, NO_SIGNAL_FITS, THRESHOLDS
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
 from ldpfda.server.mrma import LinearModels
@@ -43,6 +43,7 @@ __all__ = [
     "MomentMulticlassClassifier",
     "FlipCorrectedLogisticRegression",
     "MULTICLASS_RULES",
+    "NO_SIGNAL_FITS",
     "REGULARIZATIONS",
     "THRESHOLDS",
     "ReleaseMoments",
@@ -219,6 +220,45 @@ def _posterior_mean(
     m, tau = systems(np.where(floored, low, best))
     solved = np.linalg.solve(m, cross.T[..., None])[..., 0]
     return tau[:, None] * (gram @ solved.T), tau, floored
+
+
+#: The grid of :math:`\log\tau^2` of :func:`_averaged_posterior_mean`, per group.
+AVERAGE_GRID = np.linspace(-16.0, 10.0, 53)
+
+
+def _averaged_posterior_mean(
+    gram: NDArray[np.float64],
+    cross: NDArray[np.float64],
+    noise: NDArray[np.float64],
+    groups: NDArray[np.int64],
+) -> NDArray[np.float64]:
+    r"""The posterior mean of :func:`_posterior_mean` averaged over the prior
+    variances instead of taken at their maximum-likelihood point: every
+    :math:`\tau_g` has a half-Cauchy(0, 1) prior (the unit is that of the
+    coefficients of :math:`\pm 1` labels on features in [-1, 1]; Gelman 2006), and
+    :math:`E[\hat\theta(\tau) \mid \hat C]` is a sum over the grid
+    :data:`AVERAGE_GRID` of :math:`\log\tau_g^2`, weighted by marginal likelihood
+    times prior. Where the maximum lies at :math:`\tau_x^2 = 0` the point estimate
+    says "no signal" with certainty; the average keeps the slopes in proportion to
+    the evidence for them. ``cross`` (d, K), ``noise`` (K, d, d)."""
+    d = gram.shape[0]
+    mesh = np.meshgrid(*[AVERAGE_GRID] * (int(groups.max()) + 1), indexing="ij")
+    log_tau = np.stack([m.ravel() for m in mesh], axis=1)  # (points, groups)
+    tau = np.exp(log_tau)[:, groups]  # (points, d)
+    # half-Cauchy(0, 1) on tau, as a density of u = log tau^2: tau / (1 + tau^2) / pi.
+    log_prior = np.sum(0.5 * log_tau - np.logaddexp(0.0, log_tau), axis=1)
+    m = (gram[None] * tau[:, None, :]) @ gram  # (points, d, d)
+    m = m[:, None] + noise[None]  # (points, K, d, d)
+    # The jitter of _posterior_mean: a noiseless release's S can be singular.
+    trace = np.trace(m, axis1=2, axis2=3)[..., None, None]
+    m = m + (1e-12 * trace + 1e-300) * np.eye(d)
+    solved = np.linalg.solve(m, cross.T[None, :, :, None])[..., 0]  # (points, K, d)
+    logdet = np.linalg.slogdet(m)[1].sum(axis=1)
+    quad = np.einsum("kd,pkd->p", cross.T, solved)
+    log_weight = log_prior - 0.5 * (logdet + quad)
+    weight = np.exp(log_weight - log_weight.max())
+    theta = tau[:, :, None] * np.einsum("de,pke->pdk", gram, solved)  # (points, d, K)
+    return np.einsum("p,pdk->dk", weight / weight.sum(), theta).reshape(d, -1)
 
 
 def _refit_along(
@@ -409,7 +449,12 @@ class MomentLinearClassifier(_LinearClassifier):
     classifier along it where the posterior mean predicts one class: paired on the
     same releases that was better on most real data sets at small epsilon, worse on
     GunPoint and on unbalanced labels that carry no signal, where the majority class
-    is right (experiments/README.md, issue 18).
+    is right (experiments/README.md, issue 18). ``no_signal_fit="average"`` replaces
+    both there by the posterior mean averaged over the prior variances
+    (:func:`_averaged_posterior_mean`: half-Cauchy(0, 1) priors on
+    :math:`\tau_0, \tau_x`, weighted by the marginal likelihood): the maximum at
+    :math:`\tau_x^2 = 0` is a point estimate that discards every
+    :math:`\tau_x^2 > 0` the releases do not rule out (experiments/README.md).
     ``"ridge"`` is
     :math:`\hat\theta = (\hat G + \lambda D)^{-1} \hat c`,
     :math:`\lambda = \alpha\,\mathrm{tr}(\hat G_{xx})/p`, D the identity on the feature
@@ -437,6 +482,7 @@ class MomentLinearClassifier(_LinearClassifier):
         regularization: str = "empirical-bayes",
         alpha: float = 0.1,
         threshold: str = "posterior",
+        no_signal_fit: str = "fallback",
         fit_intercept: bool = True,
         joint: bool = False,
         mechanism: Mechanism | ProductMoments | None = None,
@@ -447,6 +493,7 @@ class MomentLinearClassifier(_LinearClassifier):
         self.regularization = regularization
         self.alpha = alpha
         self.threshold = threshold
+        self.no_signal_fit = no_signal_fit
         self.fit_intercept = fit_intercept
         self.joint = joint
         self.mechanism = mechanism
@@ -463,6 +510,11 @@ class MomentLinearClassifier(_LinearClassifier):
         if self.threshold not in THRESHOLDS:
             raise ValueError(
                 f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
+            )
+        if self.no_signal_fit not in NO_SIGNAL_FITS:
+            raise ValueError(
+                f"no_signal_fit must be one of {NO_SIGNAL_FITS}, "
+                f"got {self.no_signal_fit!r}"
             )
         return check_real(self.alpha, "alpha", low=0.0)
 
@@ -622,6 +674,9 @@ class MomentLinearClassifier(_LinearClassifier):
         groups = (np.arange(d) >= start).astype(np.int64)
         noise = noise.reshape(-1, d, d)
         theta, tau, floored = _posterior_mean(gram, columns, noise, groups)
+        average = bool(floored[-1]) and self.no_signal_fit == "average"
+        if average:
+            theta = _averaged_posterior_mean(gram, columns, noise, groups)
         refit = bool(start) and self.threshold == "refit"
         if refit:
             theta, self.slope_scale_ = _refit_along(gram, columns, theta)
@@ -634,6 +689,9 @@ class MomentLinearClassifier(_LinearClassifier):
             what = "majority class of the released labels"
             what = what if start and not floored[0] else "limit direction G S^-1 c"
             what = "refit along the limit direction G S^-1 c" if refit else what
+            if average:
+                what = "posterior mean averaged over the prior variances"
+                what = f"refit along the {what}" if refit else what
             self.fallback_ = f"no signal detected in the features: the {what}"
         level = float(np.trace(noise.mean(axis=0))) / d
         return theta.reshape(cross.shape), level / float(tau[-1])
@@ -758,6 +816,7 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         regularization: str = "empirical-bayes",
         alpha: float = 0.1,
         threshold: str = "posterior",
+        no_signal_fit: str = "fallback",
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
         public: ArrayLike | None = None,
@@ -768,6 +827,7 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         self.regularization = regularization
         self.alpha = alpha
         self.threshold = threshold
+        self.no_signal_fit = no_signal_fit
         self.mechanism = mechanism
         self.gram = gram
         self.public = public

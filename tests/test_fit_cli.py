@@ -212,6 +212,16 @@ def test_three_labels_take_the_lda_rule_on_the_same_releases(files, tmp_path, ca
     assert fits["lda"]["run"]["signal"]["fallback"] == ""
 
 
+def test_no_signal_fit_is_recorded_and_named_in_the_run_line(files, tmp_path, capsys):
+    out = tmp_path / "average"
+    argv = ["--data", str(files["wide"]), "--public", str(files["public"])]
+    assert _fit(files, out, *argv, "--no-signal-fit", "average") == 0
+    assert "the moment classifier (average where no signal)" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["server.no-signal-fit"] == "average"
+    assert _code(["fit", "--no-signal-fit", "zero"]) == 2
+
+
 def test_default_protocol_options_with_mrma_are_named_as_unused(
     files, tmp_path, capsys
 ):

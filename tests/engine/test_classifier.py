@@ -292,3 +292,40 @@ def test_the_lda_rule_reaches_the_fit_and_an_unknown_rule_is_refused():
     np.testing.assert_array_equal(binary["lda"].coef_, binary["least-squares"].coef_)
     with pytest.raises(ValueError, match="multiclass_rule must be one of"):
         LDPClassifier(multiclass_rule="qda", **VECTORS).fit(x, y)
+
+
+def test_no_signal_fit_reaches_the_fit_only_where_no_signal_is_detected():
+    # Study 1's design, 1000 clients at epsilon 0.5: the fit detects no signal for
+    # some noise seeds (3 of these 8). There "average" replaces the fallback on the
+    # same releases; elsewhere it changes nothing.
+    from scipy.special import expit
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(1000, 4))
+    y = (rng.random(1000) < expit(5.0 * x @ np.array([1, -0.5, 1 / 3, -0.25]))).astype(
+        int
+    )
+    public = rng.uniform(-1, 1, size=(500, 4))
+    floored = 0
+    for seed in range(8):
+        fits = {
+            rule: LDPClassifier(
+                epsilon=0.5, no_signal_fit=rule, random_state=seed, **VECTORS
+            ).fit(x, y, public_curves=public)
+            for rule in ("fallback", "average")
+        }
+        said = {rule: m.result_.signal["fallback"] for rule, m in fits.items()}
+        if not said["fallback"]:
+            np.testing.assert_array_equal(fits["average"].coef_, fits["fallback"].coef_)
+            assert said["average"] == ""
+            continue
+        floored += 1
+        assert said["fallback"].startswith("no signal detected in the features")
+        assert said["average"] == (
+            "no signal detected in the features: the posterior mean averaged over "
+            "the prior variances"
+        )
+        assert np.any(fits["average"].coef_ != fits["fallback"].coef_)
+    assert floored >= 1
+    with pytest.raises(ValueError, match="no_signal_fit must be one of"):
+        LDPClassifier(no_signal_fit="zero", **VECTORS).fit(x, y)
