@@ -173,6 +173,18 @@ def _gram_fallback(
     return target + (1.0 - weight) * deviation, weight
 
 
+def _marginal_covariance(
+    gram: NDArray[np.float64], tau: NDArray[np.float64], noise: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """:math:`G T G + S_k` for prior variances ``tau`` (..., d) and noise (K, d, d):
+    shape (..., K, d, d), with a jitter of 1e-12 of its trace (a noiseless release's
+    S can be singular)."""
+    m = (gram * tau[..., None, :]) @ gram
+    m = m[..., None, :, :] + noise
+    trace = np.trace(m, axis1=-2, axis2=-1)[..., None, None]
+    return m + (1e-12 * trace + 1e-300) * np.eye(gram.shape[0])
+
+
 def _posterior_mean(
     gram: NDArray[np.float64],
     cross: NDArray[np.float64],
@@ -194,9 +206,7 @@ def _posterior_mean(
 
     def systems(log_tau: NDArray[np.float64]) -> tuple[Any, NDArray[np.float64]]:
         tau = np.exp(np.clip(log_tau, low, low + 40.0))[groups]
-        m = (gram * tau) @ gram + noise
-        trace = np.trace(m, axis1=1, axis2=2)[:, None, None]
-        return m + (1e-12 * trace + 1e-300) * np.eye(d), tau
+        return _marginal_covariance(gram, tau, noise), tau
 
     def objective(log_tau: NDArray[np.float64]) -> float:
         m, _ = systems(log_tau)
@@ -247,11 +257,7 @@ def _averaged_posterior_mean(
     tau = np.exp(log_tau)[:, groups]  # (points, d)
     # half-Cauchy(0, 1) on tau, as a density of u = log tau^2: tau / (1 + tau^2) / pi.
     log_prior = np.sum(0.5 * log_tau - np.logaddexp(0.0, log_tau), axis=1)
-    m = (gram[None] * tau[:, None, :]) @ gram  # (points, d, d)
-    m = m[:, None] + noise[None]  # (points, K, d, d)
-    # The jitter of _posterior_mean: a noiseless release's S can be singular.
-    trace = np.trace(m, axis1=2, axis2=3)[..., None, None]
-    m = m + (1e-12 * trace + 1e-300) * np.eye(d)
+    m = _marginal_covariance(gram, tau, noise)  # (points, K, d, d)
     solved = np.linalg.solve(m, cross.T[None, :, :, None])[..., 0]  # (points, K, d)
     logdet = np.linalg.slogdet(m)[1].sum(axis=1)
     quad = np.einsum("kd,pkd->p", cross.T, solved)
