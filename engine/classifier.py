@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ldpfda._validation import check_choice
 from ldpfda.config import MULTICLASS_RULES, NO_SIGNAL_FITS, THRESHOLDS, Settings
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
@@ -215,24 +216,10 @@ class LDPClassifier(_LocalDPClassifier):
             None. Split with X by model selection (GridSearchCV), so a client keeps
             its id in every fold.
         """
-        if self.mechanism not in JOINT_MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {JOINT_MECHANISMS}, got {self.mechanism!r}"
-            )
-        if self.threshold not in THRESHOLDS:
-            raise ValueError(
-                f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
-            )
-        if self.no_signal_fit not in NO_SIGNAL_FITS:
-            raise ValueError(
-                f"no_signal_fit must be one of {NO_SIGNAL_FITS}, "
-                f"got {self.no_signal_fit!r}"
-            )
-        if self.multiclass_rule not in MULTICLASS_RULES:
-            raise ValueError(
-                f"multiclass_rule must be one of {MULTICLASS_RULES}, "
-                f"got {self.multiclass_rule!r}"
-            )
+        check_choice(self.mechanism, "mechanism", JOINT_MECHANISMS)
+        check_choice(self.threshold, "threshold", THRESHOLDS)
+        check_choice(self.no_signal_fit, "no_signal_fit", NO_SIGNAL_FITS)
+        check_choice(self.multiclass_rule, "multiclass_rule", MULTICLASS_RULES)
         self._fit(X, y, grid_points, public_curves, client_ids)
         return self
 

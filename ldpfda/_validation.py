@@ -28,6 +28,13 @@ def check_epsilon(
     return value
 
 
+def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return str(value)
+
+
 def check_int(
     value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None
 ) -> int:

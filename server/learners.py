@@ -28,6 +28,7 @@ from scipy.special import expit, log_expit
 
 from ldpfda._validation import (
     check_binary_labels,
+    check_choice,
     check_class_labels,
     check_finite_array,
     check_int,
@@ -508,20 +509,9 @@ class MomentLinearClassifier(_LinearClassifier):
         self.label_flip_rate = label_flip_rate
 
     def _check(self) -> float:
-        if self.regularization not in REGULARIZATIONS:
-            raise ValueError(
-                f"regularization must be one of {REGULARIZATIONS}, "
-                f"got {self.regularization!r}"
-            )
-        if self.threshold not in THRESHOLDS:
-            raise ValueError(
-                f"threshold must be one of {THRESHOLDS}, got {self.threshold!r}"
-            )
-        if self.no_signal_fit not in NO_SIGNAL_FITS:
-            raise ValueError(
-                f"no_signal_fit must be one of {NO_SIGNAL_FITS}, "
-                f"got {self.no_signal_fit!r}"
-            )
+        check_choice(self.regularization, "regularization", REGULARIZATIONS)
+        check_choice(self.threshold, "threshold", THRESHOLDS)
+        check_choice(self.no_signal_fit, "no_signal_fit", NO_SIGNAL_FITS)
         return check_real(self.alpha, "alpha", low=0.0)
 
     def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> MomentLinearClassifier:
@@ -858,10 +848,7 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         class), summed chunk by chunk or by :meth:`fit`."""
         alpha = self._check()
         k = check_int(self.n_classes, "n_classes", minimum=3)
-        if self.rule not in MULTICLASS_RULES:
-            raise ValueError(
-                f"rule must be one of {MULTICLASS_RULES}, got {self.rule!r}"
-            )
+        check_choice(self.rule, "rule", MULTICLASS_RULES)
         counts = moments.count
         if counts.size != k:
             raise ValueError(f"the moments hold {counts.size} classes, expected {k}")
