@@ -93,9 +93,9 @@ class LDPClassifier(_LocalDPClassifier):
         direction (``server.threshold``; experiments/README.md, issue 18).
     no_signal_fit : {"fallback", "average"}
         Where the marginal likelihood detects no signal in the features (the
-        slopes' prior variance at its floor): the majority class of the released
-        labels or the limit direction (default), or the posterior mean averaged
-        over the prior variances (``server.no-signal-fit``; experiments/README.md,
+        slopes' prior variance at its floor): the posterior mean averaged over the
+        prior variances (default), or the majority class of the released labels or
+        the limit direction (``server.no-signal-fit``; experiments/README.md,
         "The default protocol at the limits").
     multiclass_rule : {"least-squares", "lda"}
         With K > 2 classes: the regression of the indicator matrix (default), or
@@ -166,7 +166,7 @@ class LDPClassifier(_LocalDPClassifier):
         mechanism: str = "hybrid",
         *,
         threshold: str = "posterior",
-        no_signal_fit: str = "fallback",
+        no_signal_fit: str = "average",
         multiclass_rule: str = "least-squares",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,

@@ -391,7 +391,7 @@ def fit_own(
     num_weak_models: int = 50,
     subsample_size: int = 50,
     threshold: str = "posterior",
-    no_signal_fit: str = "fallback",
+    no_signal_fit: str = "average",
     multiclass_rule: str = "least-squares",
     record_seed: bool = True,
     spec_text: str | None = None,

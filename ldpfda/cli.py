@@ -671,10 +671,10 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
     default.add_argument(
         "--no-signal-fit",
         choices=NO_SIGNAL_FITS,
-        default="fallback",
-        help="where the fit detects no signal in the features: the majority class "
-        "of the released labels (or the limit direction), or the posterior mean "
-        "averaged over the prior variances (default: fallback)",
+        default="average",
+        help="where the fit detects no signal in the features: the posterior mean "
+        "averaged over the prior variances, or the majority class of the released "
+        "labels (or the limit direction) (default: average)",
     )
     default.add_argument(
         "--multiclass-rule",
@@ -949,7 +949,7 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
         rules = [f"{s.threshold} threshold"] if s.threshold != "posterior" else []
-        if s.no_signal_fit != "fallback":
+        if s.no_signal_fit != "average":
             rules.append(f"{s.no_signal_fit} where no signal")
         if k > 2:
             rules.append(f"{s.multiclass_rule} rule")
@@ -968,7 +968,7 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             "one bit"
         )
         chosen = (s.threshold, s.no_signal_fit, s.multiclass_rule)
-        if chosen != ("posterior", "fallback", "least-squares"):
+        if chosen != ("posterior", "average", "least-squares"):
             print(
                 "  (--threshold, --no-signal-fit and --multiclass-rule are the default "
                 "protocol's moment classifier's: not used by MRMA)"

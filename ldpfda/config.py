@@ -182,12 +182,12 @@ class Settings:
         choices=THRESHOLDS,
     )
     no_signal_fit: str = setting(
-        "fallback",
+        "average",
         "server",
         "the moment classifier where the marginal likelihood puts the slopes' prior "
-        "variance at its floor (no signal detected): 'fallback' (the majority class "
-        "of the released labels, or the limit direction G S^-1 c) or 'average' (the "
-        "posterior mean averaged over the prior variances; experiments/README.md)",
+        "variance at its floor (no signal detected): 'average' (the posterior mean "
+        "averaged over the prior variances; experiments/README.md) or 'fallback' (the "
+        "majority class of the released labels, or the limit direction G S^-1 c)",
         choices=NO_SIGNAL_FITS,
     )
     multiclass_rule: str = setting(

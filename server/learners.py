@@ -456,8 +456,8 @@ class MomentLinearClassifier(_LinearClassifier):
     classifier along it where the posterior mean predicts one class: paired on the
     same releases that was better on most real data sets at small epsilon, worse on
     GunPoint and on unbalanced labels that carry no signal, where the majority class
-    is right (experiments/README.md, issue 18). ``no_signal_fit="average"`` replaces
-    both there by the posterior mean averaged over the prior variances
+    is right (experiments/README.md, issue 18). ``no_signal_fit="average"`` (default)
+    replaces both there by the posterior mean averaged over the prior variances
     (:func:`_averaged_posterior_mean`: half-Cauchy(0, 1) priors on
     :math:`\tau_0, \tau_x`, weighted by the marginal likelihood): the maximum at
     :math:`\tau_x^2 = 0` is a point estimate that discards every
@@ -489,7 +489,7 @@ class MomentLinearClassifier(_LinearClassifier):
         regularization: str = "empirical-bayes",
         alpha: float = 0.1,
         threshold: str = "posterior",
-        no_signal_fit: str = "fallback",
+        no_signal_fit: str = "average",
         fit_intercept: bool = True,
         joint: bool = False,
         mechanism: Mechanism | ProductMoments | None = None,
@@ -812,7 +812,7 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         regularization: str = "empirical-bayes",
         alpha: float = 0.1,
         threshold: str = "posterior",
-        no_signal_fit: str = "fallback",
+        no_signal_fit: str = "average",
         mechanism: Mechanism | ProductMoments | None = None,
         gram: ArrayLike | None = None,
         public: ArrayLike | None = None,

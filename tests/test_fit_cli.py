@@ -213,12 +213,15 @@ def test_three_labels_take_the_lda_rule_on_the_same_releases(files, tmp_path, ca
 
 
 def test_no_signal_fit_is_recorded_and_named_in_the_run_line(files, tmp_path, capsys):
-    out = tmp_path / "average"
     argv = ["--data", str(files["wide"]), "--public", str(files["public"])]
-    assert _fit(files, out, *argv, "--no-signal-fit", "average") == 0
-    assert "the moment classifier (average where no signal)" in capsys.readouterr().out
-    report = json.loads((out / "report.json").read_text())
-    assert report["settings"]["server.no-signal-fit"] == "average"
+    for rule, named in (("average", ""), ("fallback", " (fallback where no signal)")):
+        out = tmp_path / rule
+        extra = ["--no-signal-fit", rule] if rule == "fallback" else []
+        assert _fit(files, out, *argv, *extra) == 0
+        said = capsys.readouterr().out
+        assert f"hybrid mechanism; the moment classifier{named}\n" in said
+        report = json.loads((out / "report.json").read_text())
+        assert report["settings"]["server.no-signal-fit"] == rule
     assert _code(["fit", "--no-signal-fit", "zero"]) == 2
 
 

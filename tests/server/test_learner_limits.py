@@ -192,7 +192,9 @@ def test_where_the_slopes_prior_is_at_its_floor_averaging_keeps_the_signal():
         x = rng.uniform(-1, 1, size=(3000, 4))
         y = (rng.random(3000) < expit(5.0 * x @ beta)).astype(np.int8)
         z = SignedFeatureMechanism(epsilon=0.5, n_features=4).release(x, y, rng)
-        fallback = MomentLinearClassifier(joint=True, gram=gram).fit(z)
+        fallback = MomentLinearClassifier(
+            joint=True, gram=gram, no_signal_fit="fallback"
+        ).fit(z)
         if not fallback.fallback_.startswith("no signal detected"):
             continue
         average = MomentLinearClassifier(
@@ -268,6 +270,10 @@ def test_k_classes_average_where_no_signal_is_detected_and_the_setting_reaches_i
         assert fit.coef_.shape == (3, 4) and np.all(np.isfinite(fit.coef_))
         assert np.any(fit.coef_ != fallback.coef_)
     assert floored >= 2
+    # The average is the default everywhere the setting is read.
+    assert Settings().no_signal_fit == "average"
+    assert MomentLinearClassifier().no_signal_fit == "average"
+    assert MomentMulticlassClassifier().no_signal_fit == "average"
     with pytest.raises(ValueError, match="no_signal_fit must be one of"):
         MomentLinearClassifier(no_signal_fit="zero").fit(x, y > 0)
 

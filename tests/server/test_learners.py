@@ -224,7 +224,9 @@ def test_empirical_bayes_shrinks_pure_noise():
     at_floor = 0
     for seed in range(20):
         z = np.random.default_rng(seed).choice([-1.0, 1.0], size=(500, 4))
-        clf = MomentLinearClassifier(joint=True, gram=np.eye(4)).fit(z)
+        clf = MomentLinearClassifier(
+            joint=True, gram=np.eye(4), no_signal_fit="fallback"
+        ).fit(z)
         assert np.linalg.norm(clf.coef_) < np.linalg.norm(z[:, 1:].mean(axis=0))
         if clf.fallback_.startswith("no signal detected in the features"):
             at_floor += 1
@@ -232,7 +234,7 @@ def test_empirical_bayes_shrinks_pure_noise():
             assert clf.shrinkage_ > 1e9 * clf.noise_variance_
             # The refit keeps that (tiny) direction and fits a scale along it.
             refit = MomentLinearClassifier(
-                joint=True, gram=np.eye(4), threshold="refit"
+                joint=True, gram=np.eye(4), threshold="refit", no_signal_fit="fallback"
             ).fit(z)
             assert "refit along the limit direction" in refit.fallback_
             assert _cosine(refit.coef_, clf.coef_) > 1 - 1e-9
