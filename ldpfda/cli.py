@@ -661,28 +661,29 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="leave out subjects without a usable curve (else an error)",
     )
+    given = Settings()
     default = p.add_argument_group("default protocol (the server's moment classifier)")
     default.add_argument(
         "--threshold",
         choices=THRESHOLDS,
-        default="posterior",
-        help="the intercept and the slopes' scale (default: posterior)",
+        default=given.threshold,
+        help=f"the intercept and the slopes' scale (default: {given.threshold})",
     )
     default.add_argument(
         "--no-signal-fit",
         choices=NO_SIGNAL_FITS,
-        default="average",
+        default=given.no_signal_fit,
         help="where the fit detects no signal in the features: the posterior mean "
         "averaged over the prior variances, or the majority class of the released "
-        "labels (or the limit direction) (default: average)",
+        f"labels (or the limit direction) (default: {given.no_signal_fit})",
     )
     default.add_argument(
         "--multiclass-rule",
         choices=MULTICLASS_RULES,
-        default="least-squares",
+        default=given.multiclass_rule,
         help="with three or more labels: least squares on the indicator matrix, or "
         "LDA from the same releases, which does not mask a label whose curves lie "
-        "between others' (ordered conditions) (default: least-squares)",
+        f"between others' (ordered conditions) (default: {given.multiclass_rule})",
     )
     ref = p.add_argument_group("reference protocol")
     ref.add_argument("--num-weak-models", type=_integer, default=50, metavar="M")
@@ -943,13 +944,13 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
-    s = fit.settings
+    s, default = fit.settings, Settings()
     clients = f"{s.n_train + s.n_eval} clients ({s.n_train} + {s.n_eval})"
     if protocol == "default":
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
-        rules = [f"{s.threshold} threshold"] if s.threshold != "posterior" else []
-        if s.no_signal_fit != "average":
+        rules = [f"{s.threshold} threshold"] if s.threshold != default.threshold else []
+        if s.no_signal_fit != default.no_signal_fit:
             rules.append(f"{s.no_signal_fit} where no signal")
         if k > 2:
             rules.append(f"{s.multiclass_rule} rule")
@@ -958,7 +959,7 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"default protocol, epsilon {epsilon:g}: {clients}, each releasing "
             f"{release} once with the hybrid mechanism; the moment classifier{how}"
         )
-        if k == 2 and s.multiclass_rule != "least-squares":
+        if k == 2 and s.multiclass_rule != default.multiclass_rule:
             print("  (--multiclass-rule applies to three or more labels: not used)")
     else:
         print(
@@ -967,8 +968,8 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"{s.subsample_size} payloads each, {s.n_eval} evaluation clients answer "
             "one bit"
         )
-        chosen = (s.threshold, s.no_signal_fit, s.multiclass_rule)
-        if chosen != ("posterior", "average", "least-squares"):
+        rules = ("threshold", "no_signal_fit", "multiclass_rule")
+        if any(getattr(s, rule) != getattr(default, rule) for rule in rules):
             print(
                 "  (--threshold, --no-signal-fit and --multiclass-rule are the default "
                 "protocol's moment classifier's: not used by MRMA)"
