@@ -104,9 +104,10 @@ def evaluate(
     allowed). The baselines and the non-private reference use every client of
     ``train`` and ``evaluation``, each spending ``settings.epsilon`` once; ``seed``
     keys the clients' noise (the baselines use their own streams), ``public`` gives the
-    "default" protocol its feature second moment (without it, it is estimated from the
-    releases). Returns the test error of every method, and what was chosen without
-    looking at test data (selection rule, kept models, histogram cells, Gaussian sigma).
+    "default" protocol its feature second moment unless ``settings.public_features`` is
+    False (then, as without ``public``, it is estimated from the releases). Returns
+    the test error of every method, and what was chosen without looking at test data
+    (selection rule, kept models, histogram cells, Gaussian sigma).
     """
     x_all = np.vstack([train.features(), evaluation.features()])
     y_all = np.concatenate([train.labels, evaluation.labels]).astype(np.int8)
@@ -148,7 +149,8 @@ def evaluate(
             else:
                 extra["gaussian_sigma"] = dict(clf.event.parameters)["sigma"]
         elif name in ("default", "noiseless"):
-            default = default_settings(settings, public=public is not None)
+            gram_from = public if settings.public_features else None
+            default = default_settings(settings, public=gram_from is not None)
             if name == "noiseless":
                 default = default.replace(epsilon=math.inf)
             moment = run_protocol(
@@ -158,7 +160,7 @@ def evaluate(
                 seed=derive_seed(seed, "default"),
                 server_rng=np.random.default_rng(derive_seed(seed, "default-server")),
                 test=test,
-                public=public,
+                public=gram_from,
                 keep_payload=False,
             )
             errors[name] = moment.test_errors["moment"]

@@ -302,6 +302,54 @@ def test_majority_reference_comes_from_the_clients_labels():
     assert errors["majority"] == np.mean(y_test != 1) == 0.8
 
 
+def test_public_features_false_reaches_the_default_baseline():
+    # A study run with --set data.public-features=false must fit the default without
+    # the public rows it was given (it was silently ignored): the same errors as with
+    # no public rows at all, and other errors than with them.
+    from ldpfda.engine.inprocess import ArrayClients
+    from ldpfda.experiments.common import evaluate
+    from ldpfda.fda.features import VectorFeaturizer
+    from ldpfda.fda.scaling import CoefficientScaler
+
+    rng = np.random.default_rng(3)
+    featurizer = VectorFeaturizer(CoefficientScaler(-1.0, 1.0), 3)
+    x = rng.uniform(-1, 1, (600, 3))
+    y = (x @ np.array([1.0, -1.0, 0.5]) + 0.3 * rng.normal(size=600) > 0).astype(
+        np.int8
+    )
+    train = ArrayClients(np.arange(100), x[:100], y[:100], featurizer)
+    evaluation = ArrayClients(100 + np.arange(500), x[100:], y[100:], featurizer)
+    x_test = rng.uniform(-1, 1, (2000, 3))
+    test = (x_test, (x_test @ np.array([1.0, -1.0, 0.5]) > 0).astype(np.int8))
+    # A public second moment far from the clients' (features in [-0.2, 0.2]^3).
+    public = rng.uniform(-0.2, 0.2, (200, 3))
+
+    def default_error(public_features, rows):
+        settings = reference_settings(
+            epsilon=2.0,
+            n_train=100,
+            n_eval=500,
+            num_weak_models=5,
+            subsample_size=10,
+            public_features=public_features,
+        )
+        errors, _ = evaluate(
+            train,
+            evaluation,
+            test,
+            settings,
+            seed=1,
+            server_rng=np.random.default_rng(2),
+            baselines={"default": {}, "noiseless": {}},
+            public=rows,
+        )
+        return errors["default"], errors["noiseless"]
+
+    without = default_error(True, None)
+    assert default_error(False, public) == without
+    assert default_error(True, public) != without
+
+
 def test_a_grid_over_the_number_of_clients_splits_each_federation(tmp_path):
     path = tmp_path / "clients.toml"
     path.write_text(
