@@ -968,8 +968,8 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"{s.subsample_size} payloads each, {s.n_eval} evaluation clients answer "
             "one bit"
         )
-        rules = ("threshold", "no_signal_fit", "multiclass_rule")
-        if any(getattr(s, rule) != getattr(default, rule) for rule in rules):
+        options = ("threshold", "no_signal_fit", "multiclass_rule")
+        if any(getattr(s, name) != getattr(default, name) for name in options):
             print(
                 "  (--threshold, --no-signal-fit and --multiclass-rule are the default "
                 "protocol's moment classifier's: not used by MRMA)"
