@@ -329,3 +329,12 @@ def test_no_signal_fit_reaches_the_fit_only_where_no_signal_is_detected():
     assert floored >= 1
     with pytest.raises(ValueError, match="no_signal_fit must be one of"):
         LDPClassifier(no_signal_fit="zero", **VECTORS).fit(x, y)
+    # The estimator's and fit_own's defaults are the setting's.
+    import inspect
+
+    from ldpfda.config import Settings
+    from ldpfda.engine.own_data import fit_own
+
+    default = Settings().no_signal_fit
+    assert LDPClassifier().get_params()["no_signal_fit"] == default
+    assert inspect.signature(fit_own).parameters["no_signal_fit"].default == default
