@@ -79,15 +79,14 @@ def repeat_errors(epsilon: float, repeat: int, label_shift: float) -> dict[str, 
             payload = result.payload
     assert isinstance(payload, JointPayload)
     z = payload.releases
-    refit = base.replace(epsilon=epsilon, public_features=True, threshold="refit")
-    fit = make_learner(payload, refit, public, learner="moment").fit(z)
-    out["refit"] = model_error(fit.to_linear_models(), *test)
-    fallback = refit.replace(threshold="posterior", no_signal_fit="fallback")
-    fit = make_learner(payload, fallback, public, learner="moment").fit(z)
-    out["fallback"] = model_error(fit.to_linear_models(), *test)
-    private = base.replace(epsilon=epsilon, public_features=False)
-    fit = make_learner(payload, private, learner="moment").fit(z)
-    out["no_public"] = model_error(fit.to_linear_models(), *test)
+    same = base.replace(epsilon=epsilon, public_features=True)
+    for column, settings, rows in (
+        ("refit", same.replace(threshold="refit"), public),
+        ("fallback", same.replace(no_signal_fit="fallback"), public),
+        ("no_public", same.replace(public_features=False), None),
+    ):
+        fit = make_learner(payload, settings, rows, learner="moment").fit(z)
+        out[column] = model_error(fit.to_linear_models(), *test)
     moments = product_moments(payload.release_mechanism().inner)
     features = ProductMoments(
         moments.offdiagonal[1:, 1:], moments.offset[1:], moments.slope[1:]
