@@ -22,7 +22,11 @@ from ldpfda.client.labeldp_protocol import (
 )
 from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
 from ldpfda.config import Settings
-from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.privacy.joint import (
+    ClassSignedFeatureMechanism,
+    ClassSplitMechanism,
+    SignedFeatureMechanism,
+)
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -120,7 +124,14 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
     x, y, ids, ledger = batch.features, batch.labels, batch.ids, batch.ledger
     k = catalog.request_classes(request)
     if s.joint_release:
-        name = (SignedFeatureMechanism if k == 2 else ClassSignedFeatureMechanism).name
+        design = s.multiclass_release
+        name = (
+            SignedFeatureMechanism
+            if k == 2
+            else ClassSplitMechanism
+            if design == "split"
+            else ClassSignedFeatureMechanism
+        ).name
         joint = privatize_joint(
             x,
             y,
@@ -131,6 +142,7 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
             ledger=ledger,
             release=release_index(ledger, name),
             n_classes=k,
+            design=design,
         )
         if joint.classes is None:
             return {"releases": joint.releases}

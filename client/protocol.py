@@ -20,7 +20,7 @@ from ldpfda._validation import (
     check_finite_array,
 )
 from ldpfda.fda.features import Featurizer
-from ldpfda.privacy.joint import ClassSignedFeatureMechanism
+from ldpfda.privacy.joint import ClassSignedFeatureMechanism, ClassSplitMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.random import ClientStreams
 from ldpfda.privacy.randomized_response import FeedbackBit
@@ -153,6 +153,7 @@ def privatize_joint(
     ledger: PrivacyLedger | None = None,
     release: int = 0,
     n_classes: int = 2,
+    design: str = "draw",
 ) -> JointPayload:
     r"""Each client releases :math:`\tilde y\,(1, x)`, :math:`\tilde y = 2y - 1`, once.
 
@@ -160,7 +161,11 @@ def privatize_joint(
     releases j and :math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\}
     - 1`, at the whole ``epsilon``
     (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`): the payload's
-    ``classes`` are the draws, its ``releases`` the vectors.
+    ``classes`` are the draws, its ``releases`` the vectors. With ``design="split"``
+    each client releases its label by K-ary randomized response and x by the vector
+    mechanism, half the epsilon each
+    (:class:`~ldpfda.privacy.joint.ClassSplitMechanism`): ``classes`` are the reported
+    labels, ``releases`` the rows (1, z).
 
     The whole ``epsilon`` goes into one release of
     :class:`~ldpfda.privacy.joint.SignedFeatureMechanism` with the vector ``mechanism``
@@ -195,13 +200,15 @@ def privatize_joint(
     JASA 2018.
     """
     x, y, ids = _client_inputs(features, labels, client_ids, n_classes)
-    mech = joint_mechanism(check_epsilon(epsilon), x.shape[1], mechanism, n_classes)
+    mech = joint_mechanism(
+        check_epsilon(epsilon), x.shape[1], mechanism, n_classes, design
+    )
     if ledger is not None:
         ledger.charge(mech.event(), ids)
     stream = ClientStreams(seed, ids).stream(f"{JOINT_STREAM}#{release}")
-    if isinstance(mech, ClassSignedFeatureMechanism):
+    if isinstance(mech, ClassSignedFeatureMechanism | ClassSplitMechanism):
         classes, z = mech.release(x, y, stream)
-        return JointPayload(ids, z, mech.epsilon, mechanism, classes, n_classes)
+        return JointPayload(ids, z, mech.epsilon, mechanism, classes, n_classes, design)
     return JointPayload(ids, mech.release(x, y, stream), mech.epsilon, mechanism)
 
 

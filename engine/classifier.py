@@ -14,7 +14,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ldpfda._validation import check_choice
-from ldpfda.config import MULTICLASS_RULES, NO_SIGNAL_FITS, THRESHOLDS, Settings
+from ldpfda.config import (
+    MULTICLASS_RELEASES,
+    MULTICLASS_RULES,
+    NO_SIGNAL_FITS,
+    THRESHOLDS,
+    Settings,
+)
 from ldpfda.engine.accountant import BudgetAccountant
 from ldpfda.engine.estimator import _LocalDPClassifier, _Prepared
 from ldpfda.engine.inprocess import ArrayClients
@@ -102,6 +108,12 @@ class LDPClassifier(_LocalDPClassifier):
         linear discriminant analysis from the same moments, which does not mask a
         class that lies between others (``server.multiclass-rule``;
         ``docs/estimators.md``, "K classes"). Ignored with two classes.
+    multiclass_release : {"draw", "split"}
+        With K > 2 classes: a class drawn at random and y~_j (1, x) at the whole
+        epsilon (default), or the label by K-ary randomized response and x by the
+        vector mechanism, half the epsilon each, so that every client informs every
+        class (``privacy.multiclass-release``; better at large epsilon,
+        ``docs/estimators.md``). Ignored with two classes.
     input_type : {"curves", "vectors"}
         How a plain 2-D array is read: curves sampled on ``grid_points`` (default), or
         feature vectors already in [-1, 1] (values outside are clipped to it, as each
@@ -168,6 +180,7 @@ class LDPClassifier(_LocalDPClassifier):
         threshold: str = "posterior",
         no_signal_fit: str = "average",
         multiclass_rule: str = "least-squares",
+        multiclass_release: str = "draw",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,
         featurizer: Featurizer | None = None,
@@ -181,6 +194,7 @@ class LDPClassifier(_LocalDPClassifier):
         self.threshold = threshold
         self.no_signal_fit = no_signal_fit
         self.multiclass_rule = multiclass_rule
+        self.multiclass_release = multiclass_release
         self.input_type = input_type
         self.spec = spec
         self.featurizer = featurizer
@@ -220,6 +234,7 @@ class LDPClassifier(_LocalDPClassifier):
         check_choice(self.threshold, "threshold", THRESHOLDS)
         check_choice(self.no_signal_fit, "no_signal_fit", NO_SIGNAL_FITS)
         check_choice(self.multiclass_rule, "multiclass_rule", MULTICLASS_RULES)
+        check_choice(self.multiclass_release, "multiclass_release", MULTICLASS_RELEASES)
         self._fit(X, y, grid_points, public_curves, client_ids)
         return self
 
@@ -234,6 +249,7 @@ class LDPClassifier(_LocalDPClassifier):
             threshold=self.threshold,
             no_signal_fit=self.no_signal_fit,
             multiclass_rule=self.multiclass_rule,
+            multiclass_release=self.multiclass_release,
             public_features=data.public is not None,
             num_weak_models=1,
             subsample_size=2,

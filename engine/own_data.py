@@ -393,6 +393,7 @@ def fit_own(
     threshold: str = "posterior",
     no_signal_fit: str = "average",
     multiclass_rule: str = "least-squares",
+    multiclass_release: str = "draw",
     record_seed: bool = True,
     spec_text: str | None = None,
 ) -> OwnFit:
@@ -402,7 +403,7 @@ def fit_own(
     default protocol's feature second moment (without them it is estimated from the
     releases). ``num_weak_models`` and ``subsample_size`` are the reference MRMA's,
     ``threshold``, ``no_signal_fit`` and ``multiclass_rule`` the default protocol's
-    moment classifier's
+    moment classifier's, ``multiclass_release`` its K-class release
     (:class:`~ldpfda.config.Settings`).
     ``record_seed`` False keeps the seed out of the record (an OS-entropy seed).
     Raises a :class:`~ldpfda.config.SettingError` naming a setting the data are too
@@ -428,6 +429,7 @@ def fit_own(
         threshold=threshold,
         no_signal_fit=no_signal_fit,
         multiclass_rule=multiclass_rule,
+        multiclass_release=multiclass_release,
         n_train=int(fit_idx.size),
         n_eval=int(eval_idx.size),
         n_test=int(test_idx.size),

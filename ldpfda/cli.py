@@ -20,6 +20,7 @@ import numpy as np
 from ldpfda import __version__
 from ldpfda.config import (
     DATASETS,
+    MULTICLASS_RELEASES,
     MULTICLASS_RULES,
     NO_SIGNAL_FITS,
     THRESHOLDS,
@@ -585,6 +586,7 @@ _FIT_FLAGS = {
     "threshold": "--threshold",
     "no_signal_fit": "--no-signal-fit",
     "multiclass_rule": "--multiclass-rule",
+    "multiclass_release": "--multiclass-release",
 }
 
 
@@ -684,6 +686,15 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         help="with three or more labels: least squares on the indicator matrix, or "
         "LDA from the same releases, which does not mask a label whose curves lie "
         f"between others' (ordered conditions) (default: {given.multiclass_rule})",
+    )
+    default.add_argument(
+        "--multiclass-release",
+        choices=MULTICLASS_RELEASES,
+        default=given.multiclass_release,
+        help="with three or more labels: a drawn label and y~_j(1, x) at the whole "
+        "epsilon, or the label by randomized response and x apart, half the epsilon "
+        "each (better at large epsilon) (default: "
+        f"{given.multiclass_release})",
     )
     ref = p.add_argument_group("reference protocol")
     ref.add_argument("--num-weak-models", type=_integer, default=50, metavar="M")
@@ -896,6 +907,7 @@ def _fit(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         no_signal_fit=args.no_signal_fit,
         multiclass_rule=args.multiclass_rule,
+        multiclass_release=args.multiclass_release,
         record_seed=args.seed is not None,
         spec_text=spec_text,
     )
@@ -949,6 +961,8 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
     if protocol == "default":
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
+        if k > 2 and s.multiclass_release == "split":
+            release = f"its label of {k} by randomized response and x, half each,"
         rules = [f"{s.threshold} threshold"] if s.threshold != default.threshold else []
         if s.no_signal_fit != default.no_signal_fit:
             rules.append(f"{s.no_signal_fit} where no signal")
@@ -959,8 +973,10 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             f"default protocol, epsilon {epsilon:g}: {clients}, each releasing "
             f"{release} once with the hybrid mechanism; the moment classifier{how}"
         )
-        if k == 2 and s.multiclass_rule != default.multiclass_rule:
-            print("  (--multiclass-rule applies to three or more labels: not used)")
+        for name in ("multiclass_rule", "multiclass_release"):
+            if k == 2 and getattr(s, name) != getattr(default, name):
+                flag = _FIT_FLAGS[name]
+                print(f"  ({flag} applies to three or more labels: not used)")
     else:
         print(
             f"reference MRMA, epsilon {epsilon:g}: {s.n_train} training clients "
@@ -973,6 +989,10 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
             print(
                 "  (--threshold, --no-signal-fit and --multiclass-rule are the default "
                 "protocol's moment classifier's: not used by MRMA)"
+            )
+        if s.multiclass_release != default.multiclass_release:
+            print(
+                "  (--multiclass-release is the default protocol's: not used by MRMA)"
             )
     if (protocol, epsilon) != (spec.release.protocol, spec.release.epsilon):
         print(

@@ -100,6 +100,8 @@ THRESHOLDS = ("posterior", "refit")
 NO_SIGNAL_FITS = ("fallback", "average")
 #: The K-class moment classifier's decision rule (``MomentMulticlassClassifier``).
 MULTICLASS_RULES = ("least-squares", "lda")
+#: The K-class joint release (``ldpfda.schema.releases.joint_mechanism``).
+MULTICLASS_RELEASES = ("draw", "split")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 
 
@@ -197,6 +199,15 @@ class Settings:
         "the indicator matrix) or 'lda' (linear discriminant analysis from the same "
         "moments: no masking of classes that lie between others; docs/estimators.md)",
         choices=MULTICLASS_RULES,
+    )
+    multiclass_release: str = setting(
+        "draw",
+        "privacy",
+        "the K-class (K > 2) joint release: 'draw' (a class drawn at random and "
+        "y~_j (1, x) at the whole epsilon) or 'split' (the label by K-ary randomized "
+        "response and x by the vector mechanism, half the epsilon each: every client "
+        "informs every class; better at large epsilon, docs/estimators.md)",
+        choices=MULTICLASS_RELEASES,
     )
     label_share: float | None = setting(
         None,

@@ -10,6 +10,9 @@ With K > 2 classes (:class:`ClassSignedFeatureMechanism`) a client draws a class
 uniformly at random, independently of its data, and releases j with
 :math:`\tilde y_j\,(1, x)`, :math:`\tilde y_j = 2\cdot 1\{y = j\} - 1`, at the whole
 epsilon: the draw is public randomness, so the pair is epsilon-LDP as well.
+:class:`ClassSplitMechanism` is the other K-class release: the label by K-ary
+randomized response and x by the vector mechanism, the epsilon split between them, so
+that every client informs every class's moment (no draw).
 """
 
 from __future__ import annotations
@@ -27,9 +30,15 @@ from ldpfda._validation import (
 )
 from ldpfda.privacy.base import Mechanism
 from ldpfda.privacy.random import RandomLike, as_source, uniform
+from ldpfda.privacy.randomized_response import KaryRandomizedResponse
 from ldpfda.privacy.vector_mechanisms import make_vector_mechanism
 
-__all__ = ["ClassSignedFeatureMechanism", "SignedFeatureMechanism", "signed_features"]
+__all__ = [
+    "ClassSignedFeatureMechanism",
+    "ClassSplitMechanism",
+    "SignedFeatureMechanism",
+    "signed_features",
+]
 
 
 def signed_features(
@@ -248,3 +257,133 @@ class ClassSignedFeatureMechanism(_JointRelease):
         rows = u.reshape(-1, self.dimension)
         inner = self.inner.variance(rows).reshape(u.shape)
         return (self.n_classes * (inner + u**2) - u**2).reshape(u.shape[0], -1)
+
+
+class ClassSplitMechanism(Mechanism):
+    r"""One release per client of K > 2 classes that every class's moment uses: the
+    label by K-ary randomized response at ``label_share`` of epsilon, and x by the
+    vector ``mechanism`` at the rest, each from the client's own stream.
+
+    Sequential composition: the pair is epsilon-LDP. With :math:`\tilde\jmath` the
+    reported label, :math:`R_k = (1\{\tilde\jmath = k\} - q)/(p - q)` (p, q the
+    probabilities of keeping the label and of reporting one given other class) is
+    unbiased for :math:`1\{y = k\}`, and the noise of the label and of x are
+    independent given the data, so for every class k
+
+    .. math:: \hat U_k = (2 R_k - 1)\,(1, z)
+
+    is unbiased for :math:`\tilde y_k\,w`, :math:`w = (1, x)`: every client informs
+    all K blocks, where the drawn-class release (:class:`ClassSignedFeatureMechanism`)
+    informs one, at K times the data's own spread. The constant coordinate is not
+    released (it is 1); :math:`z z^\top` estimates :math:`x x^\top` as for any vector
+    release. Per entry (:meth:`variance`)
+    :math:`\mathrm{Var}(\hat U_{kl}) = (4 \mathrm{Var}(R_k) + 1)(\mathrm{Var}(z_l)
+    + w_l^2) - w_l^2` (:math:`\mathrm{Var}(z_0) = 0`).
+
+    :meth:`release` takes features and labels and returns the reported labels and
+    the rows :math:`(1, z)`; :meth:`randomise` takes rows :math:`(y, x)` and returns
+    rows :math:`(\tilde\jmath, 1, z)`.
+
+    References
+    ----------
+    S. L. Warner, JASA 1965; N. Wang et al., ICDE 2019; T. Hastie, R. Tibshirani,
+    J. Friedman, "The Elements of Statistical Learning", 2nd ed., Section 4.2.
+    """
+
+    name = "class_split_features"
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        n_features: int,
+        n_classes: int,
+        mechanism: str = "hybrid",
+        label_share: float = 0.5,
+    ) -> None:
+        super().__init__(epsilon=epsilon)
+        self.n_features = check_int(n_features, "n_features", minimum=1)
+        self.n_classes = check_int(n_classes, "n_classes", minimum=3, maximum=127)
+        if not 0.0 < label_share < 1.0:
+            raise ValueError(f"label_share must be in (0, 1), got {label_share!r}")
+        self.label_share = float(label_share)
+        self.dimension = self.n_features + 1
+        self.labels = KaryRandomizedResponse(
+            epsilon=self.label_share * self.epsilon, n_categories=self.n_classes
+        )
+        self.inner = make_vector_mechanism(
+            mechanism,
+            epsilon=(1.0 - self.label_share) * self.epsilon,
+            dimension=self.n_features,
+        )
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "inner": self.inner.name,
+            "fit_intercept": True,
+            "n_classes": self.n_classes,
+            "label_share": self.label_share,
+            **self.inner.parameters(),
+        }
+
+    def output_range(self) -> tuple[float, float]:
+        """The vector mechanism's range (it holds the constant 1 as well)."""
+        low, high = self.inner.output_range()  # type: ignore[attr-defined]
+        return min(low, 1.0), max(high, 1.0)
+
+    def release(
+        self, features: ArrayLike, labels: ArrayLike, rng: RandomLike = None
+    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """(reported label, (1, z)) of a batch of clients: the label's uniforms first,
+        then the vector's, from the same stream."""
+        source = as_source(rng)
+        x = check_finite_array(features, "features", ndim=2)
+        y = check_class_labels(labels, self.n_classes)
+        if x.shape[1] != self.n_features or y.size != x.shape[0]:
+            raise ValueError(
+                f"features must have shape (n, {self.n_features}) with one label a "
+                f"row, got {x.shape} and {y.size} labels"
+            )
+        if np.any(np.abs(x) > 1.0 + 1e-12):
+            raise ValueError(
+                "features must be rescaled into [-1, 1], got max |x| = "
+                f"{np.abs(x).max():.6g}"
+            )
+        reported = self.labels.randomise(y, source)
+        z = self.inner.randomise(np.clip(x, -1.0, 1.0), source)
+        return reported, np.hstack([np.ones((x.shape[0], 1)), z])
+
+    def randomise(
+        self, values: ArrayLike, rng: RandomLike = None
+    ) -> NDArray[np.float64]:
+        v = check_finite_array(values, "values", ndim=2)
+        reported, z = self.release(v[:, 1:], v[:, 0], rng)
+        return np.column_stack([reported.astype(np.float64), z])
+
+    def indicators(self, reported: ArrayLike) -> NDArray[np.float64]:
+        r""":math:`2 R_k - 1` of every reported label and class, shape (n, K)."""
+        j = np.asarray(reported, dtype=np.int64).reshape(-1, 1)
+        keep, other = self.labels.keep_probability, self.labels.other_probability
+        hit = (j == np.arange(self.n_classes)[None, :]).astype(np.float64)
+        return 2.0 * (hit - other) / (keep - other) - 1.0
+
+    def blocks(self, reported: ArrayLike, z: ArrayLike) -> NDArray[np.float64]:
+        r""":math:`\hat U` of every client, shape (n, K, p + 1)."""
+        rows = check_finite_array(z, "z", ndim=2)
+        return self.indicators(reported)[:, :, None] * rows[:, None, :]
+
+    def variance(self, values: ArrayLike) -> NDArray[np.float64]:
+        r"""Of :math:`\hat U` for rows :math:`(y, x)`, flattened to (n, K (p + 1))."""
+        v = check_finite_array(values, "values", ndim=2)
+        y = check_class_labels(v[:, 0], self.n_classes)
+        w = np.hstack([np.ones((y.size, 1)), np.clip(v[:, 1:], -1.0, 1.0)])
+        noise = np.hstack([np.zeros((y.size, 1)), self.inner.variance(w[:, 1:])])
+        hit = self.labels.transition_matrix()[y]
+        keep, other = self.labels.keep_probability, self.labels.other_probability
+        second = 4.0 * hit * (1.0 - hit) / (keep - other) ** 2 + 1.0  # (n, K)
+        out = second[:, :, None] * (noise + w**2)[:, None, :] - (w**2)[:, None, :]
+        return out.reshape(y.size, -1)
+
+    def bias(self, values: ArrayLike) -> NDArray[np.float64]:
+        r"""Of :math:`\hat U`: zero inside the box."""
+        return np.zeros_like(self.variance(values))

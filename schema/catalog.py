@@ -91,7 +91,10 @@ def _privatize_mechanisms(
     randomized response on y (the reference release; K-ary for K > 2 classes)."""
     if settings.joint_release:
         mechanism = settings.vector_mechanism
-        return [joint_mechanism(settings.epsilon, n_features, mechanism, n_classes)]
+        design = settings.multiclass_release
+        return [
+            joint_mechanism(settings.epsilon, n_features, mechanism, n_classes, design)
+        ]
     return list(
         training_mechanisms(
             settings.epsilon, n_features, settings.label_share, n_classes
@@ -133,7 +136,8 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
     """A client's one release of its features and label, as the settings name it.
 
     With K > 2 classes the request carries K (``n-classes``) and the reply the class
-    each client drew besides its vector (joint release), or its label in
+    each client drew besides its vector (joint release; with ``multiclass-release =
+    "split"`` its label by K-ary randomized response besides (1, z)), or its label in
     0 .. K - 1 by K-ary randomized response (reference release).
     """
     mechanisms = _privatize_mechanisms(settings, n_features, n_classes)
@@ -144,7 +148,8 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
-            describe = f"drawn class must be in {{0, ..., {n_classes - 1}}}"
+            what = "reported label" if settings.multiclass_release == "split" else ""
+            describe = f"{what or 'drawn class'} must be in {{0, ..., {n_classes - 1}}}"
             reply = (
                 _categorical("payload", "class", "int64", "label", describe, n_classes),
                 *reply,

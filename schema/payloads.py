@@ -12,7 +12,11 @@ from typing import Any, Self
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.privacy.joint import (
+    ClassSignedFeatureMechanism,
+    ClassSplitMechanism,
+    SignedFeatureMechanism,
+)
 from ldpfda.schema.releases import joint_mechanism
 
 __all__ = [
@@ -97,7 +101,9 @@ class JointPayload(_ClientRows):
     ``mechanism``); each client spent its whole budget ``epsilon`` on it, once. With
     ``n_classes`` K > 2, ``classes`` holds the class j each client drew, and its row of
     ``releases`` is the perturbed :math:`\tilde y_j\,(1, x)`
-    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`).
+    (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`); with ``design``
+    ``"split"`` ``classes`` holds the labels as randomized response reported them and
+    ``releases`` the rows (1, z) (:class:`~ldpfda.privacy.joint.ClassSplitMechanism`).
     """
 
     client_ids: NDArray[np.int64]
@@ -106,16 +112,19 @@ class JointPayload(_ClientRows):
     mechanism: str
     classes: NDArray[np.int64] | None = None
     n_classes: int = 2
+    design: str = "draw"
 
     @property
     def n_features(self) -> int:
         """p (the releases carry p + 1 coordinates)."""
         return int(self.releases.shape[1]) - 1
 
-    def release_mechanism(self) -> SignedFeatureMechanism | ClassSignedFeatureMechanism:
+    def release_mechanism(
+        self,
+    ) -> SignedFeatureMechanism | ClassSignedFeatureMechanism | ClassSplitMechanism:
         """The mechanism that produced the releases (for the server's moment map)."""
         return joint_mechanism(
-            self.epsilon, self.n_features, self.mechanism, self.n_classes
+            self.epsilon, self.n_features, self.mechanism, self.n_classes, self.design
         )
 
 

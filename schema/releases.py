@@ -15,7 +15,11 @@ from numpy.typing import ArrayLike, NDArray
 from ldpfda._validation import check_epsilon, check_int
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.budget import split_budget
-from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.privacy.joint import (
+    ClassSignedFeatureMechanism,
+    ClassSplitMechanism,
+    SignedFeatureMechanism,
+)
 from ldpfda.privacy.label_accounting import resampling_probability
 from ldpfda.privacy.labels import check_distributions
 from ldpfda.privacy.laplace import LaplaceMechanism
@@ -53,14 +57,28 @@ _UNIFORM_TOL = 1e-12
 
 
 def joint_mechanism(
-    epsilon: float, n_features: int, mechanism: str = "hybrid", n_classes: int = 2
-) -> SignedFeatureMechanism | ClassSignedFeatureMechanism:
-    r"""The mechanism of the joint release: :math:`\tilde y\,(1, x)` for two classes,
-    a drawn class j and :math:`\tilde y_j\,(1, x)` for more."""
+    epsilon: float,
+    n_features: int,
+    mechanism: str = "hybrid",
+    n_classes: int = 2,
+    design: str = "draw",
+) -> SignedFeatureMechanism | ClassSignedFeatureMechanism | ClassSplitMechanism:
+    r"""The mechanism of the joint release: :math:`\tilde y\,(1, x)` for two classes;
+    for more a drawn class j and :math:`\tilde y_j\,(1, x)` (``design="draw"``), or
+    the label and x released apart (``"split"``, :class:`ClassSplitMechanism`)."""
     if n_classes == 2:
         return SignedFeatureMechanism(
             epsilon=epsilon, n_features=n_features, mechanism=mechanism
         )
+    if design == "split":
+        return ClassSplitMechanism(
+            epsilon=epsilon,
+            n_features=n_features,
+            n_classes=n_classes,
+            mechanism=mechanism,
+        )
+    if design != "draw":
+        raise ValueError(f"design must be 'draw' or 'split', got {design!r}")
     return ClassSignedFeatureMechanism(
         epsilon=epsilon, n_features=n_features, n_classes=n_classes, mechanism=mechanism
     )

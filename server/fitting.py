@@ -6,13 +6,15 @@ what came back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ldpfda.config import Settings
+from ldpfda.privacy.joint import ClassSplitMechanism
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.randomized_response import rr_keep_probability
 from ldpfda.schema.payloads import JointPayload, LinearModels, Payload, TrainingPayload
@@ -20,6 +22,7 @@ from ldpfda.server.learners import (
     FlipCorrectedLogisticRegression,
     MomentLinearClassifier,
     MomentMulticlassClassifier,
+    MomentSplitClassifier,
     ReleaseMoments,
     as_weak_learner,
 )
@@ -178,7 +181,17 @@ def make_learner(
             )
         rows = np.asarray(public, dtype=float)
     if isinstance(payload, JointPayload):
-        inner = payload.release_mechanism().inner
+        mech = payload.release_mechanism()
+        inner = mech.inner
+        if isinstance(mech, ClassSplitMechanism):
+            return MomentSplitClassifier(
+                n_classes=payload.n_classes,
+                public=rows,
+                mechanism=mech,
+                threshold=settings.threshold,
+                no_signal_fit=settings.no_signal_fit,
+                rule=settings.multiclass_rule,
+            )
         if payload.n_classes > 2:
             return MomentMulticlassClassifier(
                 n_classes=payload.n_classes,
@@ -366,11 +379,28 @@ class MomentSums:
     fit the same model bit for bit, and a run of one block fits as the moment
     classifier does on the releases themselves. ``keep`` also keeps the releases
     (:meth:`payload`); memory is otherwise a few blocks whatever the number of
-    clients.
+    clients. ``class_blocks`` maps a block's (groups, releases) to every class's
+    rows (n, K, d) for a release that informs every class
+    (:meth:`~ldpfda.privacy.joint.ClassSplitMechanism.blocks`).
     """
 
+    @classmethod
+    def of(
+        cls, like: JointPayload, expected: NDArray[np.int64], keep: bool
+    ) -> MomentSums:
+        """Empty sums for the releases ``like`` describes, of clients ``expected``."""
+        mech = like.release_mechanism()
+        k = like.n_classes
+        blocks = mech.blocks if isinstance(mech, ClassSplitMechanism) else None
+        return cls(expected, like.n_features + 1, 1 if k == 2 else k, keep, blocks)
+
     def __init__(
-        self, expected: NDArray[np.int64], dimension: int, n_groups: int, keep: bool
+        self,
+        expected: NDArray[np.int64],
+        dimension: int,
+        n_groups: int,
+        keep: bool,
+        class_blocks: Callable[[NDArray, NDArray], NDArray[np.float64]] | None = None,
     ) -> None:
         blocks, counts = _block_counts(np.asarray(expected, dtype=np.int64))
         self._expected = dict(zip(blocks.tolist(), counts.tolist(), strict=True))
@@ -378,7 +408,7 @@ class MomentSums:
         self._done: dict[int, ReleaseMoments] = {}
         self._order = blocks.tolist()
         self._next = 0
-        self.k, self.keep = n_groups, keep
+        self.k, self.keep, self.class_blocks = n_groups, keep, class_blocks
         self.total = ReleaseMoments.of(
             np.zeros((0, dimension)), np.zeros(0, np.int64), self.k
         )
@@ -410,7 +440,11 @@ class MomentSums:
     def _close(self, b: int) -> None:
         ids, z, g = (np.concatenate(c) for c in zip(*self._pending.pop(b), strict=True))
         order = np.argsort(ids, kind="stable")
-        self._done[b] = ReleaseMoments.of(z[order], g[order], self.k)
+        if self.class_blocks is None:
+            self._done[b] = ReleaseMoments.of(z[order], g[order], self.k)
+        else:
+            u = self.class_blocks(g[order], z[order])
+            self._done[b] = ReleaseMoments.of_blocks(u, z[order])
 
     def _merge_ready(self) -> None:
         while self._next < len(self._order) and self._order[self._next] in self._done:
@@ -434,9 +468,7 @@ class MomentSums:
         ids, z, g = (np.concatenate(c) for c in zip(*self._kept, strict=True))
         order = np.argsort(ids, kind="stable")
         classes = None if like.classes is None else g[order]
-        return JointPayload(
-            ids[order], z[order], like.epsilon, like.mechanism, classes, like.n_classes
-        )
+        return replace(like, client_ids=ids[order], releases=z[order], classes=classes)
 
 
 def moment_result(
@@ -457,10 +489,7 @@ def moment_result(
         final, estimator = _fit(payload, settings, public, learner="moment")
     else:
         if sums is None:
-            k = payload.n_classes
-            sums = MomentSums(
-                payload.client_ids, payload.n_features + 1, 1 if k == 2 else k, False
-            )
+            sums = MomentSums.of(payload, payload.client_ids, False)
             sums.add(payload.client_ids, payload.releases, payload.classes)
         estimator = make_learner(payload, settings, public, learner="moment")
         estimator = estimator.fit_moments(sums.finish())

@@ -42,6 +42,7 @@ from ldpfda.server.mrma import LinearModels
 __all__ = [
     "MomentLinearClassifier",
     "MomentMulticlassClassifier",
+    "MomentSplitClassifier",
     "FlipCorrectedLogisticRegression",
     "MULTICLASS_RULES",
     "NO_SIGNAL_FITS",
@@ -134,6 +135,26 @@ class ReleaseMoments:
         w = rows if features is None else features
         q = w * w
         return cls(count, mean, scatter, w.T @ w, q.T @ q)
+
+    @classmethod
+    def of_blocks(
+        cls, blocks: NDArray[np.float64], features: NDArray[np.float64]
+    ) -> ReleaseMoments:
+        """The statistics of ``blocks`` (n, k, d), row i of group g its block g (every
+        row in every group: a release that informs every class), and of ``features``
+        w (n, d)."""
+        n, k, d = blocks.shape
+        mean = blocks.mean(axis=0) if n else np.zeros((k, d))
+        deviation = blocks - mean
+        scatter = np.einsum("nki,nkj->kij", deviation, deviation)
+        q = features * features
+        return cls(
+            np.full(k, n, dtype=np.int64),
+            mean,
+            scatter,
+            features.T @ features,
+            q.T @ q,
+        )
 
     def merge(self, other: ReleaseMoments) -> None:
         """Add ``other`` in place (Chan, Golub, LeVeque 1979): exactly ``other``
@@ -627,11 +648,11 @@ class MomentLinearClassifier(_LinearClassifier):
         """The releases' unbiased second moment of (1, x), the variance of each entry
         (0 where not identified), the identified entries, and whether the mechanism
         adds noise. The intercept's row of released features is their plain mean."""
-        n = int(moments.count.sum())
+        n = self._released(moments)
         gram, var = _product_means(moments.products, moments.squares, n)
         # Joint releases carry the constant coordinate through the mechanism.
         s = int(self.fit_intercept and not self.joint)
-        mech = _moments(self.mechanism, d - s)
+        mech = _moments(self._feature_mechanism(), d - s)
         inner, identified = mech.second_moment_of_sums(moments.products[s:, s:], n)
         factor = mech.offdiagonal.copy()
         np.fill_diagonal(factor, mech.slope)
@@ -644,6 +665,14 @@ class MomentLinearClassifier(_LinearClassifier):
         if self.fit_intercept:
             gram[0, 0], var[0, 0], identified[0, 0] = 1.0, 0.0, True
         return gram, var, identified, noisy
+
+    def _feature_mechanism(self) -> Mechanism | ProductMoments | None:
+        """The mechanism whose releases' products estimate the second moment."""
+        return self.mechanism
+
+    def _released(self, moments: ReleaseMoments) -> int:
+        """How many releases the products sum (each is in one group)."""
+        return int(moments.count.sum())
 
     def _solve(
         self,
@@ -933,6 +962,46 @@ class MomentMulticlassClassifier(MomentLinearClassifier):
         """The fit as a K-row :class:`~ldpfda.server.mrma.LinearModels`."""
         self._check_fitted()
         return LinearModels(self.coef_, np.asarray(self.intercept_))
+
+
+class MomentSplitClassifier(MomentMulticlassClassifier):
+    r"""K-class moment classifier from split releases
+    (:class:`~ldpfda.privacy.joint.ClassSplitMechanism`, given as ``mechanism``):
+    X holds each client's rows :math:`(1, z)`, y its label as randomized response
+    reported it. Every client gives every class k the row
+    :math:`\hat U_k = (2 R_k - 1)(1, z)`, unbiased for :math:`\tilde y_k w`, so
+    :math:`\hat c_k` is the mean over all n clients and :math:`S_k` their covariance
+    over n; the constant coordinate is not released, and :math:`z z^\top` estimates
+    :math:`x x^\top` as for the reference release's features. The fit is
+    :class:`MomentMulticlassClassifier`'s.
+    """
+
+    joint = False
+
+    def _feature_mechanism(self) -> Mechanism | ProductMoments | None:
+        return None if self.mechanism is None else self.mechanism.inner  # type: ignore[union-attr]
+
+    def _released(self, moments: ReleaseMoments) -> int:
+        # Every release is in every group.
+        return int(moments.count.max())
+
+    def fit(  # type: ignore[override]
+        self, X: ArrayLike, y: ArrayLike
+    ) -> MomentSplitClassifier:
+        """Fit from the releases (rows (1, z), reported labels) as one chunk."""
+        self._check()
+        k = check_int(self.n_classes, "n_classes", minimum=3)
+        if not hasattr(self.mechanism, "blocks"):
+            raise ValueError(
+                "mechanism must be the ClassSplitMechanism of the releases"
+            )
+        z = check_finite_array(X, "X", ndim=2)
+        reported = check_class_labels(y, k, "y")
+        if reported.size != z.shape[0]:
+            raise ValueError(f"y has {reported.size} entries for {z.shape[0]} rows")
+        blocks = self.mechanism.blocks(reported, z)  # type: ignore[union-attr]
+        self.fit_moments(ReleaseMoments.of_blocks(blocks, z))
+        return self
 
 
 class FlipCorrectedLogisticRegression(_LinearClassifier):

@@ -163,12 +163,7 @@ def _privatize(
     if sums is not None:
         # The releases are in the sums already; sorting ten million ids here only
         # to keep none of them cost 16 bytes a client at the peak.
-        classes = None if k == 2 else np.zeros(0, dtype=np.int64)
-        empty = np.zeros((0, plan.n_features + 1))
-        like = JointPayload(
-            got.ids[:0], empty, s.epsilon, s.vector_mechanism, classes, k
-        )
-        return sums.payload(like)
+        return sums.payload(_no_releases(plan))
     released, order = _sorted(got)
     if s.joint_release:
         releases = got.values["releases"][order].astype(np.float64)
@@ -176,7 +171,13 @@ def _privatize(
             return JointPayload(released, releases, s.epsilon, s.vector_mechanism)
         classes = got.values["class"][order].astype(np.int64)
         return JointPayload(
-            released, releases, s.epsilon, s.vector_mechanism, classes, k
+            released,
+            releases,
+            s.epsilon,
+            s.vector_mechanism,
+            classes,
+            k,
+            s.multiclass_release,
         )
     split = split_budget(
         epsilon=s.epsilon, n_coefficients=plan.n_features, label_share=s.label_share
@@ -191,12 +192,24 @@ def _privatize(
     )
 
 
+def _no_releases(plan: Plan) -> JointPayload:
+    """A joint payload of no client: what ``plan``'s joint releases are."""
+    s, k = plan.settings, plan.n_classes
+    return JointPayload(
+        np.zeros(0, dtype=np.int64),
+        np.zeros((0, plan.n_features + 1)),
+        s.epsilon,
+        s.vector_mechanism,
+        None if k == 2 else np.zeros(0, dtype=np.int64),
+        k,
+        s.multiclass_release,
+    )
+
+
 def _moment(session: Session, plan: Plan) -> ProtocolResult:
     sums = None
     if plan.settings.joint_release:
-        k, ids = plan.n_classes, plan.every_client
-        groups = 1 if k == 2 else k
-        sums = MomentSums(ids, plan.n_features + 1, groups, plan.keep_payload)
+        sums = MomentSums.of(_no_releases(plan), plan.every_client, plan.keep_payload)
     with session.timed("clients_privatize_s"):
         payload = _privatize(
             session, plan, "every", minimum=2, what="releasing", sums=sums

@@ -212,6 +212,30 @@ def test_three_labels_take_the_lda_rule_on_the_same_releases(files, tmp_path, ca
     assert fits["lda"]["run"]["signal"]["fallback"] == ""
 
 
+def test_three_labels_take_the_split_release_by_flag(files, tmp_path, capsys):
+    spec = tmp_path / "three.toml"
+    spec.write_text(
+        WEARABLE_SPEC.replace(
+            '["healthy", "blunted"]', '["healthy", "blunted", "delayed"]'
+        ),
+        encoding="utf-8",
+    )
+    data = write_long_csv(
+        tmp_path / "three.csv", make_wearable(600, n_classes=3, seed=5)
+    )
+    out = tmp_path / "split"
+    argv = ["fit", "--spec", str(spec), "--data", str(data), "--out", str(out)]
+    argv += ["--public", str(files["public"]), "--epsilon", "10", "--seed", "0"]
+    assert main([*argv, "--multiclass-release", "split"]) == 0
+    said = capsys.readouterr().out
+    assert "releasing its label of 3 by randomized response and x, half each," in said
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["privacy.multiclass-release"] == "split"
+    assert list(report["run"]["privacy"]["releases"]) == ["class_split_features"]
+    assert np.asarray(report["model"]["coef"]).shape == (3, 10)
+    assert _code(["fit", "--multiclass-release", "sample"]) == 2
+
+
 def test_no_signal_fit_is_recorded_and_named_in_the_run_line(files, tmp_path, capsys):
     argv = ["--data", str(files["wide"]), "--public", str(files["public"])]
     for rule, named in (("average", ""), ("fallback", " (fallback where no signal)")):

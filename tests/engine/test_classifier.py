@@ -294,6 +294,44 @@ def test_the_lda_rule_reaches_the_fit_and_an_unknown_rule_is_refused():
         LDPClassifier(multiclass_rule="qda", **VECTORS).fit(x, y)
 
 
+def test_the_split_release_reaches_the_fit_and_informs_every_class():
+    from ldpfda.engine.accountant import BudgetAccountant
+    from ldpfda.privacy.joint import ClassSplitMechanism
+    from ldpfda.server.learners import MomentSplitClassifier, ReleaseMoments
+
+    x, y = _three_classes(3000, 0)
+    accountant = BudgetAccountant(10.0)
+    model = LDPClassifier(
+        epsilon=6.0,
+        multiclass_release="split",
+        accountant=accountant,
+        random_state=0,
+        **VECTORS,
+    ).fit(x, y)
+    assert accountant.spent == 6.0
+    releases = model.result_.privacy["releases"]
+    assert list(releases) == ["class_split_features"]
+    assert releases["class_split_features"]["epsilon"] == 6.0
+    assert model.coef_.shape == (3, 4)
+    assert np.mean(model.predict(x) != y) < 0.35  # chance about 0.67
+    # Without noise every client gives every class its exact row y~_k (1, x): the
+    # protocol's fit is the learner's on those rows, to the last bit.
+    exact = LDPClassifier(
+        epsilon=np.inf, multiclass_release="split", random_state=0, **VECTORS
+    ).fit(x, y)
+    mech = ClassSplitMechanism(epsilon=np.inf, n_features=4, n_classes=3)
+    # The features each client releases: its row as the fitted featurizer scales it.
+    w = np.hstack([np.ones((3000, 1)), exact.featurizer_.transform(x)])
+    blocks = np.where(y[:, None] == np.arange(3), 1.0, -1.0)[:, :, None] * w[:, None]
+    direct = MomentSplitClassifier(n_classes=3, mechanism=mech).fit_moments(
+        ReleaseMoments.of_blocks(blocks, w)
+    )
+    np.testing.assert_array_equal(exact.coef_, direct.coef_)
+    np.testing.assert_array_equal(exact.intercept_, direct.intercept_)
+    with pytest.raises(ValueError, match="multiclass_release must be one of"):
+        LDPClassifier(multiclass_release="sample", **VECTORS).fit(x, y)
+
+
 def test_no_signal_fit_reaches_the_fit_only_where_no_signal_is_detected():
     # Study 1's design, 1000 clients at epsilon 0.5: the fit detects no signal for
     # some noise seeds (3 of these 8). There "average" replaces the fallback on the

@@ -26,11 +26,13 @@ PROTOCOLS = {
     "label-uniform": {"privacy.mechanism": "label-uniform"},
     "label-cluster": {"privacy.mechanism": "label-cluster", "labeldp.n-clusters": 3},
     "label-p2p": {"privacy.mechanism": "label-p2p", "labeldp.n-clusters": 3},
+    # K > 2 only: the label and x released apart (two classes keep y~(1, x)).
+    "default-split": {"privacy.multiclass-release": "split"},
 }
 
 
 @pytest.mark.parametrize("dataset", ["vector", "functional"])
-@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+@pytest.mark.parametrize("protocol", sorted(set(PROTOCOLS) - {"default-split"}))
 def test_both_transports_run_the_same_protocol(run_config, protocol, dataset):
     *_, report = _same_run(
         run_config(SMALL, PROTOCOLS[protocol], {"data.dataset": dataset})
@@ -39,7 +41,13 @@ def test_both_transports_run_the_same_protocol(run_config, protocol, dataset):
 
 
 #: The protocols that take K > 2 classes, on three wearable conditions.
-K_CLASS = ["default-moment", "reference-mrma", "label-uniform", "label-cluster"]
+K_CLASS = [
+    "default-moment",
+    "default-split",
+    "reference-mrma",
+    "label-uniform",
+    "label-cluster",
+]
 
 
 @pytest.mark.parametrize("protocol", [*K_CLASS, "label-p2p"])

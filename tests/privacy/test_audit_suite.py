@@ -27,7 +27,11 @@ from ldpfda.client.protocol import privatize
 from ldpfda.client.release import ClientSetup, release
 from ldpfda.config import Settings
 from ldpfda.labeldp import histogram_sigma, noisy_cluster_histograms
-from ldpfda.privacy.joint import ClassSignedFeatureMechanism, SignedFeatureMechanism
+from ldpfda.privacy.joint import (
+    ClassSignedFeatureMechanism,
+    ClassSplitMechanism,
+    SignedFeatureMechanism,
+)
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import (
@@ -168,6 +172,37 @@ def _joint_classes(epsilon: float, p: int, k: int, amplified: bool = False) -> C
         np.concatenate([[0.0], -np.ones(p)]),
         np.concatenate([[1.0], -np.ones(p)]),
         np.arange(k * (p + 2) - 1) + 0.5,
+        statistic,
+    )
+
+
+def _joint_split(epsilon: float, p: int, k: int, spent: float | None = None) -> Case:
+    r"""The K-class split release: the label by K-ary randomized response at half the
+    epsilon, x by Duchi's mechanism at the other half, rows (label, 1, z).
+
+    (y=0, x=-1) and (y=1, x=+1) differ in the label and sit at opposite corners of
+    the box: the reported label and the number of positive coordinates of z
+    determine the loss. The broken variant spends ``spent`` (the label and x each at
+    the whole epsilon, as if the split were forgotten) while it claims ``epsilon``.
+    """
+    mech = ClassSplitMechanism(
+        epsilon=epsilon if spent is None else spent,
+        n_features=p,
+        n_classes=k,
+        mechanism="duchi",
+    )
+
+    def statistic(z: np.ndarray) -> np.ndarray:
+        return z[:, 0] * (p + 1) + (z[:, 2:] > 0).sum(axis=1)
+
+    label = "" if spent is None else f" spending {spent:g}"
+    return Case(
+        f"joint K={k} label RR + (1,x) duchi split p={p}{label}",
+        epsilon,
+        mech.randomise,
+        np.concatenate([[0.0], -np.ones(p)]),
+        np.concatenate([[1.0], np.ones(p)]),
+        np.arange(k * (p + 1) - 1) + 0.5,
         statistic,
     )
 
@@ -338,6 +373,7 @@ CORRECT = [
     _vector(HybridMechanism, 5.0, 4),
     _joint(1.0, 3),
     _joint_classes(1.0, 3, 3),
+    _joint_split(2.0, 3, 3),
     _privatize(2.0, 3),
     _privatize(2.0, 3, k=3),
     _histogram(1.0),
@@ -369,6 +405,7 @@ BROKEN = [
     ),
     (_memoized(1.0, memoize=False), 2.0),
     (_joint_classes(1.0, 3, 3, amplified=True), math.log1p(3 * math.expm1(1.0))),
+    (_joint_split(1.0, 3, 3, spent=2.0), 2.0),
 ]
 
 
