@@ -11,6 +11,9 @@ of the training and evaluation groups taking part and spending ``epsilon`` in to
   whole epsilon, the K-class moment classifier;
 - ``default_lda``: the same releases (same client streams), the classifier's LDA rule
   (``server.multiclass-rule = "lda"``): a second fit, no second release;
+- ``default_split``: the K-class default with the split release
+  (``privacy.multiclass-release = "split"``): the label by K-ary randomized response
+  and x by Hybrid, half the epsilon each, every client informing every class;
 - ``mrma``: K-class MRMA on the reference release (K-ary randomized response on the
   label), weak models from the training clients, feedback from the evaluators;
 - ``one_vs_rest``: K binary default runs at epsilon / K on the labels 1{y = k}, the
@@ -46,6 +49,7 @@ __all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
 STUDY_METHODS = (
     "default",
     "default_lda",
+    "default_split",
     "mrma",
     "one_vs_rest",
     "non_private",
@@ -85,6 +89,15 @@ def evaluate_kclass(
     )
     default, failed, fallback = default_settings(settings), False, ""
     lda_error = lda_fallback = None
+    # Its own seed: the split release draws other uniforms than the drawn class's.
+    split = release_and_fit(
+        train,
+        evaluation,
+        default.replace(multiclass_release="split"),
+        k,
+        derive_seed(seed, "default-split"),
+        public,
+    )
     try:
         joint = release_and_fit(
             train, evaluation, default, k, derive_seed(seed, "default"), public
@@ -122,6 +135,7 @@ def evaluate_kclass(
     errors = {
         "default": default_error,
         "default_lda": default_error if lda_error is None else lda_error,
+        "default_split": model_error(split.final, *test),
         "mrma": mrma.test_errors["mrma"],
         "one_vs_rest": float(np.mean(scores.argmax(axis=1) != test[1])),
         "non_private": mrma.test_errors["non_private"],
@@ -133,9 +147,11 @@ def evaluate_kclass(
         "default_fit_failed": failed,
         "default_fallback": fallback,
         "default_lda_fallback": lda_fallback,
+        "default_split_fallback": str(split.signal.get("fallback", "")),
         "n_features": int(x_all.shape[1]),
         "spent": {
             "default": default_spent,
+            "default_split": float(split.privacy["max_spent"]),
             "mrma": float(mrma.privacy["max_spent"]),
             "one_vs_rest": spent,
         },

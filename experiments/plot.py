@@ -40,6 +40,7 @@ LABELS = {
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
     "default_lda": "default's releases, LDA rule",
+    "default_split": "default, split release (label RR + x)",
     "one_vs_rest": "one-vs-rest (K default releases at ε/K)",
     "noiseless": "default without noise (ε = ∞)",
     "non_private": "non-private",
@@ -60,6 +61,7 @@ STYLES = {
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
     "default_lda": ("C6", "H", "--"),
+    "default_split": ("#006d2c", "p", "-"),
     "one_vs_rest": ("C1", "d", "-."),
     "noiseless": ("C6", "", ":"),
     "non_private": ("k", "", "--"),
@@ -397,7 +399,14 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
 
 #: Paired differences a study's tables add (runs.jsonl): (study, [(a, b), ...]) for
 #: the per-repeat error of a minus that of b.
-PAIRS = {"kclass": (("one_vs_rest", "default"), ("default_lda", "default"))}
+PAIRS = {
+    "kclass": (
+        ("one_vs_rest", "default"),
+        ("default_lda", "default"),
+        ("default_split", "default"),
+        ("one_vs_rest", "default_split"),
+    )
+}
 
 
 def paired_table(
