@@ -163,7 +163,8 @@ def privatize_joint(
     (:class:`~ldpfda.privacy.joint.ClassSignedFeatureMechanism`): the payload's
     ``classes`` are the draws, its ``releases`` the vectors. With ``design="split"``
     each client releases its label by K-ary randomized response and x by the vector
-    mechanism, half the epsilon each
+    mechanism, the epsilon split between them
+    (:func:`~ldpfda.privacy.joint.split_label_share`)
     (:class:`~ldpfda.privacy.joint.ClassSplitMechanism`): ``classes`` are the reported
     labels, ``releases`` the rows (1, z).
 

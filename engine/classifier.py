@@ -111,7 +111,8 @@ class LDPClassifier(_LocalDPClassifier):
     multiclass_release : {"draw", "split"}
         With K > 2 classes: a class drawn at random and y~_j (1, x) at the whole
         epsilon (default), or the label by K-ary randomized response and x by the
-        vector mechanism, half the epsilon each, so that every client informs every
+        vector mechanism, the epsilon split to minimise the stated variance (half
+        each up to epsilon 5 in the studies), so that every client informs every
         class (``privacy.multiclass-release``; better at large epsilon,
         ``docs/estimators.md``). Ignored with two classes.
     input_type : {"curves", "vectors"}

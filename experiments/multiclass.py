@@ -13,7 +13,8 @@ of the training and evaluation groups taking part and spending ``epsilon`` in to
   (``server.multiclass-rule = "lda"``): a second fit, no second release;
 - ``default_split``: the K-class default with the split release
   (``privacy.multiclass-release = "split"``): the label by K-ary randomized response
-  and x by Hybrid, half the epsilon each, every client informing every class;
+  and x by Hybrid, the epsilon split to minimise the stated variance, every client
+  informing every class;
 - ``mrma``: K-class MRMA on the reference release (K-ary randomized response on the
   label), weak models from the training clients, feedback from the evaluators;
 - ``one_vs_rest``: K binary default runs at epsilon / K on the labels 1{y = k}, the

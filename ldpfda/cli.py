@@ -692,8 +692,8 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         choices=MULTICLASS_RELEASES,
         default=given.multiclass_release,
         help="with three or more labels: a drawn label and y~_j(1, x) at the whole "
-        "epsilon, or the label by randomized response and x apart, half the epsilon "
-        "each (better at large epsilon) (default: "
+        "epsilon, or the label by randomized response and x apart, the epsilon split "
+        "to minimise the variance (better at large epsilon) (default: "
         f"{given.multiclass_release})",
     )
     ref = p.add_argument_group("reference protocol")
@@ -962,7 +962,13 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
         if k > 2 and s.multiclass_release == "split":
-            release = f"its label of {k} by randomized response and x, half each,"
+            from ldpfda.privacy.joint import split_label_share
+
+            share = f"{split_label_share(epsilon, spec.n_features, k):g}"
+            release = (
+                f"its label of {k} by randomized response (share {share} of epsilon) "
+                "and x,"
+            )
         rules = [f"{s.threshold} threshold"] if s.threshold != default.threshold else []
         if s.no_signal_fit != default.no_signal_fit:
             rules.append(f"{s.no_signal_fit} where no signal")

@@ -205,7 +205,8 @@ class Settings:
         "privacy",
         "the K-class (K > 2) joint release: 'draw' (a class drawn at random and "
         "y~_j (1, x) at the whole epsilon) or 'split' (the label by K-ary randomized "
-        "response and x by the vector mechanism, half the epsilon each: every client "
+        "response and x by the vector mechanism, the epsilon split to minimise the "
+        "variance: every client "
         "informs every class; better at large epsilon, docs/estimators.md)",
         choices=MULTICLASS_RELEASES,
     )

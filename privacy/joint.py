@@ -38,7 +38,11 @@ __all__ = [
     "ClassSplitMechanism",
     "SignedFeatureMechanism",
     "signed_features",
+    "split_label_share",
 ]
+
+#: The label shares :func:`split_label_share` chooses from.
+LABEL_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
 def signed_features(
@@ -259,10 +263,36 @@ class ClassSignedFeatureMechanism(_JointRelease):
         return (self.n_classes * (inner + u**2) - u**2).reshape(u.shape[0], -1)
 
 
+def split_label_share(
+    epsilon: float, n_features: int, n_classes: int, mechanism: str = "hybrid"
+) -> float:
+    r"""The share of epsilon on the label that minimises the split release's stated
+    variance (:meth:`ClassSplitMechanism.variance`, summed over the K (p + 1) entries)
+    for a client at the box's root mean square, :math:`|x_l| = 1/\sqrt 3`, among
+    :data:`LABEL_SHARES` (the first of equal ones). The sum does not depend on the
+    label, and the choice only on public quantities, so every client and the server
+    make it alike."""
+    row = np.r_[0.0, np.full(n_features, 1.0 / np.sqrt(3.0))][None, :]
+    totals = [
+        ClassSplitMechanism(
+            epsilon=epsilon,
+            n_features=n_features,
+            n_classes=n_classes,
+            mechanism=mechanism,
+            label_share=share,
+        )
+        .variance(row)
+        .sum()
+        for share in LABEL_SHARES
+    ]
+    return LABEL_SHARES[int(np.argmin(totals))]
+
+
 class ClassSplitMechanism(Mechanism):
     r"""One release per client of K > 2 classes that every class's moment uses: the
     label by K-ary randomized response at ``label_share`` of epsilon, and x by the
-    vector ``mechanism`` at the rest, each from the client's own stream.
+    vector ``mechanism`` at the rest, each from the client's own stream. By default
+    (None) the share minimises the stated variance (:func:`split_label_share`).
 
     Sequential composition: the pair is epsilon-LDP. With :math:`\tilde\jmath` the
     reported label, :math:`R_k = (1\{\tilde\jmath = k\} - q)/(p - q)` (p, q the
@@ -299,11 +329,15 @@ class ClassSplitMechanism(Mechanism):
         n_features: int,
         n_classes: int,
         mechanism: str = "hybrid",
-        label_share: float = 0.5,
+        label_share: float | None = None,
     ) -> None:
         super().__init__(epsilon=epsilon)
         self.n_features = check_int(n_features, "n_features", minimum=1)
         self.n_classes = check_int(n_classes, "n_classes", minimum=3, maximum=127)
+        if label_share is None:
+            label_share = split_label_share(
+                self.epsilon, self.n_features, self.n_classes, mechanism
+            )
         if not 0.0 < label_share < 1.0:
             raise ValueError(f"label_share must be in (0, 1), got {label_share!r}")
         self.label_share = float(label_share)

@@ -10,6 +10,7 @@ from ldpfda.privacy.joint import (
     ClassSignedFeatureMechanism,
     ClassSplitMechanism,
     SignedFeatureMechanism,
+    split_label_share,
 )
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema.releases import joint_mechanism
@@ -180,8 +181,12 @@ def test_the_split_release_spends_its_epsilon_once_in_two_halves():
     assert ledger.spent(0) == 4.0 and len(ledger.entries) == 1
     event = ledger.entries[0].event
     assert event.mechanism == "class_split_features"
-    assert event.as_dict()["label_share"] == 0.5
     mech = payload.release_mechanism()
+    assert (
+        event.as_dict()["label_share"]
+        == mech.label_share
+        == split_label_share(4.0, 2, k)
+    )
     assert isinstance(mech, ClassSplitMechanism)
     assert mech.labels.epsilon + mech.inner.epsilon == 4.0
     # The reported label keeps the truth at randomized response's rate.
@@ -222,3 +227,30 @@ def test_the_class_moments_errors_follow_the_stated_variances(epsilon, split_bet
         assert abs(got.mean() - stated) <= Z * got.std(ddof=1) / np.sqrt(got.size)
         errors[design] = got.mean()
     assert (errors["split"] < errors["draw"]) == split_better
+
+
+def test_the_split_s_label_share_minimises_the_stated_variance():
+    # Evaluated at the box's root mean square, from public quantities only; the
+    # variance sum does not depend on the label.
+    row = np.r_[0.0, np.full(10, 1 / np.sqrt(3))][None, :]
+    for epsilon in (1.0, 5.0, 10.0):
+        chosen = split_label_share(epsilon, 10, 3)
+        totals = {
+            share: ClassSplitMechanism(
+                epsilon=epsilon, n_features=10, n_classes=3, label_share=share
+            )
+            .variance(row)
+            .sum()
+            for share in (0.05, 0.25, 0.35, 0.5, 0.65, 0.95)
+        }
+        best = totals[min(totals, key=totals.get)]
+        mech = ClassSplitMechanism(epsilon=epsilon, n_features=10, n_classes=3)
+        assert mech.label_share == chosen
+        assert mech.variance(row).sum() <= best
+        other = row.copy()
+        other[0, 0] = 2.0
+        np.testing.assert_allclose(
+            mech.variance(other).sum(), mech.variance(row).sum(), rtol=1e-12
+        )
+    # At epsilon 10 Hybrid reports more coordinates when x gets more of the budget.
+    assert split_label_share(10.0, 10, 3) < 0.5
