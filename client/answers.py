@@ -32,7 +32,7 @@ from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import FeedbackBit
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import ERROR_REQUEST, Request
-from ldpfda.schema.releases import P2P_RR, PRIOR_RR, UNIFORM_RR
+from ldpfda.schema.releases import P2P_RR, PRIOR_RR, UNIFORM_RR, multiclass_design
 
 __all__ = ["ClientBatch", "Refusal", "answer", "release_index"]
 
@@ -125,6 +125,8 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
     k = catalog.request_classes(request)
     if s.joint_release:
         design = s.multiclass_release
+        if k > 2 and design == "auto":
+            design = multiclass_design(s.epsilon, x.shape[1], k, s.vector_mechanism)
         name = (
             SignedFeatureMechanism
             if k == 2

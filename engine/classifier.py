@@ -108,13 +108,14 @@ class LDPClassifier(_LocalDPClassifier):
         linear discriminant analysis from the same moments, which does not mask a
         class that lies between others (``server.multiclass-rule``;
         ``docs/estimators.md``, "K classes"). Ignored with two classes.
-    multiclass_release : {"draw", "split"}
+    multiclass_release : {"auto", "draw", "split"}
         With K > 2 classes: a class drawn at random and y~_j (1, x) at the whole
-        epsilon (default), or the label by K-ary randomized response and x by the
-        vector mechanism, the epsilon split to minimise the stated variance (half
-        each up to epsilon 5 in the studies), so that every client informs every
-        class (``privacy.multiclass-release``; better at large epsilon,
-        ``docs/estimators.md``). Ignored with two classes.
+        epsilon ("draw"), the label by K-ary randomized response and x by the vector
+        mechanism, the epsilon split to minimise the stated variance, so that every
+        client informs every class ("split"), or the one of the two with the smaller
+        stated variance ("auto", default: split from epsilon 3.25 to 4.5 on, by K and
+        p; ``privacy.multiclass-release``, ``docs/estimators.md``). Ignored with two
+        classes.
     input_type : {"curves", "vectors"}
         How a plain 2-D array is read: curves sampled on ``grid_points`` (default), or
         feature vectors already in [-1, 1] (values outside are clipped to it, as each
@@ -181,7 +182,7 @@ class LDPClassifier(_LocalDPClassifier):
         threshold: str = "posterior",
         no_signal_fit: str = "average",
         multiclass_rule: str = "least-squares",
-        multiclass_release: str = "draw",
+        multiclass_release: str = "auto",
         input_type: str = "curves",
         spec: FederationSpec | str | None = None,
         featurizer: Featurizer | None = None,

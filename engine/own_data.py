@@ -393,7 +393,7 @@ def fit_own(
     threshold: str = "posterior",
     no_signal_fit: str = "average",
     multiclass_rule: str = "least-squares",
-    multiclass_release: str = "draw",
+    multiclass_release: str = "auto",
     record_seed: bool = True,
     spec_text: str | None = None,
 ) -> OwnFit:

@@ -1,5 +1,5 @@
 """Driver of the K-class study (issue 17): real multi-class curves and the wearable
-default with K conditions, five columns at the same per-client budget.
+default with K conditions, the columns below at the same per-client budget.
 
 A real data set (:data:`~ldpfda.datasets.real.REAL_DATASETS`, K-class names) is split
 by the real-data study's rule (:func:`~ldpfda.experiments.realdata.split_real`); the
@@ -8,13 +8,15 @@ drawn as the synthetic studies draw it. Columns (:data:`STUDY_METHODS`), every c
 of the training and evaluation groups taking part and spending ``epsilon`` in total:
 
 - ``default``: the K-class default protocol, one joint release per client at its
-  whole epsilon, the K-class moment classifier;
+  whole epsilon (``privacy.multiclass-release = "auto"``: the drawn class or the split
+  release, whichever has the smaller stated variance), the K-class moment classifier;
 - ``default_lda``: the same releases (same client streams), the classifier's LDA rule
   (``server.multiclass-rule = "lda"``): a second fit, no second release;
-- ``default_split``: the K-class default with the split release
-  (``privacy.multiclass-release = "split"``): the label by K-ary randomized response
-  and x by Hybrid, the epsilon split to minimise the stated variance, every client
-  informing every class;
+- ``default_draw`` and ``default_split``: the default with each release on the same
+  client streams (``"draw"``: a drawn class j and y~_j (1, x); ``"split"``: the label
+  by K-ary randomized response and x by Hybrid, the epsilon split to minimise the
+  stated variance, every client informing every class); ``default`` is one of them
+  to the last bit;
 - ``mrma``: K-class MRMA on the reference release (K-ary randomized response on the
   label), weak models from the training clients, feedback from the evaluators;
 - ``one_vs_rest``: K binary default runs at epsilon / K on the labels 1{y = k}, the
@@ -23,7 +25,7 @@ of the training and evaluation groups taking part and spending ``epsilon`` in to
   clients;
 - ``majority``: the class most frequent among the clients' labels.
 
-Both joint-release columns take the feature second moment from the public
+The joint-release columns take the feature second moment from the public
 calibration rows (real data) or the public sample (wearable).
 """
 
@@ -42,6 +44,7 @@ from ldpfda.experiments.kclass import one_vs_rest, release_and_fit
 from ldpfda.experiments.realdata import SplitRule, split_real
 from ldpfda.experiments.synthetic import draw_repeat
 from ldpfda.privacy.random import derive_seed
+from ldpfda.schema.releases import multiclass_design
 from ldpfda.server.fitting import model_error
 
 __all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
@@ -50,6 +53,7 @@ __all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
 STUDY_METHODS = (
     "default",
     "default_lda",
+    "default_draw",
     "default_split",
     "mrma",
     "one_vs_rest",
@@ -88,41 +92,23 @@ def evaluate_kclass(
         keep_payload=False,
         n_classes=k,
     )
-    default, failed, fallback = default_settings(settings), False, ""
-    lda_error = lda_fallback = None
-    # Its own seed: the split release draws other uniforms than the drawn class's.
-    split = release_and_fit(
-        train,
-        evaluation,
-        default.replace(multiclass_release="split"),
-        k,
-        derive_seed(seed, "default-split"),
-        public,
-    )
-    try:
-        joint = release_and_fit(
-            train, evaluation, default, k, derive_seed(seed, "default"), public
-        )
-        default_error = model_error(joint.final, *test)
-        default_spent = float(joint.privacy["max_spent"])
-        fallback = str(joint.signal.get("fallback", ""))
-        lda = release_and_fit(
+    default = default_settings(settings)
+    # Both K-class releases on the same client streams; the default ("auto") is the
+    # one of them with the smaller stated variance, the same numbers to the last bit.
+    chosen = multiclass_design(settings.epsilon, x_all.shape[1], k, "hybrid")
+    fits = {
+        design: _default_fit(
             train,
             evaluation,
-            default.replace(multiclass_rule="lda"),
+            test,
+            default.replace(multiclass_release=design),
             k,
             derive_seed(seed, "default"),
             public,
         )
-        lda_error = model_error(lda.final, *test)
-        lda_fallback = str(lda.signal.get("fallback", ""))
-    except ValueError as exc:
-        # The moment classifier gives a class drawn by fewer than 2 clients the
-        # common score, and refuses only when no class is drawn twice: no model, so
-        # a uniform guess (expected error 1 - 1/K); every client has released.
-        if "must be drawn" not in str(exc):
-            raise
-        default_error, default_spent, failed = 1.0 - 1.0 / k, settings.epsilon, True
+        for design in ("draw", "split")
+    }
+    fit = fits[chosen]
     scores, spent = one_vs_rest(
         train,
         evaluation,
@@ -134,9 +120,10 @@ def evaluate_kclass(
     )
     majority = int(np.argmax(np.bincount(y_all, minlength=k)))
     errors = {
-        "default": default_error,
-        "default_lda": default_error if lda_error is None else lda_error,
-        "default_split": model_error(split.final, *test),
+        "default": fit["error"],
+        "default_lda": fit["lda_error"],
+        "default_draw": fits["draw"]["error"],
+        "default_split": fits["split"]["error"],
         "mrma": mrma.test_errors["mrma"],
         "one_vs_rest": float(np.mean(scores.argmax(axis=1) != test[1])),
         "non_private": mrma.test_errors["non_private"],
@@ -145,19 +132,63 @@ def evaluate_kclass(
     extra = {
         "n_classes": k,
         "majority_class": majority,
-        "default_fit_failed": failed,
-        "default_fallback": fallback,
-        "default_lda_fallback": lda_fallback,
-        "default_split_fallback": str(split.signal.get("fallback", "")),
+        "default_release": chosen,
+        "default_fit_failed": fit["failed"],
+        "default_fallback": fit["fallback"],
+        "default_lda_fallback": fit["lda_fallback"],
+        "default_draw_fallback": fits["draw"]["fallback"],
+        "default_split_fallback": fits["split"]["fallback"],
         "n_features": int(x_all.shape[1]),
         "spent": {
-            "default": default_spent,
-            "default_split": float(split.privacy["max_spent"]),
+            "default": fit["spent"],
+            "default_draw": fits["draw"]["spent"],
+            "default_split": fits["split"]["spent"],
             "mrma": float(mrma.privacy["max_spent"]),
             "one_vs_rest": spent,
         },
     }
     return errors, extra
+
+
+def _default_fit(
+    train: ArrayClients,
+    evaluation: ArrayClients,
+    test: tuple[NDArray[np.float64], NDArray[np.int8]],
+    settings: Settings,
+    k: int,
+    seed: int,
+    public: NDArray[np.float64],
+) -> dict[str, Any]:
+    """The default protocol's K-class release under ``settings`` and its fit, with
+    both rules on the same releases: test errors, the most spent, the fallbacks."""
+    try:
+        joint = release_and_fit(train, evaluation, settings, k, seed, public)
+        lda = release_and_fit(
+            train, evaluation, settings.replace(multiclass_rule="lda"), k, seed, public
+        )
+    except ValueError as exc:
+        # The moment classifier gives a class drawn by fewer than 2 clients the
+        # common score, and refuses only when no class is drawn twice: no model, so
+        # a uniform guess (expected error 1 - 1/K); every client has released.
+        if "must be drawn" not in str(exc):
+            raise
+        guess = 1.0 - 1.0 / k
+        return {
+            "error": guess,
+            "lda_error": guess,
+            "spent": settings.epsilon,
+            "fallback": "",
+            "lda_fallback": None,
+            "failed": True,
+        }
+    return {
+        "error": model_error(joint.final, *test),
+        "lda_error": model_error(lda.final, *test),
+        "spent": float(joint.privacy["max_spent"]),
+        "fallback": str(joint.signal.get("fallback", "")),
+        "lda_fallback": str(lda.signal.get("fallback", "")),
+        "failed": False,
+    }
 
 
 def run_point(

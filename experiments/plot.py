@@ -40,6 +40,7 @@ LABELS = {
     "gaussian": "Flower-style Gaussian",
     "default": "ldpfda default (joint hybrid + moment)",
     "default_lda": "default's releases, LDA rule",
+    "default_draw": "default, drawn-class release",
     "default_split": "default, split release (label RR + x)",
     "one_vs_rest": "one-vs-rest (K default releases at ε/K)",
     "noiseless": "default without noise (ε = ∞)",
@@ -61,7 +62,8 @@ STYLES = {
     "gaussian": ("C8", "X", "-"),
     "default": ("C6", "h", "-"),
     "default_lda": ("C6", "H", "--"),
-    "default_split": ("#006d2c", "p", "-"),
+    "default_draw": ("#8c510a", "v", ":"),
+    "default_split": ("#006d2c", "p", ":"),
     "one_vs_rest": ("C1", "d", "-."),
     "noiseless": ("C6", "", ":"),
     "non_private": ("k", "", "--"),
@@ -403,8 +405,8 @@ PAIRS = {
     "kclass": (
         ("one_vs_rest", "default"),
         ("default_lda", "default"),
+        ("default_draw", "default"),
         ("default_split", "default"),
-        ("one_vs_rest", "default_split"),
     )
 }
 

@@ -52,8 +52,14 @@ DRIVERS = ("synthetic", "real", "kclass")
 #: Drivers whose [grid] datasets take per-data-set settings and the [split] rule.
 SPLIT_DRIVERS = ("real", "kclass")
 #: Methods a summary may hold: every study's, then the K-class study's one-vs-rest,
-#: its default releases under the LDA rule and the split release.
-SUMMARY_METHODS = (*ALL_METHODS, "one_vs_rest", "default_lda", "default_split")
+#: its default releases under the LDA rule and the default's two K-class releases.
+SUMMARY_METHODS = (
+    *ALL_METHODS,
+    "one_vs_rest",
+    "default_lda",
+    "default_draw",
+    "default_split",
+)
 
 Task = dict[str, Any]
 

@@ -101,7 +101,7 @@ NO_SIGNAL_FITS = ("fallback", "average")
 #: The K-class moment classifier's decision rule (``MomentMulticlassClassifier``).
 MULTICLASS_RULES = ("least-squares", "lda")
 #: The K-class joint release (``ldpfda.schema.releases.joint_mechanism``).
-MULTICLASS_RELEASES = ("draw", "split")
+MULTICLASS_RELEASES = ("auto", "draw", "split")
 WEAK_LEARNERS = ("auto", "logistic", "svm", "moment", "natarajan")
 
 
@@ -201,13 +201,14 @@ class Settings:
         choices=MULTICLASS_RULES,
     )
     multiclass_release: str = setting(
-        "draw",
+        "auto",
         "privacy",
         "the K-class (K > 2) joint release: 'draw' (a class drawn at random and "
-        "y~_j (1, x) at the whole epsilon) or 'split' (the label by K-ary randomized "
+        "y~_j (1, x) at the whole epsilon), 'split' (the label by K-ary randomized "
         "response and x by the vector mechanism, the epsilon split to minimise the "
-        "variance: every client "
-        "informs every class; better at large epsilon, docs/estimators.md)",
+        "variance: every client informs every class) or 'auto' (the one of the two "
+        "with the smaller stated variance: split from epsilon 3.25 to 4.5 on, by K "
+        "and p; docs/estimators.md)",
         choices=MULTICLASS_RELEASES,
     )
     label_share: float | None = setting(

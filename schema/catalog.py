@@ -21,6 +21,7 @@ from ldpfda.schema.releases import (
     evaluation_events,
     joint_mechanism,
     label_event,
+    multiclass_design,
     p2p_relay_event,
     prior_groups,
     training_mechanisms,
@@ -148,7 +149,12 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
-            what = "reported label" if settings.multiclass_release == "split" else ""
+            design = settings.multiclass_release
+            if design == "auto":
+                design = multiclass_design(
+                    settings.epsilon, n_features, n_classes, settings.vector_mechanism
+                )
+            what = "reported label" if design == "split" else ""
             describe = f"{what or 'drawn class'} must be in {{0, ..., {n_classes - 1}}}"
             reply = (
                 _categorical("payload", "class", "int64", "label", describe, n_classes),

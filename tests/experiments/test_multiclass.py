@@ -59,10 +59,14 @@ def test_every_column_on_basic_motions_spends_epsilon(no_network):
     for spent in extra["spent"].values():
         assert abs(spent - 5.0) < 1e-12
     assert not extra["default_fit_failed"]
-    # 32 training clients of 4 classes: one class's estimated share is not
-    # positive, so the LDA rule keeps least squares on the same releases and says so.
-    assert "no positive estimated share" in extra["default_lda_fallback"]
-    assert errors["default_lda"] == errors["default"]
+    # With 4 classes and 12 features the split release has the smaller stated
+    # variance at epsilon 5, the drawn class at epsilon 2: the default is that
+    # release's column to the last bit (the same client streams).
+    assert extra["default_release"] == "split"
+    assert errors["default"] == errors["default_split"] != errors["default_draw"]
+    low, low_extra = run_point(_real_settings(2.0, 2, 2), 0, dataset="BasicMotions-K")
+    assert low_extra["default_release"] == "draw"
+    assert low["default"] == low["default_draw"]
     # Deterministic: the same repeat gives the same numbers.
     again, _ = run_point(_real_settings(5.0, 2, 2), 0, dataset="BasicMotions-K")
     assert again == errors

@@ -65,7 +65,7 @@ def test_a_three_class_run_on_flower_is_the_in_process_run(runs):
     np.testing.assert_array_equal(flower.final.coef, local.final.coef)
     np.testing.assert_array_equal(flower.final.intercept, local.final.intercept)
     assert flower.test_errors["moment"] == local.test_errors["moment"]
-    # One class_signed_features release per client, at the run's epsilon.
+    # One K-class release per client, at the run's epsilon.
     assert flower.privacy["releases"] == local.privacy["releases"]
     assert flower.privacy["max_spent"] == local.privacy["max_spent"] == 5.0
     assert report["participation"]["rejections"] == []
@@ -76,8 +76,9 @@ def test_a_three_class_run_on_flower_is_the_in_process_run(runs):
     np.testing.assert_array_equal(saved["intercept"], flower.final.intercept)
 
 
-def test_each_node_records_one_class_signed_release_at_the_runs_epsilon(runs):
+def test_each_node_records_one_k_class_release_at_the_runs_epsilon(runs):
     from ldpfda.client.node import load_ledger
+    from ldpfda.schema.releases import multiclass_design
 
     *_, config = runs
     settings, _ = parse_run_config(config)
@@ -85,11 +86,15 @@ def test_each_node_records_one_class_signed_release_at_the_runs_epsilon(runs):
     reply = _privatize(context, 3)
     assert not reply.has_error(), reply.error.reason
     events = load_ledger(context, 4, settings.epsilon).entries
+    # At epsilon 5 with 3 classes and 10 features the split release has the smaller
+    # stated variance ("auto"): the label by randomized response, then (1, z).
+    assert multiclass_design(settings.epsilon, 10, 3) == "split"
     assert [(e.event.mechanism, e.event.epsilon) for e in events] == [
-        ("class_signed_features", settings.epsilon)
+        ("class_split_features", settings.epsilon)
     ]
-    drawn = reply.content.array_records["payload"]["class"].numpy()
-    assert int(drawn.reshape(-1)[0]) in (0, 1, 2)
+    payload = reply.content.array_records["payload"]
+    assert int(payload["class"].numpy().reshape(-1)[0]) in (0, 1, 2)
+    assert payload["releases"].numpy().reshape(-1)[0] == 1.0
 
 
 def test_a_node_refuses_a_query_for_fewer_classes_than_its_labels(runs):

@@ -254,3 +254,26 @@ def test_the_split_s_label_share_minimises_the_stated_variance():
         )
     # At epsilon 10 Hybrid reports more coordinates when x gets more of the budget.
     assert split_label_share(10.0, 10, 3) < 0.5
+
+
+@pytest.mark.parametrize(("k", "p"), [(3, 10), (4, 12), (10, 12)])
+def test_auto_takes_the_release_of_smaller_stated_variance(k, p):
+    from ldpfda.schema.releases import multiclass_design
+
+    row = np.r_[0.0, np.full(p, 1 / np.sqrt(3))][None, :]
+    for epsilon in (0.5, 1.0, 2.0, 3.0, 5.0, 10.0):
+        draw, split = (
+            joint_mechanism(epsilon, p, "hybrid", k, d).variance(row).sum()
+            for d in ("draw", "split")
+        )
+        chosen = multiclass_design(epsilon, p, k)
+        assert chosen == ("split" if split < draw else "draw")
+        mech = joint_mechanism(epsilon, p, "hybrid", k, "auto")
+        assert type(mech) is type(joint_mechanism(epsilon, p, "hybrid", k, chosen))
+    # Small epsilon: randomized response on K labels at a share of it says little.
+    assert multiclass_design(2.0, p, k) == "draw"
+    assert multiclass_design(5.0, p, k) == multiclass_design(10.0, p, k) == "split"
+    # Two classes keep the binary release whatever the design.
+    assert isinstance(
+        joint_mechanism(5.0, p, "hybrid", 2, "auto"), SignedFeatureMechanism
+    )
