@@ -691,9 +691,10 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         "--multiclass-release",
         choices=MULTICLASS_RELEASES,
         default=given.multiclass_release,
-        help="with three or more labels: a drawn label and y~_j(1, x) at the whole "
-        "epsilon, or the label by randomized response and x apart, the epsilon split "
-        "to minimise the variance (better at large epsilon) (default: "
+        help="with three or more labels: 'draw' (a drawn label and y~_j(1, x) at the "
+        "whole epsilon), 'split' (the label by randomized response and x apart, the "
+        "epsilon split to minimise the variance) or 'auto' (the one of smaller stated "
+        "variance: split from epsilon 3.25 to 4.5 on) (default: "
         f"{given.multiclass_release})",
     )
     ref = p.add_argument_group("reference protocol")
@@ -961,7 +962,12 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
     if protocol == "default":
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
-        if k > 2 and s.multiclass_release == "split":
+        design = s.multiclass_release
+        if k > 2 and design == "auto":
+            from ldpfda.schema.releases import multiclass_design
+
+            design = multiclass_design(epsilon, spec.n_features, k)
+        if k > 2 and design == "split":
             from ldpfda.privacy.joint import split_label_share
 
             share = f"{split_label_share(epsilon, spec.n_features, k):g}"
