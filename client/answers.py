@@ -22,17 +22,12 @@ from ldpfda.client.labeldp_protocol import (
 )
 from ldpfda.client.protocol import answer_evaluation, privatize, privatize_joint
 from ldpfda.config import Settings
-from ldpfda.privacy.joint import (
-    ClassSignedFeatureMechanism,
-    ClassSplitMechanism,
-    SignedFeatureMechanism,
-)
 from ldpfda.privacy.laplace import LaplaceMechanism
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.privacy.randomized_response import FeedbackBit
 from ldpfda.schema import catalog
 from ldpfda.schema.queries import ERROR_REQUEST, Request
-from ldpfda.schema.releases import P2P_RR, PRIOR_RR, UNIFORM_RR, multiclass_design
+from ldpfda.schema.releases import P2P_RR, PRIOR_RR, UNIFORM_RR, joint_mechanism
 
 __all__ = ["ClientBatch", "Refusal", "answer", "release_index"]
 
@@ -125,14 +120,8 @@ def _privatize(batch: ClientBatch, request: Request, s: Settings) -> dict[str, N
     k = catalog.request_classes(request)
     if s.joint_release:
         design = s.multiclass_release
-        if k > 2 and design == "auto":
-            design = multiclass_design(s.epsilon, x.shape[1], k, s.vector_mechanism)
-        name = (
-            SignedFeatureMechanism
-            if k == 2
-            else ClassSplitMechanism
-            if design == "split"
-            else ClassSignedFeatureMechanism
+        name = joint_mechanism(
+            s.epsilon, x.shape[1], s.vector_mechanism, k, design
         ).name
         joint = privatize_joint(
             x,

@@ -962,15 +962,13 @@ def _print_release(fit: Any, spec: Any, protocol: str, epsilon: float) -> None:
     if protocol == "default":
         k = len(spec.labels)
         release = "y~(1, x)" if k == 2 else f"a drawn class j of {k} and y~_j(1, x)"
-        design = s.multiclass_release
-        if k > 2 and design == "auto":
-            from ldpfda.schema.releases import multiclass_design
+        from ldpfda.schema.releases import joint_mechanism
 
-            design = multiclass_design(epsilon, spec.n_features, k)
-        if k > 2 and design == "split":
-            from ldpfda.privacy.joint import split_label_share
-
-            share = f"{split_label_share(epsilon, spec.n_features, k):g}"
+        mech = joint_mechanism(
+            epsilon, spec.n_features, "hybrid", k, s.multiclass_release
+        )
+        share = getattr(mech, "label_share", None)  # the split release's
+        if share is not None:
             release = (
                 f"its label of {k} by randomized response (share {share} of epsilon) "
                 "and x,"

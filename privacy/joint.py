@@ -17,6 +17,7 @@ that every client informs every class's moment (no draw).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -263,6 +264,7 @@ class ClassSignedFeatureMechanism(_JointRelease):
         return (self.n_classes * (inner + u**2) - u**2).reshape(u.shape[0], -1)
 
 
+@functools.lru_cache(maxsize=256)
 def split_label_share(
     epsilon: float, n_features: int, n_classes: int, mechanism: str = "hybrid"
 ) -> float:
@@ -371,21 +373,16 @@ class ClassSplitMechanism(Mechanism):
         """(reported label, (1, z)) of a batch of clients: the label's uniforms first,
         then the vector's, from the same stream."""
         source = as_source(rng)
-        x = check_finite_array(features, "features", ndim=2)
         y = check_class_labels(labels, self.n_classes)
-        if x.shape[1] != self.n_features or y.size != x.shape[0]:
+        # (1, x) checked to lie in the box and clipped, as the joint releases take it.
+        w = _signed(features, np.ones(y.size))
+        if w.shape[1] != self.dimension:
             raise ValueError(
-                f"features must have shape (n, {self.n_features}) with one label a "
-                f"row, got {x.shape} and {y.size} labels"
-            )
-        if np.any(np.abs(x) > 1.0 + 1e-12):
-            raise ValueError(
-                "features must be rescaled into [-1, 1], got max |x| = "
-                f"{np.abs(x).max():.6g}"
+                f"features must have {self.n_features} columns, got {w.shape[1] - 1}"
             )
         reported = self.labels.randomise(y, source)
-        z = self.inner.randomise(np.clip(x, -1.0, 1.0), source)
-        return reported, np.hstack([np.ones((x.shape[0], 1)), z])
+        z = self.inner.randomise(w[:, 1:], source)
+        return reported, np.hstack([w[:, :1], z])
 
     def randomise(
         self, values: ArrayLike, rng: RandomLike = None

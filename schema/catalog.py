@@ -15,13 +15,13 @@ from numpy.typing import NDArray
 
 from ldpfda.config import Settings
 from ldpfda.privacy.base import ReleaseEvent
+from ldpfda.privacy.joint import ClassSplitMechanism
 from ldpfda.schema.queries import ArraySpec, Cost, Query, Request
 from ldpfda.schema.releases import (
     check_priors,
     evaluation_events,
     joint_mechanism,
     label_event,
-    multiclass_design,
     p2p_relay_event,
     prior_groups,
     training_mechanisms,
@@ -149,13 +149,10 @@ def privatize_query(settings: Settings, n_features: int, n_classes: int = 2) -> 
             ArraySpec("payload", "releases", "float64", (n_features + 1,), low, high),
         )
         if n_classes > 2:
-            design = settings.multiclass_release
-            if design == "auto":
-                design = multiclass_design(
-                    settings.epsilon, n_features, n_classes, settings.vector_mechanism
-                )
-            what = "reported label" if design == "split" else ""
-            describe = f"{what or 'drawn class'} must be in {{0, ..., {n_classes - 1}}}"
+            what = "drawn class"
+            if isinstance(mechanisms[0], ClassSplitMechanism):
+                what = "reported label"
+            describe = f"{what} must be in {{0, ..., {n_classes - 1}}}"
             reply = (
                 _categorical("payload", "class", "int64", "label", describe, n_classes),
                 *reply,

@@ -57,6 +57,7 @@ P2P_RR = "peer_to_peer_rr"
 _UNIFORM_TOL = 1e-12
 
 
+@functools.lru_cache(maxsize=256)
 def multiclass_design(
     epsilon: float, n_features: int, n_classes: int, mechanism: str = "hybrid"
 ) -> str:

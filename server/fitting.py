@@ -183,20 +183,14 @@ def make_learner(
     if isinstance(payload, JointPayload):
         mech = payload.release_mechanism()
         inner = mech.inner
-        if isinstance(mech, ClassSplitMechanism):
-            return MomentSplitClassifier(
-                n_classes=payload.n_classes,
-                public=rows,
-                mechanism=mech,
-                threshold=settings.threshold,
-                no_signal_fit=settings.no_signal_fit,
-                rule=settings.multiclass_rule,
-            )
         if payload.n_classes > 2:
-            return MomentMulticlassClassifier(
+            # The split learner takes the whole release (its label's probabilities).
+            split = isinstance(mech, ClassSplitMechanism)
+            fitter = MomentSplitClassifier if split else MomentMulticlassClassifier
+            return fitter(
                 n_classes=payload.n_classes,
                 public=rows,
-                mechanism=inner,
+                mechanism=mech if split else inner,
                 threshold=settings.threshold,
                 no_signal_fit=settings.no_signal_fit,
                 rule=settings.multiclass_rule,
