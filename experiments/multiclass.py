@@ -25,6 +25,13 @@ of the training and evaluation groups taking part and spending ``epsilon`` in to
   clients;
 - ``majority``: the class most frequent among the clients' labels.
 
+Each run also records every column's balanced error (``extra["balanced"]``: the mean
+over the test rows' classes of the error within the class) and a uniform guess's,
+1 - 1/K. A predictor that does not look at the curves has balanced error 1 - 1/K in
+expectation whatever classes it favours, while its plain error rewards favouring the
+classes that are rare among the clients: the real sets' rows split without
+replacement, so a class rare in the federation is frequent in the test rows.
+
 The joint-release columns take the feature second moment from the public
 calibration rows (real data) or the public sample (wearable).
 """
@@ -34,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ldpfda.config import Settings
 from ldpfda.engine import run_protocol
@@ -44,10 +51,11 @@ from ldpfda.experiments.kclass import one_vs_rest, release_and_fit
 from ldpfda.experiments.realdata import SplitRule, split_real
 from ldpfda.experiments.synthetic import draw_repeat
 from ldpfda.privacy.random import derive_seed
+from ldpfda.schema.payloads import LinearModels
 from ldpfda.schema.releases import multiclass_design
 from ldpfda.server.fitting import model_error
 
-__all__ = ["STUDY_METHODS", "evaluate_kclass", "run_point"]
+__all__ = ["STUDY_METHODS", "balanced_error", "evaluate_kclass", "run_point"]
 
 #: The study's columns, in table order.
 STUDY_METHODS = (
@@ -119,6 +127,16 @@ def evaluate_kclass(
         public=public,
     )
     majority = int(np.argmax(np.bincount(y_all, minlength=k)))
+    predicted = {
+        "default": _classes(fit["model"], test[0]),
+        "default_lda": _classes(fit["lda_model"], test[0]),
+        "default_draw": _classes(fits["draw"]["model"], test[0]),
+        "default_split": _classes(fits["split"]["model"], test[0]),
+        "mrma": _classes(mrma.final, test[0]),
+        "one_vs_rest": scores.argmax(axis=1),
+        "non_private": _classes(mrma.baselines["non_private"], test[0]),
+        "majority": np.full(len(test[1]), majority),
+    }
     errors = {
         "default": fit["error"],
         "default_lda": fit["lda_error"],
@@ -131,6 +149,10 @@ def evaluate_kclass(
     }
     extra = {
         "n_classes": k,
+        "balanced": {
+            **{m: balanced_error(p, test[1], k) for m, p in predicted.items()},
+            "guess": 1.0 - 1.0 / k,
+        },
         "majority_class": majority,
         "default_release": chosen,
         "default_fit_failed": fit["failed"],
@@ -180,6 +202,8 @@ def _default_fit(
             "fallback": "",
             "lda_fallback": None,
             "failed": True,
+            "model": None,
+            "lda_model": None,
         }
     return {
         "error": model_error(joint.final, *test),
@@ -188,7 +212,34 @@ def _default_fit(
         "fallback": str(joint.signal.get("fallback", "")),
         "lda_fallback": str(lda.signal.get("fallback", "")),
         "failed": False,
+        "model": joint.final,
+        "lda_model": lda.final,
     }
+
+
+def _classes(model: LinearModels | None, x: NDArray[np.float64]) -> NDArray[np.intp]:
+    """The class of the largest score of a K-row model; -1 (no class) without one."""
+    if model is None:
+        return np.full(len(x), -1)
+    return np.argmax(model.decision_function(x), axis=1)
+
+
+def balanced_error(predicted: ArrayLike, y: ArrayLike, n_classes: int) -> float:
+    """Mean over the classes present in ``y`` of the error within the class.
+
+    A prediction of no class (-1) counts as a uniform guess, 1 - 1/K.
+    """
+    predicted, y = np.asarray(predicted), np.asarray(y)
+    errors = [
+        np.mean(
+            np.where(
+                predicted[y == c] < 0, 1.0 - 1.0 / n_classes, predicted[y == c] != c
+            )
+        )
+        for c in range(n_classes)
+        if np.any(y == c)
+    ]
+    return float(np.mean(errors))
 
 
 def run_point(

@@ -399,25 +399,34 @@ def sample_size_table(rows: list[dict[str, Any]], margin: float = MARGIN) -> str
     return "\n".join(lines) + "\n"
 
 
-#: Paired differences a study's tables add (runs.jsonl): (study, [(a, b), ...]) for
-#: the per-repeat error of a minus that of b.
+#: Paired differences a study's tables add (runs.jsonl): (study, [(a, b, metric), ...])
+#: for the per-repeat error of a minus that of b; metric "error" is the test error,
+#: "balanced" the mean of the per-class errors (``extra["balanced"]``, where "guess" is
+#: a uniform guess's 1 - 1/K: a column that beats it reads the curves).
 PAIRS = {
     "kclass": (
-        ("one_vs_rest", "default"),
-        ("default_lda", "default"),
-        ("default_draw", "default"),
-        ("default_split", "default"),
+        ("one_vs_rest", "default", "error"),
+        ("default_lda", "default", "error"),
+        ("default_draw", "default", "error"),
+        ("default_split", "default", "error"),
+        ("one_vs_rest", "default", "balanced"),
+        ("guess", "default", "balanced"),
+        ("guess", "one_vs_rest", "balanced"),
     )
 }
+#: What the paired tables call a test error and a balanced error.
+METRICS = {"error": "", "balanced": " in balanced error (mean of the per-class errors)"}
 
 
 def paired_table(
-    runs_path: Path, pairs: tuple[tuple[str, str], ...], epsilons: tuple[float, ...]
+    runs_path: Path,
+    pairs: tuple[tuple[str, str, str], ...],
+    epsilons: tuple[float, ...],
 ) -> str:
-    """Per-repeat differences of test error, error(a) - error(b), for each pair:
-    mean ± standard error over the repeats of every (data set, epsilon) of a study's
-    ``runs.jsonl``; **win** for b where the mean is more than two standard errors
-    above 0, loss below."""
+    """Per-repeat differences of a metric (:data:`METRICS`), a's minus b's, for each
+    pair: mean ± standard error over the repeats of every (data set, epsilon) of a
+    study's ``runs.jsonl``; **win** for b where the mean is more than two standard
+    errors above 0, loss below."""
     from ldpfda.experiments.common import mean_se
 
     # A resumed or repeated study appends: the last record of a run key stands.
@@ -429,16 +438,19 @@ def paired_table(
         point, errors = run["point"], run["errors"]
         if point["dataset"] not in order:
             order.append(point["dataset"])
-        for i, (a, b) in enumerate(pairs):
-            if a in errors and b in errors:
+        for i, (a, b, metric) in enumerate(pairs):
+            values = errors if metric == "error" else run["extra"].get(metric, {})
+            if a in values and b in values:
                 key = (point["dataset"], float(point["epsilon"]), i)
-                diffs.setdefault(key, []).append(errors[a] - errors[b])
+                diffs.setdefault(key, []).append(values[a] - values[b])
     lines = []
-    for i, (a, b) in enumerate(pairs):
+    names = {**LABELS, "guess": "a uniform guess"}
+    for i, (a, b, metric) in enumerate(pairs):
         heads = [f"ε = {eps:g}" for eps in epsilons]
         lines += [
-            f"{LABELS[a]} minus {LABELS[b]}, paired (mean ± s.e. of the per-repeat "
-            f"differences; **win** for {LABELS[b]} beyond two standard errors):",
+            f"{names[a]} minus {names[b]}{METRICS[metric]}, paired (mean ± s.e. of the "
+            f"per-repeat differences; **win** for {names[b]} beyond two standard "
+            "errors):",
             "",
             "| " + " | ".join(["data", *heads]) + " |",
             "|" + "---|" * (1 + len(heads)),

@@ -10,7 +10,7 @@ import pytest
 
 from ldpfda.experiments import runner
 from ldpfda.experiments.common import reference_settings
-from ldpfda.experiments.multiclass import STUDY_METHODS, run_point
+from ldpfda.experiments.multiclass import STUDY_METHODS, balanced_error, run_point
 from ldpfda.experiments.realdata import irregular_coefficients, split_real
 from ldpfda.fda.irregular import IrregularProjection
 
@@ -59,6 +59,12 @@ def test_every_column_on_basic_motions_spends_epsilon(no_network):
     for spent in extra["spent"].values():
         assert abs(spent - 5.0) < 1e-12
     assert not extra["default_fit_failed"]
+    # Every column's balanced error, and a uniform guess's.
+    assert set(extra["balanced"]) == {*STUDY_METHODS, "guess"}
+    assert extra["balanced"]["guess"] == 0.75
+    assert all(0.0 <= e <= 1.0 for e in extra["balanced"].values())
+    # The majority class is right on its own class only.
+    assert extra["balanced"]["majority"] == 0.75
     # With 4 classes and 12 features the split release has the smaller stated
     # variance at epsilon 5, the drawn class at epsilon 2: the default is that
     # release's column to the last bit (the same client streams).
@@ -70,6 +76,34 @@ def test_every_column_on_basic_motions_spends_epsilon(no_network):
     # Deterministic: the same repeat gives the same numbers.
     again, _ = run_point(_real_settings(5.0, 2, 2), 0, dataset="BasicMotions-K")
     assert again == errors
+
+
+def test_balanced_error_does_not_reward_favouring_a_class():
+    # A split without replacement: class 0 is rare among the clients, so frequent in
+    # the test rows. Always predicting it has plain error 0.4 but balanced error
+    # 1 - 1/K, as has any prediction drawn without looking at the curves, whatever
+    # classes it favours (here 60 % class 0, over 20,000 rows).
+    k = 5
+    y = np.repeat(np.arange(k), [12_000, 2_000, 2_000, 2_000, 2_000])
+    rare = np.zeros(y.size, dtype=int)
+    assert np.mean(rare != y) == pytest.approx(0.4)
+    assert balanced_error(rare, y, k) == pytest.approx(1 - 1 / k, abs=1e-15)
+    favour = np.array([0.6, 0.1, 0.1, 0.1, 0.1])
+    blind = np.random.default_rng(3).choice(k, size=y.size, p=favour)
+    # Balanced error = 1 - (1/K) sum_c recall_c; recall_c ~ Binomial(n_c, q_c) / n_c:
+    # standard deviation sqrt(sum_c q_c (1 - q_c) / n_c) / K = 0.0031 here.
+    sd = np.sqrt(np.sum(favour * (1 - favour) / np.bincount(y))) / k
+    assert abs(balanced_error(blind, y, k) - (1 - 1 / k)) < 4 * sd
+    # Its plain error is 1 - sum_c q_c pi_c = 0.6, far below a guess's 0.8.
+    plain = 1 - favour @ (np.bincount(y) / y.size)
+    assert abs(np.mean(blind != y) - plain) < 4 * np.sqrt(plain * (1 - plain) / y.size)
+    assert plain == pytest.approx(0.6)
+    # Perfect predictions; a missing class is left out; no class (-1) is a guess.
+    assert balanced_error(y, y, k) == 0.0
+    assert balanced_error(np.array([1, 1]), np.array([1, 2]), 3) == 0.5
+    assert balanced_error(np.full(4, -1), np.array([0, 0, 1, 2]), 3) == pytest.approx(
+        2 / 3
+    )
 
 
 def test_a_class_drawn_by_one_client_takes_the_common_score(no_network):

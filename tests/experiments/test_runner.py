@@ -479,6 +479,8 @@ def test_paired_table_differences_each_repeat_once_and_marks_wins(tmp_path):
             "point": {"dataset": dataset, "epsilon": eps},
             "repeat": repeat,
             "errors": {"one_vs_rest": a, "default": b},
+            # The balanced errors: the default's, and a uniform guess of 10 classes.
+            "extra": {"balanced": {"default": b + 0.5, "guess": 0.9}},
         }
 
     runs = [
@@ -492,7 +494,18 @@ def test_paired_table_differences_each_repeat_once_and_marks_wins(tmp_path):
     ]
     path = tmp_path / "runs.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
-    table = paired_table(path, (("one_vs_rest", "default"),), (1.0, 2.0))
+    table = paired_table(path, (("one_vs_rest", "default", "error"),), (1.0, 2.0))
     # eps 1: differences 0.10, 0.12, 0.14: mean 0.12, s.e. 0.02 / sqrt(3) = 0.012.
     # eps 2: -0.01 and +0.01: mean 0, s.e. 0.01: a tie.
     assert "| set | +0.120 ± 0.012 **win** | +0.000 ± 0.010 |" in table
+    # The balanced metric reads the records' extra: 0.9 - (0.9, 0.9, 0.9) at eps 1,
+    # 0.9 - (0.91, 0.89) at eps 2; a pair a record lacks (one-vs-rest) is left out.
+    table = paired_table(
+        path,
+        (("guess", "default", "balanced"), ("one_vs_rest", "default", "balanced")),
+        (1.0, 2.0),
+    )
+    assert "a uniform guess minus ldpfda default" in table
+    assert "in balanced error" in table
+    assert "| set | +0.000 ± 0.000 | +0.000 ± 0.010 |" in table
+    assert "| set |  |  |" in table
