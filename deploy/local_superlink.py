@@ -28,10 +28,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["find_local_superlinks", "start_local_superlink", "stop_pid"]
+__all__ = ["find_local_superlinks", "start_local_superlink", "stop_pid", "stop_pids"]
 
 DEFAULT_PORT = int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091"))
 
@@ -172,29 +172,43 @@ def _processes() -> list[tuple[int, list[str]]]:
 
 def stop_pid(pid: int, grace: float = 15.0) -> None:
     """SIGTERM ``pid``, then SIGKILL it if it is still alive after ``grace`` seconds."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    stop_pids([pid], grace)
+
+
+def stop_pids(pids: Iterable[int], grace: float = 15.0) -> None:
+    """SIGTERM every process of ``pids`` at once, wait up to ``grace`` seconds for all
+    of them to end, then SIGKILL those still alive."""
+    waiting = []
+    for pid in pids:
         try:
-            finished, _ = os.waitpid(pid, os.WNOHANG)  # our child: reap it
-            if finished:
-                return
-        except ChildProcessError:
-            pass  # not our child (detached): poll for its exit instead
-        try:
-            os.kill(pid, 0)
+            os.kill(pid, signal.SIGTERM)
+            waiting.append(pid)
         except ProcessLookupError:
-            return
-        if _is_zombie(pid):
-            return
-        time.sleep(0.2)
+            pass
+    deadline = time.monotonic() + grace
+    while waiting and time.monotonic() < deadline:
+        waiting = [pid for pid in waiting if not _ended(pid)]
+        if waiting:
+            time.sleep(0.2)
+    for pid in waiting:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _ended(pid: int) -> bool:
     try:
-        os.kill(pid, signal.SIGKILL)
+        finished, _ = os.waitpid(pid, os.WNOHANG)  # our child: reap it
+        if finished:
+            return True
+    except ChildProcessError:
+        pass  # not our child (detached): poll for its exit instead
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
-        pass
+        return True
+    return _is_zombie(pid)
 
 
 def _is_zombie(pid: int) -> bool:

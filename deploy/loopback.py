@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfda.deploy.local_superlink import stop_pid
+from ldpfda.deploy.local_superlink import stop_pids
 
 __all__ = [
     "CHECKOUT_APP",
@@ -302,8 +302,7 @@ class _Process:
                 self.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.kill()
-            for pid in below:
-                stop_pid(pid, grace)
+            stop_pids(below, grace)
 
     def kill(self) -> None:
         """SIGKILL: the node vanishes without a goodbye, like a crashed host."""
@@ -718,12 +717,17 @@ class LoopbackFederation:
         """Stop every SuperNode, then the SuperLink, by PID.
 
         The SuperNodes shut down side by side (each says goodbye to the SuperLink,
-        which stays up until they have ended).
+        which stays up until they have ended). A ClientApp still at work on a message
+        (a node that hangs on a query) can outlive its SuperNode: it is stopped too,
+        not left to end by itself.
         """
+        running = [p.pid for p in self.processes() if p.popen.poll() is None]
+        below = descendants(running)
         for process in self.supernodes:
             process.terminate()
         for process in self.processes():
             process.stop()
+        stop_pids(below)  # at once where they have ended with their nodes
 
     def __enter__(self) -> LoopbackFederation:
         try:

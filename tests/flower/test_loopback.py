@@ -280,7 +280,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             if thread.ident is not None:
                 thread.join(timeout=900)
         raise
-    left_running = still_running(set(pids) | children)
+    # The federation stops what it started when it ends, the ClientApp that outlived
+    # its SuperNode included (the hanging node's, asleep for HANG_SECONDS): nothing is
+    # left to end by itself, so a few seconds cover what the stop has just killed.
+    left_running = still_running(set(pids) | children, timeout=5.0)
     run_dir = next(reports.glob("run-*"))
     with np.load(run_dir / "payload.npz") as npz:
         payload = {key: npz[key] for key in npz.files}
