@@ -19,11 +19,6 @@ import numpy as np
 
 from ldpfda import __version__
 from ldpfda.config import (
-    DATASETS,
-    MULTICLASS_RELEASES,
-    MULTICLASS_RULES,
-    NO_SIGNAL_FITS,
-    THRESHOLDS,
     SettingError,
     Settings,
     settings_table,
@@ -100,8 +95,15 @@ SIMULATE_FLAGS = tuple(
 )
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
-    """One ``--kebab-name`` flag per setting, typed, with its default, choices, help."""
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_setting_flags(
+    parser: argparse._ActionsContainer, names: tuple[str, ...]
+) -> None:
+    """One ``--kebab-name`` flag per setting, typed, with its default, choices, help:
+    the help and the default are the setting's own (``ldpfda.config.Settings``)."""
     types: dict[str, Callable[[str], Any]] = {
         "int": _integer,
         "float": _real,
@@ -112,7 +114,7 @@ def add_setting_flags(parser: argparse.ArgumentParser, names: tuple[str, ...]) -
         if row["name"] not in names:
             continue
         parser.add_argument(
-            "--" + row["name"].replace("_", "-"),
+            _flag(row["name"]),
             type=types[row["type"]],
             choices=row["choices"] or None,
             default=getattr(defaults, row["name"]),
@@ -287,7 +289,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     try:
         settings_list = [_settings(args, eps) for eps in args.epsilon]
     except (TypeError, ValueError) as exc:
-        flags = {n: "--" + n.replace("_", "-") for n in SIMULATE_FLAGS}
+        flags = {n: _flag(n) for n in SIMULATE_FLAGS}
         print(
             _setting_error("simulate", exc, {**flags, **_OWN_FLAG_NAMES}),
             file=sys.stderr,
@@ -385,6 +387,14 @@ def _wearable_line(settings: Settings) -> str:
 
 
 DEFAULT_SERVERS = ("500,2500,5,0,0", "500,2500,5,0.2,0.5", "100,600,5,0,-0.5")
+#: The settings ``ldpfda multiserver`` takes as flags of their own name.
+_MULTISERVER_SETTINGS = (
+    "dataset",
+    "n_classes",
+    "num_weak_models",
+    "subsample_size",
+    "seed",
+)
 
 
 def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
@@ -396,7 +406,8 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         "against single-server MRMA and voting across servers (mean +- SE). With "
         "--flower, one repeat as a Flower session: every server its own simulated "
         "SuperLink and SuperNodes, a train and an evaluate run per server, models and "
-        "estimates exchanged as artifacts, then the combine step.",
+        "estimates exchanged as artifacts, then the combine step. With --dataset "
+        "wearable every server draws its own subjects, unshifted (give --server).",
     )
     p.add_argument(
         "--server",
@@ -406,31 +417,19 @@ def _multiserver_parser(sub: argparse._SubParsersAction) -> None:
         help="n_train,n_eval,epsilon,feature_shift,label_shift (repeat per "
         f"server; default: {' '.join(DEFAULT_SERVERS)})",
     )
-    p.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default="vector",
-        help="wearable: every server its own subjects, no shifts (give --server)",
-    )
-    p.add_argument(
-        "--n-classes",
-        type=int,
-        default=2,
-        help="classes K (K > 2: the wearable dataset's first K conditions)",
-    )
-    p.add_argument("--num-weak-models", type=int, default=50)
-    p.add_argument("--subsample-size", type=int, default=50)
+    add_setting_flags(p, _MULTISERVER_SETTINGS)
     p.add_argument(
         "--heterogeneity",
-        type=float,
+        type=_real,
         default=0.05,
         help="assumed spread of a model's error across populations (tau)",
     )
-    p.add_argument("--n-test", type=int, default=20_000)
     p.add_argument(
-        "--repeats", type=int, default=None, help="default 10 (--flower: one)"
+        "--n-test", type=_integer, default=20_000, help="clean test points per server"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--repeats", type=_integer, default=None, help="default 10 (--flower: one)"
+    )
     p.add_argument("--out", type=Path, default=Path("results") / "multiserver.json")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
@@ -478,7 +477,8 @@ def _run_multiserver(args: argparse.Namespace) -> int:
         for s, spec in enumerate(specs):  # each server's population is valid
             spec.settings(base, s)
     except (TypeError, ValueError) as exc:
-        print(f"ldpfda multiserver: error: {exc}", file=sys.stderr)
+        flags = {n: _flag(n) for n in (*_MULTISERVER_SETTINGS, "n_test", "repeats")}
+        print(_setting_error("multiserver", exc, flags), file=sys.stderr)
         return 2
     if args.flower:
         return _run_multiserver_flower(args, specs, base)
@@ -579,14 +579,17 @@ _SPEC_OPTIONS = {
     "unit": "--unit UNIT",
 }
 _REQUIRED_SPEC_OPTIONS = ("domain", "value_range", "labels")
+#: The settings ``ldpfda fit`` takes as flags of their own name, by protocol.
+_FIT_DEFAULT_FLAGS = (
+    "threshold",
+    "no_signal_fit",
+    "multiclass_rule",
+    "multiclass_release",
+)
+_FIT_REFERENCE_FLAGS = ("num_weak_models", "subsample_size")
 _FIT_FLAGS = {
     "epsilon": "--epsilon",
-    "num_weak_models": "--num-weak-models",
-    "subsample_size": "--subsample-size",
-    "threshold": "--threshold",
-    "no_signal_fit": "--no-signal-fit",
-    "multiclass_rule": "--multiclass-rule",
-    "multiclass_release": "--multiclass-release",
+    **{n: _flag(n) for n in _FIT_DEFAULT_FLAGS + _FIT_REFERENCE_FLAGS},
 }
 
 
@@ -663,43 +666,11 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="leave out subjects without a usable curve (else an error)",
     )
-    given = Settings()
-    default = p.add_argument_group("default protocol (the server's moment classifier)")
-    default.add_argument(
-        "--threshold",
-        choices=THRESHOLDS,
-        default=given.threshold,
-        help=f"the intercept and the slopes' scale (default: {given.threshold})",
+    add_setting_flags(
+        p.add_argument_group("default protocol (the server's moment classifier)"),
+        _FIT_DEFAULT_FLAGS,
     )
-    default.add_argument(
-        "--no-signal-fit",
-        choices=NO_SIGNAL_FITS,
-        default=given.no_signal_fit,
-        help="where the fit detects no signal in the features: the posterior mean "
-        "averaged over the prior variances, or the majority class of the released "
-        f"labels (or the limit direction) (default: {given.no_signal_fit})",
-    )
-    default.add_argument(
-        "--multiclass-rule",
-        choices=MULTICLASS_RULES,
-        default=given.multiclass_rule,
-        help="with three or more labels: least squares on the indicator matrix, or "
-        "LDA from the same releases, which does not mask a label whose curves lie "
-        f"between others' (ordered conditions) (default: {given.multiclass_rule})",
-    )
-    default.add_argument(
-        "--multiclass-release",
-        choices=MULTICLASS_RELEASES,
-        default=given.multiclass_release,
-        help="with three or more labels: 'draw' (a drawn label and y~_j(1, x) at the "
-        "whole epsilon), 'split' (the label by randomized response and x apart, the "
-        "epsilon split to minimise the variance) or 'auto' (the one of smaller stated "
-        "variance: split from epsilon 3.25 to 4.5 on) (default: "
-        f"{given.multiclass_release})",
-    )
-    ref = p.add_argument_group("reference protocol")
-    ref.add_argument("--num-weak-models", type=_integer, default=50, metavar="M")
-    ref.add_argument("--subsample-size", type=_integer, default=50, metavar="N")
+    add_setting_flags(p.add_argument_group("reference protocol"), _FIT_REFERENCE_FLAGS)
     own = p.add_argument_group(
         "a spec from options (without --spec; fixed before the data are read)"
     )

@@ -320,6 +320,37 @@ def test_cli_flags_come_from_the_settings_table():
         parser.parse_args(["--n-trai", "5"])  # no prefix matching
 
 
+#: Flags of a command that share a setting's name but are the command's own: the
+#: budget (fit: from the spec), fit's split seed and the spec's basis, multiserver's
+#: smaller test set and repeats.
+_OWN = {
+    "simulate": {"epsilon"},
+    "fit": {"epsilon", "seed", "n_basis", "order"},
+    "multiserver": {"n_test", "repeats"},
+}
+
+
+@pytest.mark.parametrize("command", sorted(_OWN))
+def test_every_other_flag_named_after_a_setting_is_that_settings_own(command):
+    # Declared once, in Settings: the help, default and choices the command shows.
+    import argparse
+
+    from ldpfda import cli
+    from ldpfda.config import Settings, settings_table
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    getattr(cli, f"_{command}_parser")(sub)
+    actions = {a.dest: a for a in sub.choices[command]._actions}
+    shared = [r for r in settings_table() if r["name"] in set(actions) - _OWN[command]]
+    assert len(shared) >= 5, [r["name"] for r in shared]
+    for row in shared:
+        action = actions[row["name"]]
+        assert action.option_strings == ["--" + row["name"].replace("_", "-")]
+        assert action.help == f"{row['help']} (default: {row['default']})", row
+        assert action.default == getattr(Settings(), row["name"]), row
+        assert tuple(action.choices or ()) == row["choices"], row
+
+
 # -- checks only where a setting is used, limits named -------------------------------
 
 
