@@ -8,9 +8,10 @@ with ``server.threshold = "refit"`` (intercept and slopes' scale refitted along 
 posterior's slope direction), with ``server.no-signal-fit = "fallback"`` (where no
 signal is detected, the majority class of the released labels), without the public
 features, and with the intercept forced to 0 (a
-diagnostic only: it is right for the balanced, centred design and not in general);
-the same clients without noise give the noiseless column. ``--label-shift`` moves the
-logit (-2.75: about 25 % positives).
+diagnostic only: it is right for the balanced, centred design and not in general),
+and the default's own slopes with its intercept set to 0 (where the diagnostic's loss
+or gain comes from); the same clients without noise give the noiseless column.
+``--label-shift`` moves the logit (-2.75: about 25 % positives).
 
     python -m ldpfda.experiments.limits --repeats 20
     python -m ldpfda.experiments.limits --repeats 20 --label-shift -2.75
@@ -31,7 +32,7 @@ from ldpfda.engine.inprocess import ArrayClients
 from ldpfda.experiments.common import mean_se
 from ldpfda.privacy.random import derive_seed
 from ldpfda.privacy.vector_mechanisms import ProductMoments, product_moments
-from ldpfda.schema.payloads import JointPayload
+from ldpfda.schema.payloads import JointPayload, LinearModels
 from ldpfda.server.fitting import make_learner, model_error
 from ldpfda.server.learners import MomentLinearClassifier
 from ldpfda.server.mrma import fit_linear
@@ -41,6 +42,7 @@ COLUMNS = {
     "refit": "same releases, threshold refitted along the slopes",
     "fallback": "same releases, majority class (or limit direction) where no signal",
     "forced": "the same releases, intercept forced to 0",
+    "slopes": "the default's slopes, its intercept set to 0",
     "no_public": "no public features",
     "noiseless": "noiseless (ε = ∞)",
     "non_private": "non-private",
@@ -81,12 +83,18 @@ def repeat_errors(epsilon: float, repeat: int, label_shift: float) -> dict[str, 
     z = payload.releases
     same = base.replace(epsilon=epsilon, public_features=True)
     for column, settings, rows in (
+        ("default", same, public),
         ("refit", same.replace(threshold="refit"), public),
         ("fallback", same.replace(no_signal_fit="fallback"), public),
         ("no_public", same.replace(public_features=False), None),
     ):
         fit = make_learner(payload, settings, rows, learner="moment").fit(z)
-        out[column] = model_error(fit.to_linear_models(), *test)
+        model = fit.to_linear_models()
+        if column == "default":  # the fit run_protocol made, made again
+            assert model_error(model, *test) == out["default"]
+            out["slopes"] = model_error(LinearModels(model.coef, np.zeros(1)), *test)
+            continue
+        out[column] = model_error(model, *test)
     moments = product_moments(payload.release_mechanism().inner)
     features = ProductMoments(
         moments.offdiagonal[1:, 1:], moments.offset[1:], moments.slope[1:]
@@ -109,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epsilons", default="0.5,1,2,5")
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    paired = ("refit", "fallback")
+    paired = ("refit", "fallback", "slopes")
     heads = [f"default − {c}, paired" for c in paired]
     print(f"| ε | {' | '.join([*COLUMNS.values(), *heads])} |")
     print("|---" * (len(COLUMNS) + len(paired) + 1) + "|")
