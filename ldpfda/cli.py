@@ -579,6 +579,8 @@ _SPEC_OPTIONS = {
     "unit": "--unit UNIT",
 }
 _REQUIRED_SPEC_OPTIONS = ("domain", "value_range", "labels")
+#: The spec-less options that default to ``options_spec``'s defaults.
+_BASIS_OPTIONS = ("n_basis", "order", "penalty", "min_points", "unit")
 #: The settings ``ldpfda fit`` takes as flags of their own name, by protocol.
 _FIT_DEFAULT_FLAGS = (
     "threshold",
@@ -765,11 +767,8 @@ def _options_spec(args: argparse.Namespace, curves: Any, labels: list[str]) -> A
         labels=labels,
         epsilon=args.epsilon,
         protocol=args.protocol or "default",
-        n_basis=10 if args.n_basis is None else args.n_basis,
-        order=4 if args.order is None else args.order,
-        penalty=0.0 if args.penalty is None else args.penalty,
-        min_points=args.min_points,
-        unit=args.unit or "unit",
+        # options_spec's own defaults for what is not given (the flags' help names them)
+        **{k: getattr(args, k) for k in _BASIS_OPTIONS if getattr(args, k) is not None},
     )
 
 

@@ -181,7 +181,11 @@ def test_a_spec_from_explicit_options(files, tmp_path, capsys):
     assert "spec: built from the options" in capsys.readouterr().out
     model = json.loads((tmp_path / "run" / "model.json").read_text())
     assert "value-low = 40.0" in model["spec"]["text"]
-    assert (tmp_path / "run" / "model.json").exists()
+    # What is not given takes the defaults the flags' help names: 10 cubic B-splines,
+    # min_points 2 with a penalty.
+    assert "n-basis = 10" in model["spec"]["text"]
+    assert "order = 4" in model["spec"]["text"]
+    assert "min-points = 2" in model["spec"]["text"]
 
 
 def test_three_labels_take_the_lda_rule_on_the_same_releases(files, tmp_path, capsys):
