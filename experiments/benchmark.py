@@ -22,6 +22,7 @@ import argparse
 import cProfile
 import importlib
 import json
+import math
 import os
 import platform
 import pstats
@@ -281,6 +282,17 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _count(text: str, flag: str, parser: argparse.ArgumentParser) -> int:
+    """A client count >= 1, also in an exponent spelling (``1e6``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value == int(value) and value >= 1):
+        parser.error(f"{flag}: a client count must be an integer >= 1, got {text!r}")
+    return int(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
@@ -345,16 +357,27 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_flower(args.flower, args.flower_one, args.epsilon)))
         return 0
 
+    # Checked here, not in the child runs (which would fail one by one, after others).
+    protocols = args.protocols.split(",")
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        parser.error(
+            f"--protocols: {', '.join(unknown)} not one of {', '.join(PROTOCOLS)}"
+        )
+    sizes = [_count(text, "--sizes", parser) for text in args.sizes.split(",")]
+    flower_sizes = [
+        _count(t, "--flower-sizes", parser) for t in args.flower_sizes.split(",")
+    ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, flower_rows = [], []
     epsilon = ["--epsilon", str(args.epsilon)]
-    for n in (int(s) for s in args.sizes.split(",")):
+    for n in sizes:
         # Protocols interleaved, each run --repeats times: the fastest run counts
         # (the least disturbed on a shared machine), the largest peak memory.
         runs: dict[str, list[dict[str, Any]]] = {}
         for _ in range(args.repeats):
-            for protocol in args.protocols.split(","):
+            for protocol in protocols:
                 child = ["--one", str(n), "--protocol", protocol, *epsilon]
                 child += ["--chunk-size", str(args.chunk_size)]
                 child += ["--blas-threads", str(args.blas_threads)]
@@ -382,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             a, b = (np.asarray(r["coef"]) for r in pair)
             diff = float(np.abs(a - b).max())
             print(f"{n:>10,} clients: default and twin coef differ by {diff:.1e}")
-    for n in (int(s) for s in args.flower_sizes.split(",")) if args.flower else ():
+    for n in flower_sizes if args.flower else ():
         flower = _child(["--flower-one", str(n), "--flower", args.flower, *epsilon])
         flower_rows.append(flower)
         print(

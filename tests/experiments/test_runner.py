@@ -257,6 +257,27 @@ def test_benchmark_runs_one_small_size():
         run_one(3000, protocol="fast")
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--protocols", "default,reference"], "--protocols: reference not one of"),
+        (["--sizes", "1e4,abc"], "--sizes: a client count must be an integer >= 1"),
+        (["--sizes", "0"], "--sizes: a client count must be an integer >= 1"),
+        (["--flower-sizes", "1.5"], "--flower-sizes: a client count must be"),
+    ],
+)
+def test_benchmark_refuses_bad_options_before_it_runs_anything(
+    argv, message, tmp_path, capsys
+):
+    from ldpfda.experiments.benchmark import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--out", str(tmp_path / "bench")])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bench").exists()  # nothing ran, nothing was written
+
+
 def test_records_of_other_code_are_stale(tiny_conf, tmp_path):
     out = tmp_path / "out"
     folder = runner.run_study(tiny_conf, out=out, workers=1, progress=False)
