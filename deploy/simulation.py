@@ -88,8 +88,7 @@ def run_simulation(
                 )
     finally:
         for http, _ in ports:
-            for pid in local_superlink.find_local_superlinks(http):
-                local_superlink.stop_pid(pid)
+            local_superlink.stop_local_superlinks(http)
     return write_session_report(
         workdir,
         artifacts,
