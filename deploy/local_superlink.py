@@ -5,8 +5,8 @@
 ``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running. This script finds it by
 its command line and stops it by PID, with every process below it: its
 ``flower-superexec`` helper exits with it after a run that ended, but after a run that
-failed or hung, the helper, the simulation and its Ray processes outlive the SuperLink
-(some ignore SIGTERM) and make the next runs fail.
+failed or hung, the helper, the simulation and its Ray processes outlive the SuperLink,
+some of them deaf to SIGTERM.
 
 Flower gives that SuperLink a fixed 15 s to answer its health check and otherwise kills
 it and fails the run ("Failed to start local SuperLink within 15s"), which a loaded

@@ -138,8 +138,8 @@ def test_a_superlink_that_never_answers_is_stopped_after_the_timeout(tmp_path):
 
 def test_stopping_a_superlink_stops_what_runs_below_it(tmp_path):
     # What a failed simulation leaves below the SuperLink (its SuperExec, the
-    # simulation, Ray) outlives a SuperLink stopped alone, some of it deaf to SIGTERM,
-    # and made every later run on the machine fail: the stop ends all of it.
+    # simulation, Ray) outlives a SuperLink stopped alone, some of it deaf to SIGTERM:
+    # the stop ends all of it.
     env = _env(tmp_path, "child")
     port = int(env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"])
     pid = start_local_superlink(env, cwd=tmp_path, timeout=120)
