@@ -3,10 +3,7 @@
 ``flwr run .`` with the default ``local`` connection starts a detached
 ``flower-superlink --simulation`` on 127.0.0.1 (port 39091, or
 ``$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``) and leaves it running. This script finds it by
-its command line and stops it by PID, with every process below it: its
-``flower-superexec`` helper exits with it after a run that ended, but after a run that
-failed or hung, the helper, the simulation and its Ray processes outlive the SuperLink,
-some of them deaf to SIGTERM.
+its command line and stops it by PID; its ``flower-superexec`` helper exits with it.
 
 Flower gives that SuperLink a fixed 15 s to answer its health check and otherwise kills
 it and fails the run ("Failed to start local SuperLink within 15s"), which a loaded
@@ -34,14 +31,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = [
-    "descendants",
-    "find_local_superlinks",
-    "start_local_superlink",
-    "stop_local_superlinks",
-    "stop_pid",
-    "stop_pids",
-]
+__all__ = ["find_local_superlinks", "start_local_superlink", "stop_pid", "stop_pids"]
 
 DEFAULT_PORT = int(os.environ.get("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "39091"))
 
@@ -180,33 +170,6 @@ def _processes() -> list[tuple[int, list[str]]]:
     ]
 
 
-def descendants(pids: Iterable[int]) -> list[int]:
-    """The processes below ``pids``, parents first (from ``/proc``; none where there is
-    no ``/proc``)."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (entry / "stat").read_text(encoding="utf-8")
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces; the parent is the 2nd field after.
-        parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: list[int] = []
-    frontier = set(pids)
-    while frontier:
-        frontier = {child for child, ppid in parent.items() if ppid in frontier}
-        found.extend(sorted(frontier))
-    return found
-
-
-def stop_local_superlinks(port: int = DEFAULT_PORT, grace: float = 15.0) -> list[int]:
-    """Stop every ``flower-superlink`` serving ``--port port`` and every process below
-    it, all at once (:func:`stop_pids`); returns the SuperLinks' PIDs."""
-    pids = find_local_superlinks(port)
-    stop_pids([*pids, *descendants(pids)], grace)
-    return pids
-
-
 def stop_pid(pid: int, grace: float = 15.0) -> None:
     """SIGTERM ``pid``, then SIGKILL it if it is still alive after ``grace`` seconds."""
     stop_pids([pid], grace)
@@ -232,9 +195,6 @@ def stop_pids(pids: Iterable[int], grace: float = 15.0) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    # The SuperLinks this process started among them: their Popen learns they ended
-    # (else it warns at exit that they are still running).
-    _STARTED[:] = [popen for popen in _STARTED if popen.poll() is None]
 
 
 def _ended(pid: int) -> bool:
@@ -286,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     pids = find_local_superlinks(args.port)
     for pid in pids:
         print(pid if args.list else f"stopping flower-superlink {pid}")
-    if pids and not args.list:
-        stop_local_superlinks(args.port)
+        if not args.list:
+            stop_pid(pid)
     if not pids:
         print(f"no flower-superlink on port {args.port}")
 

@@ -30,14 +30,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ldpfda.deploy.local_superlink import descendants, stop_pids
+from ldpfda.deploy.local_superlink import stop_pids
 
 __all__ = [
     "CHECKOUT_APP",
@@ -309,6 +309,25 @@ class _Process:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=15)
+
+
+def descendants(pids: Iterable[int]) -> list[int]:
+    """The processes below ``pids``, parents first (from ``/proc``; none where there is
+    no ``/proc``)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces; the parent is the 2nd field after.
+        parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: list[int] = []
+    frontier = set(pids)
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier}
+        found.extend(sorted(frontier))
+    return found
 
 
 #: What a SuperNode logs when it exits with Flower's code 305 (it could not join: its

@@ -88,7 +88,8 @@ def run_simulation(
                 )
     finally:
         for http, _ in ports:
-            local_superlink.stop_local_superlinks(http)
+            for pid in local_superlink.find_local_superlinks(http):
+                local_superlink.stop_pid(pid)
     return write_session_report(
         workdir,
         artifacts,

@@ -110,7 +110,7 @@ def _timed_run(
 ) -> dict[str, Any]:
     """``flwr run app --stream`` on ``n_nodes`` virtual SuperNodes; wall time and
     peak RSS (``RuntimeError`` unless its output contains ``done``)."""
-    from ldpfda.deploy.local_superlink import stop_local_superlinks
+    from ldpfda.deploy.local_superlink import find_local_superlinks, stop_pid
     from ldpfda.deploy.loopback import (
         _executable,
         flower_env,
@@ -149,8 +149,8 @@ def _timed_run(
         finally:
             finished.set()
             sampler.join()
-            # With what a failed run leaves below it, which would fail the next runs.
-            stop_local_superlinks(http)
+            for pid in find_local_superlinks(http):
+                stop_pid(pid)
     if proc.returncode != 0 or done not in proc.stdout + proc.stderr:
         raise RuntimeError(f"flwr run failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return {"wall_s": wall, "flower_peak_rss_mb": peak[0], "nodes": n_nodes}

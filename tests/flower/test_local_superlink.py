@@ -18,7 +18,6 @@ import pytest
 from ldpfda.deploy.local_superlink import (
     find_local_superlinks,
     start_local_superlink,
-    stop_local_superlinks,
     stop_pid,
 )
 from ldpfda.deploy.loopback import flower_env, free_port
@@ -31,12 +30,6 @@ args = sys.argv[1:]
 pathlib.Path(os.environ["STAND_IN_ARGV"]).write_text(json.dumps(args))
 log = pathlib.Path(args[args.index("--log-file") + 1])
 mode = os.environ.get("STAND_IN_MODE", "serve")
-if mode == "child":  # a helper below it that outlives it and ignores SIGTERM
-    import signal, subprocess
-    helper = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "time.sleep(300)"])
-    pathlib.Path(os.environ["STAND_IN_CHILD"]).write_text(str(helper.pid))
 if mode == "exit":
     log.write_text("stand-in: cannot open the state database\\n")
     sys.exit(3)
@@ -66,7 +59,6 @@ def _env(tmp_path: Path, mode: str, delay: float = 0.0) -> dict[str, str]:
         "STAND_IN_ARGV": str(tmp_path / f"argv-{mode}.json"),
         "STAND_IN_MODE": mode,
         "STAND_IN_DELAY": str(delay),
-        "STAND_IN_CHILD": str(tmp_path / "child.pid"),
     }
 
 
@@ -134,21 +126,3 @@ def test_a_superlink_that_never_answers_is_stopped_after_the_timeout(tmp_path):
     assert time.monotonic() < deadline
     pids = find_local_superlinks(port)
     assert not [pid for pid in pids if alive(pid)], "the stalled SuperLink was left"
-
-
-def test_stopping_a_superlink_stops_what_runs_below_it(tmp_path):
-    # What a failed simulation leaves below the SuperLink (its SuperExec, the
-    # simulation, Ray) outlives a SuperLink stopped alone, some of it deaf to SIGTERM:
-    # the stop ends all of it.
-    env = _env(tmp_path, "child")
-    port = int(env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"])
-    pid = start_local_superlink(env, cwd=tmp_path, timeout=120)
-    assert pid is not None
-    helper = int((tmp_path / "child.pid").read_text())
-    assert alive(helper)
-    assert stop_local_superlinks(port, grace=2.0) == [pid]
-    deadline = time.monotonic() + 10
-    while alive(helper) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(helper), "the helper below the SuperLink was left running"
-    assert find_local_superlinks(port) == []

@@ -148,7 +148,7 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
     from ldpfda.deploy.local_superlink import (
         find_local_superlinks,
         start_local_superlink,
-        stop_local_superlinks,
+        stop_pid,
     )
     from ldpfda.deploy.loopback import (
         CHECKOUT_APP,
@@ -218,7 +218,9 @@ def simulations(tmp_path_factory: pytest.TempPathFactory) -> Simulations:
             reports[name] = wait_for_report(workdir / name, timeout=60)
             run_dirs[name] = next((workdir / name).glob("run-*"))
     finally:
-        pids = stop_local_superlinks(http_port)
+        pids = find_local_superlinks(http_port)
+        for pid in pids:
+            stop_pid(pid)
     return Simulations(
         reports=reports,
         run_dirs=run_dirs,

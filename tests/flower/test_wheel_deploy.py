@@ -127,7 +127,6 @@ def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
         _processes,
         find_local_superlinks,
         start_local_superlink,
-        stop_local_superlinks,
         stop_pid,
     )
     from ldpfda.deploy.loopback import free_port, run_config_arg, wait_for_report
@@ -233,7 +232,9 @@ def wheel_run(tmp_path_factory: pytest.TempPathFactory) -> WheelRun:
         superlinks = find_local_superlinks(http_port)
         commands = {pid: words for pid, words in _processes() if pid in superlinks}
     finally:
-        pids = stop_local_superlinks(http_port)
+        pids = find_local_superlinks(http_port)
+        for pid in pids:
+            stop_pid(pid)
     elapsed = time.perf_counter() - started
     left = find_local_superlinks(http_port)
     # Nothing of the run outlives it.
