@@ -8,6 +8,13 @@ RAPPOR's permanent randomized response), and a monotone release counter. It does
 depend on the run id or on any session name the server chooses, so a new run cannot
 reset it, and it survives restarts.
 
+The budget is the client's, not the file's: a host that rewrites its data file (a
+value corrected, a day's curve added, another format) makes a new record of the same
+person, whose releases compose with the old ones. So the releases of every record of
+the client id that the state directory lists count against the lifetime and period
+budgets of each (the stored releases and the noise counter stay the record's own);
+a new client id, or another state directory, is another person.
+
 The file is ``<state-dir>/<record>.json``, written atomically (temporary file, fsync,
 rename) under an exclusive lock on ``<state-dir>/.lock``, so two queries in flight
 cannot both spend. It fails closed: a file that cannot be read, holds another record
@@ -48,9 +55,13 @@ class LedgerError(Exception):
         self.reason = reason
 
 
+def _client_prefix(client_id: int) -> str:
+    return f"client-{int(client_id)}-"
+
+
 def record_key(client_id: int, data: bytes) -> str:
     """The name of a record: its client id and the SHA-256 of its data file."""
-    return f"client-{int(client_id)}-{hashlib.sha256(data).hexdigest()[:16]}"
+    return _client_prefix(client_id) + hashlib.sha256(data).hexdigest()[:16]
 
 
 @dataclass
@@ -68,12 +79,16 @@ class RecordState:
         Releases made so far (never decreases).
     times : list of float
         When each entry of the ledger was charged (Unix seconds), for a period budget.
+    carried : int
+        How many of the first entries (and times) are releases of the client's other
+        records, counted but not the record's own (not saved with it).
     """
 
     ledger: PrivacyLedger
     memo: dict[str, dict[str, Any]] = field(default_factory=dict)
     counter: int = 0
     times: list[float] = field(default_factory=list)
+    carried: int = 0
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -90,6 +105,8 @@ def _event(item: dict[str, Any]) -> ReleaseEvent:
 
 
 def _load(path: Path, record: str, client_id: int, budget: float) -> RecordState:
+    """The record's state from its file; a :class:`LedgerError` if it cannot be
+    trusted."""
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
         if body.get("format") != LEDGER_FORMAT or body.get("record") != record:
@@ -124,10 +141,10 @@ def _save(path: Path, record: str, state: RecordState) -> None:
                 "epsilon": e.event.epsilon,
                 "parameters": dict(e.event.parameters),
             }
-            for e in state.ledger.entries
+            for e in state.ledger.entries[state.carried :]
         ],
         "memo": state.memo,
-        "times": state.times,
+        "times": state.times[state.carried :],
     }
     _write_atomically(path, json.dumps(body, allow_nan=False))
 
@@ -160,15 +177,45 @@ def open_record(
         if path.exists():
             state = _load(path, record, client_id, budget)
         elif record in known:
-            raise LedgerError(
-                f"{path} is missing although {index} lists the record: restore it "
-                "from a backup, or retire the record"
-            )
+            raise _missing(path, index)
         else:
             state = RecordState(PrivacyLedger(budget=budget, client_ids=[client_id]))
+        state = _with_other_records(state, state_dir, known, record, client_id)
         try:
             yield state
         finally:
             _save(path, record, state)
             if record not in known:
                 _write_atomically(index, json.dumps(sorted(known | {record})))
+
+
+def _missing(path: Path, index: Path) -> LedgerError:
+    return LedgerError(
+        f"{path} is missing although {index} lists the record: restore it from a "
+        "backup, or retire the record"
+    )
+
+
+def _with_other_records(
+    state: RecordState, state_dir: Path, known: set[str], record: str, client_id: int
+) -> RecordState:
+    """``state`` with the releases of the client's other records (the index's records
+    of the same client id, in name order) before its own, as ``carried`` entries."""
+    prefix = _client_prefix(client_id)
+    others = sorted(r for r in known if r.startswith(prefix) and r != record)
+    if not others:
+        return state
+    events: list[ReleaseEvent] = []
+    times: list[float] = []
+    for other in others:
+        path = state_dir / f"{other}.json"
+        if not path.exists():
+            raise _missing(path, state_dir / _INDEX)
+        loaded = _load(path, other, client_id, state.ledger.budget)
+        events.extend(e.event for e in loaded.ledger.entries)
+        times.extend(loaded.times)
+    ledger = PrivacyLedger(budget=state.ledger.budget, client_ids=[client_id])
+    ledger.restore(events + [e.event for e in state.ledger.entries], [client_id])
+    return RecordState(
+        ledger, state.memo, state.counter, times + state.times, carried=len(events)
+    )

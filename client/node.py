@@ -4,8 +4,9 @@ Everything the generic query handler of :mod:`ldpfda.client.client_app` derives 
 a Flower ``Context`` before it answers: the node's identity and privacy policy
 (:func:`client_setup`, :mod:`ldpfda.client.policy`), its client's scaled features and
 label (:func:`client_data`), and its ledger (:func:`node_state`). A deployed node (one
-with a data file) keeps a lifetime ledger per record with its memoized releases
-(:mod:`ldpfda.client.ledger`); a simulated partition keeps a ledger for the run.
+with a data file) keeps a lifetime ledger per record with its memoized releases, its
+budget counting every record of its client id (:mod:`ldpfda.client.ledger`); a
+simulated partition keeps a ledger for the run.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ is for simulation only.
 Node config keys
 ----------------
 ``privacy-budget`` (float)
-    The lifetime epsilon of the node's record, over every run and session (required
-    and finite on a deployed node).
+    The lifetime epsilon of the node's client, over every run, session and version of
+    its data file (:mod:`ldpfda.client.ledger`; required and finite on a deployed
+    node).
 ``max-release-epsilon`` (float)
     The largest epsilon one release may spend (default: only the budget limits it).
 ``period-budget`` (float) and ``budget-period`` (``hour``, ``day``, ``week`` or seconds)

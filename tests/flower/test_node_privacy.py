@@ -145,6 +145,46 @@ def test_new_runs_and_sessions_do_not_reset_the_lifetime_budget(run_config, host
     assert spent[2] is None  # 2.03 + 2.04 + 2.05 > 5: refused
 
 
+def test_a_new_version_of_the_data_file_does_not_reset_the_budget(
+    run_config, host, tmp_path
+):
+    # The host rewrites its file (a value corrected, a day's curve added, another
+    # format): a new record, the same person. What client 0 spent on the old version
+    # still counts against its lifetime budget of 5.
+    path = tmp_path / "me.npz"
+    versions = ([[0.5, -0.5, 0.25, 0.0]], [[0.5, -0.5, 0.25, 0.1]])
+
+    def ask(version, epsilon):
+        save_node_data(path, versions[version], [1])
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": epsilon})
+        return _ask(config, host(), "privatize")
+
+    first = ask(0, 2.01)
+    second = ask(1, 2.02)
+    assert not first.has_error() and not second.has_error()
+    assert _spent(second) == pytest.approx(2.01 + 2.02)
+    third = ask(1, 2.03)  # 6.06 > 5: refused, whichever version asks
+    assert third.has_error() and third.error.code == ERROR_BUDGET
+    assert ask(0, 2.04).error.code == ERROR_BUDGET
+    # The old version's identical query still gets its stored release, for free, and
+    # the ledger reports the client's total.
+    again = ask(0, 2.01)
+    np.testing.assert_array_equal(
+        again.content.array_records["payload"]["releases"].numpy(),
+        first.content.array_records["payload"]["releases"].numpy(),
+    )
+    assert _spent(again) == pytest.approx(2.01 + 2.02)
+    # Each record's file holds its own release only: nothing is counted twice.
+    files = sorted((tmp_path / "state").glob("client-0-*.json"))
+    assert [len(json.loads(f.read_text())["events"]) for f in files] == [1, 1]
+    # An old version's ledger that cannot be read fails the new version closed too.
+    old = next(
+        f for f in files if json.loads(f.read_text())["events"][0]["epsilon"] < 2.015
+    )
+    old.write_text("{")
+    assert ask(1, 2.02).error.code == ERROR_LEDGER
+
+
 def test_a_period_budget_caps_what_a_record_spends_per_day(
     run_config, host, monkeypatch
 ):
