@@ -177,7 +177,9 @@ def stop_pid(pid: int, grace: float = 15.0) -> None:
 
 def stop_pids(pids: Iterable[int], grace: float = 15.0) -> None:
     """SIGTERM every process of ``pids`` at once, wait up to ``grace`` seconds for all
-    of them to end, then SIGKILL those still alive."""
+    of them to end, then SIGKILL those still alive. A SuperLink this process started
+    is reaped through its ``Popen`` and let go."""
+    pids = list(pids)
     waiting = []
     for pid in pids:
         try:
@@ -195,6 +197,13 @@ def stop_pids(pids: Iterable[int], grace: float = 15.0) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for popen in [p for p in _STARTED if p.pid in pids]:
+        try:
+            # Reaped above or about to be: its returncode is set either way.
+            popen.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            continue
+        _STARTED.remove(popen)
 
 
 def _ended(pid: int) -> bool:

@@ -82,6 +82,19 @@ def test_a_slow_superlink_is_waited_for_until_it_answers(tmp_path):
     assert find_local_superlinks(port) == []
 
 
+def test_a_stopped_superlink_is_reaped_and_let_go(tmp_path):
+    # The start keeps the Popen of the SuperLink it leaves running; once stopped by
+    # its PID that Popen must know it ended, or the interpreter warns at exit that the
+    # subprocess "is still running" (it did, in the test suite's workers).
+    import ldpfda.deploy.local_superlink as local_superlink
+
+    pid = start_local_superlink(_env(tmp_path, "serve"), cwd=tmp_path, timeout=120)
+    (popen,) = [p for p in local_superlink._STARTED if p.pid == pid]
+    stop_pid(pid)
+    assert popen.returncode is not None
+    assert popen not in local_superlink._STARTED
+
+
 def test_the_command_line_is_the_one_flwr_run_uses(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     ours.mkdir(), theirs.mkdir()
