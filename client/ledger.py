@@ -192,7 +192,7 @@ def open_record(
 def _missing(path: Path, index: Path) -> LedgerError:
     return LedgerError(
         f"{path} is missing although {index} lists the record: restore it from a "
-        "backup, or retire the record"
+        "backup (the node answers nothing until then)"
     )
 
 
