@@ -177,6 +177,12 @@ def test_a_new_version_of_the_data_file_does_not_reset_the_budget(
     # Each record's file holds its own release only: nothing is counted twice.
     files = sorted((tmp_path / "state").glob("client-0-*.json"))
     assert [len(json.loads(f.read_text())["events"]) for f in files] == [1, 1]
+    # Other clients in the same state directory keep budgets of their own (client 1's
+    # records are not client 10's, asked first).
+    config = run_config(SMALL, VECTOR, {"privacy.epsilon": 4.5})
+    for client in (10, 1):
+        reply = _ask(config, host(**{"client-id": client}), "privatize")
+        assert not reply.has_error() and _spent(reply) == pytest.approx(4.5)
     # An old version's ledger that cannot be read fails the new version closed too.
     old = next(
         f for f in files if json.loads(f.read_text())["events"][0]["epsilon"] < 2.015
