@@ -1,5 +1,6 @@
 """``ldpfda node check --data FILE --spec SPEC``: a pre-flight check of a host's data
-file before its node joins a federation.
+file before its node joins a federation; ``ldpfda node ledger --state-dir DIR``: what
+the node's clients have spent.
 
 It reads the file as the node will (the spec's reader and featurizer, numpy and scipy
 only) and says which subject and curves it holds, how many points each channel
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["check_file", "main"]
+__all__ = ["check_file", "ledger_lines", "main"]
 
 
 def _release(spec: Any) -> str:
@@ -83,11 +84,52 @@ def check_file(data: str, spec: Any) -> tuple[list[str], bool]:
     return lines, True
 
 
+def ledger_lines(state_dir: str, budget: float | None = None) -> list[str]:
+    """What every client of the node's ``state_dir`` has spent, a line per client
+    and one per record (version of its data file); with ``budget`` (the node's
+    ``privacy-budget``) what is left. Raises
+    :class:`~ldpfda.client.ledger.LedgerError` for a ledger it cannot trust."""
+    import time
+    from pathlib import Path
+
+    from ldpfda.client.ledger import spending
+
+    def when(at: float | None) -> str:
+        if at is None:
+            return "no release yet"
+        return time.strftime("last release %Y-%m-%d %H:%M UTC", time.gmtime(at))
+
+    if not Path(state_dir).is_dir():
+        raise FileNotFoundError(f"no state directory {state_dir}")
+    clients = spending(Path(state_dir))
+    lines = [f"state directory {state_dir}"]
+    if not clients:
+        lines.append("no client has released anything yet")
+    for client in clients:
+        left = (
+            ""
+            if budget is None
+            else f", {budget - client.spent:.6g} left of {budget:g}"
+        )
+        latest = max((r[3] for r in client.records if r[3] is not None), default=None)
+        lines.append(
+            f"client {client.client_id}: spent {client.spent:.6g} in "
+            f"{client.releases} release(s), {len(client.records)} version(s) of its "
+            f"data file{left}; {when(latest)}"
+        )
+        for record, releases, epsilon, at in client.records:
+            lines.append(
+                f"  {record}: {releases} release(s), epsilon {epsilon:.6g}; {when(at)}"
+            )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ldpfda node",
         allow_abbrev=False,
-        description="Check a node's data file on its host before the node joins.",
+        description="Check a node's data file on its host before the node joins, or "
+        "say what its clients have spent.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser(
@@ -98,7 +140,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     check.add_argument("--data", required=True, help="the node's curve file")
     check.add_argument("--spec", required=True, help="the federation spec (TOML)")
+    ledger = sub.add_parser(
+        "ledger",
+        allow_abbrev=False,
+        help="what the node's clients have spent, over every version of their data",
+        description="Read the node's ledgers (its state-dir; changes nothing) and say "
+        "what each client has spent, in all and per version of its data file. Exit "
+        "status 1 if a ledger cannot be trusted (the node would refuse every query).",
+    )
+    ledger.add_argument(
+        "--state-dir", required=True, help="the node's state-dir (node config)"
+    )
+    ledger.add_argument(
+        "--privacy-budget",
+        type=float,
+        default=None,
+        help="the node's privacy-budget, to say what is left",
+    )
     args = parser.parse_args(argv)
+    if args.command == "ledger":
+        from ldpfda.client.ledger import LedgerError
+
+        try:
+            print("\n".join(ledger_lines(args.state_dir, args.privacy_budget)))
+        except LedgerError as exc:
+            print(f"ldpfda node ledger: {exc}: {exc.reason}", file=sys.stderr)
+            return 1
+        except FileNotFoundError as exc:
+            print(f"ldpfda node ledger: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     from ldpfda.schema.spec import FederationSpec
 
     try:

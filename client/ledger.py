@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +40,15 @@ from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
 from ldpfda.schema.queries import ERROR_LEDGER
 
-__all__ = ["LEDGER_FORMAT", "LedgerError", "RecordState", "open_record", "record_key"]
+__all__ = [
+    "LEDGER_FORMAT",
+    "ClientSpending",
+    "LedgerError",
+    "RecordState",
+    "open_record",
+    "record_key",
+    "spending",
+]
 
 LEDGER_FORMAT = "ldpfda-node-ledger/1"
 _INDEX = "records.json"
@@ -187,6 +196,55 @@ def open_record(
             _save(path, record, state)
             if record not in known:
                 _write_atomically(index, json.dumps(sorted(known | {record})))
+
+
+@dataclass(frozen=True)
+class ClientSpending:
+    """What one client id spent on the host: ``records`` holds, per record (each
+    version of its data file), the record's name, its releases, their epsilon and
+    when the last one was charged (Unix seconds, None before any)."""
+
+    client_id: int
+    records: tuple[tuple[str, int, float, float | None], ...]
+
+    @property
+    def releases(self) -> int:
+        return sum(r[1] for r in self.records)
+
+    @property
+    def spent(self) -> float:
+        return math.fsum(r[2] for r in self.records)
+
+
+def spending(state_dir: Path) -> list[ClientSpending]:
+    """Every client's spending in ``state_dir``, by client id, read under the state
+    directory's lock (shared: no query can spend meanwhile); none before the node's
+    first release; a :class:`LedgerError` if a ledger the index lists cannot be
+    trusted. Changes nothing."""
+    index = state_dir / _INDEX
+    if not index.exists():
+        return []
+    with (state_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+        try:
+            known = sorted(json.loads(index.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as exc:
+            raise LedgerError(f"{index} cannot be read: {exc}") from exc
+        by_client: dict[int, list[tuple[str, int, float, float | None]]] = {}
+        for record in known:
+            parts = str(record).split("-")
+            if len(parts) != 3 or parts[0] != "client" or not parts[1].isdigit():
+                raise LedgerError(f"{index} lists {record!r}, which names no record")
+            client_id = int(parts[1])
+            path = state_dir / f"{record}.json"
+            if not path.exists():
+                raise _missing(path, index)
+            state = _load(path, record, client_id, math.inf)
+            epsilon = math.fsum(e.event.epsilon for e in state.ledger.entries)
+            last = max(state.times) if state.times else None
+            row = (record, len(state.ledger.entries), epsilon, last)
+            by_client.setdefault(client_id, []).append(row)
+    return [ClientSpending(c, tuple(rows)) for c, rows in sorted(by_client.items())]
 
 
 def _missing(path: Path, index: Path) -> LedgerError:

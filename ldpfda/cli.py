@@ -1101,7 +1101,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (
         ("spec", "write (spec init) or check (spec check) a federation spec"),
         ("deploy", "operate a Flower deployment: certs, keys, nodes, runs"),
-        ("node", "check a node's data file before it joins (node check)"),
+        (
+            "node",
+            "check a node's data file (node check), or its spending (node ledger)",
+        ),
         ("experiment", "run an experiment study from a TOML config"),
         ("plot", "make figures from saved experiment results"),
         ("benchmark", "clients/s and peak memory of the engine"),

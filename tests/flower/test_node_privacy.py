@@ -191,6 +191,44 @@ def test_a_new_version_of_the_data_file_does_not_reset_the_budget(
     assert ask(1, 2.02).error.code == ERROR_LEDGER
 
 
+def test_the_operator_reads_what_each_client_spent_without_changing_it(
+    run_config, host, tmp_path, capsys
+):
+    from ldpfda.cli import main
+
+    path = tmp_path / "me.npz"
+    for version, epsilon in ((0.0, 2.01), (0.1, 2.02)):
+        save_node_data(path, [[0.5, -0.5, 0.25, version]], [1])
+        config = run_config(SMALL, VECTOR, {"privacy.epsilon": epsilon})
+        assert not _ask(config, host(), "privatize").has_error()
+    state = tmp_path / "state"
+    before = {f.name: f.read_bytes() for f in state.iterdir()}
+    argv = ["node", "ledger", "--state-dir", str(state), "--privacy-budget", "5"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(
+        "client 0: spent 4.03 in 2 release(s), 2 version(s) of its data file, "
+        "0.97 left of 5; last release 20"
+    )
+    assert sorted(line.split(": ", 1)[1].split(";")[0] for line in lines[2:]) == [
+        "1 release(s), epsilon 2.01",
+        "1 release(s), epsilon 2.02",
+    ]
+    assert {f.name: f.read_bytes() for f in state.iterdir()} == before
+    # A ledger it cannot trust is an error naming the file (the node refuses too).
+    (ledger,) = [
+        f for f in state.glob("client-0-*.json") if b'"epsilon": 2.01' in f.read_bytes()
+    ]
+    ledger.write_text("{")
+    assert main(argv) == 1
+    assert ledger.name in capsys.readouterr().err
+    assert main(["node", "ledger", "--state-dir", str(tmp_path / "none")]) == 1
+    assert "no state directory" in capsys.readouterr().err
+    (tmp_path / "fresh").mkdir()  # a node before its first release
+    assert main(["node", "ledger", "--state-dir", str(tmp_path / "fresh")]) == 0
+    assert "no client has released anything yet" in capsys.readouterr().out
+
+
 def test_a_period_budget_caps_what_a_record_spends_per_day(
     run_config, host, monkeypatch
 ):
