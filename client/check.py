@@ -111,15 +111,15 @@ def ledger_lines(state_dir: str, budget: float | None = None) -> list[str]:
             if budget is None
             else f", {budget - client.spent:.6g} left of {budget:g}"
         )
-        latest = max((r[3] for r in client.records if r[3] is not None), default=None)
         lines.append(
             f"client {client.client_id}: spent {client.spent:.6g} in "
             f"{client.releases} release(s), {len(client.records)} version(s) of its "
-            f"data file{left}; {when(latest)}"
+            f"data file{left}; {when(client.last)}"
         )
-        for record, releases, epsilon, at in client.records:
+        for r in client.records:
             lines.append(
-                f"  {record}: {releases} release(s), epsilon {epsilon:.6g}; {when(at)}"
+                f"  {r.record}: {r.releases} release(s), epsilon {r.epsilon:.6g}; "
+                f"{when(r.last)}"
             )
     return lines
 

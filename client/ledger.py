@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ldpfda.privacy.base import ReleaseEvent
 from ldpfda.privacy.ledger import PrivacyLedger
@@ -44,6 +44,7 @@ __all__ = [
     "LEDGER_FORMAT",
     "ClientSpending",
     "LedgerError",
+    "RecordSpending",
     "RecordState",
     "open_record",
     "record_key",
@@ -64,13 +65,9 @@ class LedgerError(Exception):
         self.reason = reason
 
 
-def _client_prefix(client_id: int) -> str:
-    return f"client-{int(client_id)}-"
-
-
 def record_key(client_id: int, data: bytes) -> str:
     """The name of a record: its client id and the SHA-256 of its data file."""
-    return _client_prefix(client_id) + hashlib.sha256(data).hexdigest()[:16]
+    return f"client-{int(client_id)}-{hashlib.sha256(data).hexdigest()[:16]}"
 
 
 @dataclass
@@ -198,22 +195,34 @@ def open_record(
                 _write_atomically(index, json.dumps(sorted(known | {record})))
 
 
+class RecordSpending(NamedTuple):
+    """What one record (one version of a client's data file) spent: its releases,
+    their epsilon, and when the last was charged (Unix seconds; None before any)."""
+
+    record: str
+    releases: int
+    epsilon: float
+    last: float | None
+
+
 @dataclass(frozen=True)
 class ClientSpending:
-    """What one client id spent on the host: ``records`` holds, per record (each
-    version of its data file), the record's name, its releases, their epsilon and
-    when the last one was charged (Unix seconds, None before any)."""
+    """What one client id spent on the host, per record."""
 
     client_id: int
-    records: tuple[tuple[str, int, float, float | None], ...]
+    records: tuple[RecordSpending, ...]
 
     @property
     def releases(self) -> int:
-        return sum(r[1] for r in self.records)
+        return sum(r.releases for r in self.records)
 
     @property
     def spent(self) -> float:
-        return math.fsum(r[2] for r in self.records)
+        return math.fsum(r.epsilon for r in self.records)
+
+    @property
+    def last(self) -> float | None:
+        return max((r.last for r in self.records if r.last is not None), default=None)
 
 
 def spending(state_dir: Path) -> list[ClientSpending]:
@@ -230,21 +239,37 @@ def spending(state_dir: Path) -> list[ClientSpending]:
             known = sorted(json.loads(index.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise LedgerError(f"{index} cannot be read: {exc}") from exc
-        by_client: dict[int, list[tuple[str, int, float, float | None]]] = {}
+        by_client: dict[int, list[RecordSpending]] = {}
         for record in known:
-            parts = str(record).split("-")
-            if len(parts) != 3 or parts[0] != "client" or not parts[1].isdigit():
-                raise LedgerError(f"{index} lists {record!r}, which names no record")
-            client_id = int(parts[1])
-            path = state_dir / f"{record}.json"
-            if not path.exists():
-                raise _missing(path, index)
-            state = _load(path, record, client_id, math.inf)
-            epsilon = math.fsum(e.event.epsilon for e in state.ledger.entries)
-            last = max(state.times) if state.times else None
-            row = (record, len(state.ledger.entries), epsilon, last)
-            by_client.setdefault(client_id, []).append(row)
+            client_id = _client_of(str(record), index)
+            state = _load_listed(state_dir, record, client_id, math.inf)
+            by_client.setdefault(client_id, []).append(
+                RecordSpending(
+                    record,
+                    len(state.ledger.entries),
+                    math.fsum(e.event.epsilon for e in state.ledger.entries),
+                    max(state.times) if state.times else None,
+                )
+            )
     return [ClientSpending(c, tuple(rows)) for c, rows in sorted(by_client.items())]
+
+
+def _client_of(record: str, index: Path) -> int:
+    """The client id of a record name (:func:`record_key`)."""
+    parts = record.split("-")
+    if len(parts) != 3 or parts[0] != "client" or not parts[1].isdigit():
+        raise LedgerError(f"{index} lists {record!r}, which names no record")
+    return int(parts[1])
+
+
+def _load_listed(
+    state_dir: Path, record: str, client_id: int, budget: float
+) -> RecordState:
+    """A record the index lists: its file must be there."""
+    path = state_dir / f"{record}.json"
+    if not path.exists():
+        raise _missing(path, state_dir / _INDEX)
+    return _load(path, record, client_id, budget)
 
 
 def _missing(path: Path, index: Path) -> LedgerError:
@@ -259,17 +284,16 @@ def _with_other_records(
 ) -> RecordState:
     """``state`` with the releases of the client's other records (the index's records
     of the same client id, in name order) before its own, as ``carried`` entries."""
-    prefix = _client_prefix(client_id)
-    others = sorted(r for r in known if r.startswith(prefix) and r != record)
+    index = state_dir / _INDEX
+    others = sorted(
+        r for r in known if r != record and _client_of(r, index) == client_id
+    )
     if not others:
         return state
     events: list[ReleaseEvent] = []
     times: list[float] = []
     for other in others:
-        path = state_dir / f"{other}.json"
-        if not path.exists():
-            raise _missing(path, state_dir / _INDEX)
-        loaded = _load(path, other, client_id, state.ledger.budget)
+        loaded = _load_listed(state_dir, other, client_id, state.ledger.budget)
         events.extend(e.event for e in loaded.ledger.entries)
         times.extend(loaded.times)
     ledger = PrivacyLedger(budget=state.ledger.budget, client_ids=[client_id])
