@@ -181,7 +181,21 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point of ``flwr run``: parse the run config, run one repeat or phase."""
+    """Entry point of ``flwr run``: parse the run config, run one repeat or phase.
+
+    The ServerApp's own numpy work (test sets, fits) runs on one BLAS thread. In
+    Flower's simulation it is a thread of the process that starts Ray, and a fork
+    there stops OpenBLAS's thread pool: a product that OpenBLAS had handed to the pool
+    (drawing the test set of a 10^5-client run) then waited forever, the simulation
+    at full CPU in ``exec_blas_async_wait`` with no pool thread left, and no report.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        _main(grid, context)
+
+
+def _main(grid: Grid, context: Context) -> None:
     settings, options = parse_run_config(context.run_config)
     if options.phase != "single":
         from ldpfda.server.multiserver_app import run_phase

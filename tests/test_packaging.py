@@ -188,7 +188,8 @@ def test_extras_split_server_simulation_and_studies(metadata):
     requirements = _requirements(metadata)
     assert set(metadata.get_all("Provides-Extra")) == EXTRAS
     needs = {extra: _needs(requirements, extra) for extra in EXTRAS}
-    assert set(needs["server"]) == {"scikit-learn", "scikit-fda", "multimethod", "tqdm"}
+    server = {"scikit-learn", "scikit-fda", "multimethod", "tqdm", "threadpoolctl"}
+    assert set(needs["server"]) == server
     assert needs["simulation"] == {"flwr": {"simulation"}}
     assert set(needs["labeldp"]) == {"dp-accounting"}
     assert needs["experiments"]["ldpfda"] == {"server", "simulation", "labeldp"}

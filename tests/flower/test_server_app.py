@@ -30,6 +30,7 @@ from .support import (
     REFERENCE,
     SMALL,
     FakeGrid,
+    app_config,
     parse_feedback,
     parse_joint_payload,
     parse_payload,
@@ -861,3 +862,44 @@ def test_twenty_clients_run_the_default_protocol_with_the_shipped_mrma_settings(
     assert any("carries no signal" in r.getMessage() for r in caplog.records)
     saved = json.loads((grid_report_dir(config) / "report.json").read_text())
     assert saved["signal"]["warning"] == signal["warning"]
+
+
+_BLAS_CHILD = """
+import json, sys
+from flwr.app import Context, RecordDict
+from threadpoolctl import threadpool_info
+import ldpfda.server.server_app as server_app
+
+def blas():
+    libraries = threadpool_info()
+    return sorted({i["num_threads"] for i in libraries if i["user_api"] == "blas"})
+
+seen = {"before": blas()}
+server_app.run_server = lambda *args, **kwargs: seen.setdefault("during", blas())
+config = json.load(sys.stdin)
+server_app.main(None, Context(1, 0, {}, RecordDict(), config))
+seen["after"] = blas()
+print(json.dumps(seen))
+"""
+
+
+def test_the_serverapp_runs_its_own_numpy_work_on_one_blas_thread():
+    # In the simulation a fork (Ray starting its processes) stopped OpenBLAS's pool
+    # while the ServerApp's thread waited on it, for ever. The suite's processes run
+    # one BLAS thread already, so the ServerApp runs here in a child with two.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    out = subprocess.run(
+        [sys.executable, "-c", _BLAS_CHILD],
+        input=json.dumps(app_config()),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"before": [2], "during": [1], "after": [2]}
